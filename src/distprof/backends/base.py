@@ -1,0 +1,42 @@
+"""The backend protocol: what a Profiler asks of a capture tool for one window."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..plan import Window
+
+
+@dataclass
+class WindowContext:
+    """What a backend needs to know about where and who it captures."""
+
+    role: str
+    rank: int
+    world_size: int
+    tmp_path: Any  # callable(name) -> a hidden local temporary path for a file called `name`
+
+
+@dataclass
+class WindowFiles:
+    """The outcome of a closed window: temporary files to publish (final name -> temp path)."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+class Backend(Protocol):
+    name: str
+
+    def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
+        """Start capturing for ``window``; ``step`` is the global step about to run (warm-up or first recorded)."""
+
+    def advance(self, step: int) -> None:
+        """The step before ``step`` ended, inside the open window."""
+
+    def finish(self, first: int, last: int) -> WindowFiles:
+        """End the window after global steps ``first..last`` were recorded (last < first: nothing recorded)."""
+
+    def abort(self) -> None:
+        """Best-effort teardown after a fault; must never raise."""

@@ -1,0 +1,214 @@
+"""torch.profiler backend: one ``torch.profiler.profile`` per capture window.
+
+A fresh profile object per window keeps torch's own state machine simple (no
+"clears events at the end of each cycle" surprises) and lets each window start
+at a global step: torch numbers ProfilerStep#N from ``step_num``, so we set it
+to the global step before ``start()``. The schedule we pass maps global steps
+to torch's actions (warm-up, record, record-and-save), and torch calls our
+``on_trace_ready`` when the window's last step ends, exactly as with its own
+schedules.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from ..config import TorchOptions
+from ..intervals import union_length
+from ..plan import Window
+from .base import WindowContext, WindowFiles
+
+logger = logging.getLogger(__name__)
+
+_warned_no_cuda = False
+
+
+def trace_suffix(opts: TorchOptions) -> str:
+    return ".pt.trace.json.gz" if opts.gzip else ".pt.trace.json"
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, opts: TorchOptions):
+        self.opts = opts
+        self._prof: Any = None
+        self._ctx: WindowContext | None = None
+        self._exported: dict[str, str] = {}
+        self._summary: dict[str, Any] | None = None
+
+    # ---- window lifecycle ---------------------------------------------------------------------------
+    def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
+        import torch
+        from torch.profiler import ProfilerAction, profile
+
+        self._ctx, self._exported, self._summary = ctx, {}, None
+
+        def schedule(s: int) -> ProfilerAction:
+            if s < window.warmup_start or s > window.end:
+                return ProfilerAction.NONE
+            if s < window.start:
+                return ProfilerAction.WARMUP
+            return ProfilerAction.RECORD if s < window.end else ProfilerAction.RECORD_AND_SAVE
+
+        kwargs: dict[str, Any] = dict(
+            activities=self._activities(torch),
+            schedule=schedule,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=self.opts.record_shapes,
+            profile_memory=self.opts.profile_memory,
+            with_stack=self.opts.with_stack,
+            with_flops=self.opts.with_flops,
+            with_modules=self.opts.with_modules,
+        )
+        # Arguments that only some torch versions have: pass them only where they exist.
+        accepted = _accepted_kwargs(profile)
+        if "acc_events" in accepted:
+            kwargs["acc_events"] = False  # one profile object per window: nothing to accumulate
+        if self.opts.post_processing_timeout_s is not None and "post_processing_timeout_s" in accepted:
+            kwargs["post_processing_timeout_s"] = self.opts.post_processing_timeout_s
+        p = profile(**kwargs)
+
+        # Start numbering at the global step (torch evaluated schedule(0) in its constructor).
+        action = schedule(step)
+        p.step_num = step
+        p.current_action = action
+        if hasattr(p, "_prev_schedule_action"):
+            p._prev_schedule_action = action
+
+        meta = {"role": ctx.role, "rank": ctx.rank, "world_size": ctx.world_size,
+                "window": [window.start, window.end], "pid": os.getpid()}
+        metadata = {"distprof": json.dumps(meta)}
+        if not _dist_initialized():
+            # torch writes distributedInfo only under torch.distributed; analysis tools key ranks by it.
+            metadata["distributedInfo"] = json.dumps({"rank": ctx.rank, "world_size": ctx.world_size, "backend": None})
+        preset = getattr(p, "preset_metadata_json", None)
+        for k, v in metadata.items():
+            if preset is not None:
+                preset(k, v)
+        p.start()
+        self._prof = p  # only now: stop() must never be called on a profiler that did not start
+        if preset is None:  # older torch: add while the profiler runs
+            for k, v in metadata.items():
+                p.add_metadata_json(k, v)
+
+    def advance(self, step: int) -> None:
+        self._prof.step()
+
+    def finish(self, first: int, last: int) -> WindowFiles:
+        p, self._prof = self._prof, None
+        if p is not None:
+            p.stop()  # exports here if the window was cut short (torch calls on_trace_ready)
+        from ..output import window_file_name
+
+        files: dict[str, str] = {}
+        if last >= first:
+            for suffix, tmp in self._exported.items():
+                files[window_file_name(first, last, suffix)] = tmp
+        else:
+            for tmp in self._exported.values():
+                _unlink(tmp)
+        self._exported = {}
+        return WindowFiles(files=files, summary=self._summary)
+
+    def abort(self) -> None:
+        p, self._prof = self._prof, None
+        if p is not None:
+            try:
+                p.stop()
+            except Exception:
+                logger.debug("torch profiler stop() after a fault failed", exc_info=True)
+        for tmp in self._exported.values():
+            _unlink(tmp)
+        self._exported = {}
+
+    # ---- torch callbacks ------------------------------------------------------------------------------
+    def _on_trace_ready(self, prof: Any) -> None:
+        ctx = self._ctx
+        if self.opts.export_chrome_trace:
+            suffix = trace_suffix(self.opts)
+            tmp = ctx.tmp_path("trace" + suffix)
+            prof.export_chrome_trace(tmp)
+            self._exported[suffix] = tmp
+        if self.opts.export_stacks:
+            tmp = ctx.tmp_path("stacks.txt")
+            prof.export_stacks(tmp, self.opts.stacks_metric)
+            self._exported[".stacks.txt"] = tmp
+        self._summary = summarize(prof, self.opts.summary_top)
+
+    def _activities(self, torch: Any) -> list[Any]:
+        from torch.profiler import ProfilerActivity
+
+        global _warned_no_cuda
+        wanted = list(self.opts.activities)
+        if "cuda" in wanted and not torch.cuda.is_available():
+            if not _warned_no_cuda:
+                _warned_no_cuda = True
+                logger.warning("distprof: CUDA activity requested but CUDA is not available; capturing CPU activity only")
+            wanted = [a for a in wanted if a != "cuda"] or ["cpu"]
+            if "cpu" not in wanted:
+                wanted.append("cpu")
+        if "xpu" in wanted and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
+            logger.warning("distprof: XPU activity requested but XPU is not available; skipping it")
+            wanted = [a for a in wanted if a != "xpu"] or ["cpu"]
+        return [getattr(ProfilerActivity, a.upper()) for a in wanted]
+
+
+def summarize(prof: Any, top: int) -> dict[str, Any]:
+    """Per-name self time (device and CPU) and count, plus device busy time with overlaps counted once."""
+    rows = []
+    for e in prof.key_averages():
+        dev = getattr(e, "self_device_time_total", None)
+        if dev is None:  # torch < 2.4
+            dev = getattr(e, "self_cuda_time_total", 0.0)
+        rows.append({
+            "name": e.key,
+            "count": int(e.count),
+            "self_device_us": float(dev or 0.0),
+            "self_cpu_us": float(e.self_cpu_time_total or 0.0),
+        })
+    rows.sort(key=lambda r: (r["self_device_us"], r["self_cpu_us"]), reverse=True)
+
+    busy_us = 0.0
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    if results is not None:
+        device_spans = []
+        for ev in results.events():
+            if str(ev.device_type()) != "DeviceType.CPU":
+                start = ev.start_ns()
+                device_spans.append((start, start + ev.duration_ns()))
+        busy_us = union_length(device_spans) / 1000.0
+    return {
+        "ops": rows if top <= 0 else rows[:top],
+        "total_ops": len(rows),
+        "self_device_us": sum(r["self_device_us"] for r in rows),
+        "self_cpu_us": sum(r["self_cpu_us"] for r in rows),
+        "device_busy_us": busy_us,
+    }
+
+
+def _accepted_kwargs(cls: Any) -> set[str]:
+    try:
+        return set(inspect.signature(cls.__init__).parameters)
+    except (TypeError, ValueError):  # pragma: no cover
+        return set()
+
+
+def _dist_initialized() -> bool:
+    dist = sys.modules.get("torch.distributed")
+    try:
+        return bool(dist is not None and dist.is_available() and dist.is_initialized())
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,1 @@
+"""The embedded example job behind ``distprof demo``."""

@@ -1,0 +1,304 @@
+"""Profiler: decides from config alone what this process captures, and drives one backend.
+
+Lifecycle: ``start()`` (or ``with prof:``), then ``step()`` at the end of every
+step, then ``stop()``. ``global_step`` is the step about to run; ``step()`` ends
+it. Capture windows come from ``config.plan()`` and are evaluated on global
+step numbers, so a resumed job captures the same steps as a fresh one.
+
+An inert profiler (disabled, or this rank / role not selected, or switched off
+by a fault) swaps its ``step`` for a one-line counter: no files, no
+directories, no imports. Any fault inside a backend is logged once with its
+traceback and turns this profiler off (``on_error="disable"``) or re-raises
+(``on_error="raise"``); training code never sees a profiler exception.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from .annotate import window_closed, window_opened
+from .config import ProfilerConfig
+from .output import RunDir, rank_dir, sanitize_role
+from .plan import Window, rank_selected, role_selected
+from .runtime import detect_rank_world, host_name, torch_version
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Profiler"]
+
+
+class Profiler:
+    """One profiler per training process and granularity (role)."""
+
+    def __init__(
+        self,
+        config: ProfilerConfig | dict | None = None,
+        role: str = "main",
+        global_step: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ):
+        if config is None:
+            config = ProfilerConfig()
+        elif not isinstance(config, ProfilerConfig):
+            config = ProfilerConfig.from_dict(config)
+        if isinstance(global_step, bool) or not isinstance(global_step, int) or global_step < 0:
+            raise ValueError(f"global_step must be an integer >= 0, got {global_step!r}; pass the trainer's step counter")
+        self.config = config
+        self.role = sanitize_role(role)
+        self.global_step = global_step
+        if rank is None or world_size is None:
+            auto_rank, auto_world = detect_rank_world()
+            rank = auto_rank if rank is None else rank
+            world_size = auto_world if world_size is None else world_size
+        if rank < 0 or world_size < 1 or rank >= world_size:
+            raise ValueError(f"rank {rank} does not fit world_size {world_size}; pass 0 <= rank < world_size")
+        self.rank, self.world_size = rank, world_size
+
+        self.enabled = False  # True while this process may capture
+        self._started = False  # between start() and stop()
+        self._stopped = False
+        self._plan = None
+        self._next: Window | None = None  # the next window to open, as seen from global_step
+        self._open: Window | None = None  # the window being captured
+        self._backend: Any = None
+        self._windows_closed = 0
+        self._last_summary: dict[str, Any] | None = None
+        self._annotations: dict[str, list[int]] = {}  # name -> [count, total ns] of the open / last window
+        self._annotations_total: dict[str, list[int]] = {}
+
+        if not config.enable:
+            self._make_inert()
+            return
+        config.check_world_size(world_size)
+        if not (role_selected(config.roles, self.role) and rank_selected(config.ranks, rank)):
+            self._make_inert()
+            return
+        from .backends import create_backend
+
+        self._backend = create_backend(config)
+        self._run = RunDir(config.save_path)
+        self._run.check_writable()
+        self._dir = rank_dir(self.role, rank)
+        self._plan = config.plan()
+        self.enabled = True
+
+    # ---- public API -----------------------------------------------------------------------------------
+    def start(self) -> "Profiler":
+        if not self.enabled or self._started:
+            return self
+        self._started, self._stopped = True, False
+        self._guard("start", self._start)
+        return self
+
+    def step(self) -> None:
+        """End the current global step. Call once at the end of every step at this profiler's granularity."""
+        if self._started:
+            self._guard("step", self._step)
+            return
+        self.global_step += 1
+        if not self._stopped:
+            logger.warning("distprof: %s step() called before start(); starting now at step %d", self._who(), self.global_step)
+            self.start()
+
+    def stop(self) -> None:
+        """End profiling. A window still open keeps the steps that finished."""
+        self._finish(crashed=False)
+
+    def _finish(self, crashed: bool) -> None:
+        if not self.enabled or not self._started:
+            return
+        self._started = False
+        self._stopped = True
+        self._guard("stop", lambda: self._stop(crashed))
+
+    def __enter__(self) -> "Profiler":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        # Leaving on an exception: the step about to end is the one that failed; keep it in the trace.
+        self._finish(crashed=exc_type is not None)
+        return False
+
+    @property
+    def capturing(self) -> bool:
+        """True while a window (warm-up included) is open."""
+        return self._open is not None
+
+    def summary(self) -> dict[str, Any] | None:
+        """Per-op self time and count of the last closed window, and device busy time (overlap counted once)."""
+        return self._last_summary
+
+    def annotation_times(self, total: bool = False) -> dict[str, dict[str, float]]:
+        """Wall time per ``annotate`` name: of the open (or last) window, or over the whole run with ``total``."""
+        src = self._annotations_total if total else self._annotations
+        return {k: {"count": c, "total_s": ns / 1e9} for k, (c, ns) in src.items()}
+
+    @property
+    def windows_closed(self) -> int:
+        return self._windows_closed
+
+    @property
+    def save_dir(self) -> str | None:
+        """Where this profiler's files go (None when inert)."""
+        return self._run.url(self._dir) if self.enabled else None
+
+    def __repr__(self) -> str:
+        state = "capturing" if self.capturing else ("enabled" if self.enabled else "inert")
+        return f"Profiler(role={self.role!r}, rank={self.rank}, world_size={self.world_size}, step={self.global_step}, {state})"
+
+    # ---- inert mode -------------------------------------------------------------------------------------
+    def _make_inert(self) -> None:
+        self.enabled = False
+        # Instance attributes shadow the methods: an inert step() is one increment.
+        self.step = self._inert_step  # type: ignore[method-assign]
+
+    def _inert_step(self) -> None:
+        self.global_step += 1
+
+    # ---- state machine ----------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._run.write_run_json(self._run_info())
+        self._next = self._plan.next_window(self.global_step)
+        if self._next is None:
+            logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
+                           self._who(), self.global_step, self._plan.describe())
+        self._maybe_open()
+
+    def _step(self) -> None:
+        self.global_step += 1
+        g = self.global_step
+        w = self._open
+        if w is not None:
+            self._backend.advance(g)
+            if g > w.end:
+                self._close(w, last=w.end)
+        if self._next is not None and g >= self._next.warmup_start:
+            self._maybe_open()
+
+    def _stop(self, crashed: bool) -> None:
+        w = self._open
+        if w is not None:
+            # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
+            last = min(w.end, self.global_step if crashed else self.global_step - 1)
+            self._close(w, last=last)
+        if self._windows_closed == 0:
+            logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
+                           self._who(), self.global_step, self._plan.describe())
+        self._run.cleanup()
+
+    def _maybe_open(self) -> None:
+        w = self._next
+        if w is None or self.global_step < w.warmup_start:
+            return
+        w = self._plan.next_window(self.global_step)  # clipped to now (a late start skips warm-up)
+        self._next = None
+        if w is None:
+            return
+        from .backends import WindowContext
+
+        self._annotations = {}
+        ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
+                            tmp_path=lambda name: self._run.temp_path(self._dir, name))
+        self._open = w
+        self._window_t0 = time.time()
+        self._backend.begin(w, self.global_step, ctx)
+        window_opened(self)  # after begin(): the backend has imported what the ranges emit into
+        logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
+
+    def _close(self, w: Window, last: int) -> None:
+        self._open = None
+        window_closed(self)
+        t1 = time.time()
+        result = self._backend.finish(w.start, last)
+        self._last_summary = result.summary
+        published = []
+        try:
+            for name, tmp in sorted(result.files.items()):
+                published.append(self._run.publish(tmp, self._dir, name))
+        except BaseException:
+            for tmp in result.files.values():  # leave no half-made temporaries behind
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            raise
+        if published:
+            self._windows_closed += 1
+            record = {
+                "role": self.role, "rank": self.rank, "world_size": self.world_size,
+                "steps": [w.start, last], "complete": last >= w.end,
+                "start_time": self._window_t0, "end_time": t1,
+                "files": [{"path": p.path, "bytes": p.bytes} for p in published],
+                "file": published[0].path, "bytes": published[0].bytes,
+                "host": host_name(), "pid": os.getpid(),
+                "backend": self.config.backend, "torch": torch_version(),
+                "annotations": self.annotation_times(),
+                "summary": _short_summary(result.summary),
+            }
+            self._run.append_manifest(self._dir, record)
+            logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
+        self._next = self._plan.next_window(self.global_step)
+
+    # ---- fault isolation -----------------------------------------------------------------------------------
+    def _guard(self, where: str, fn) -> None:
+        try:
+            fn()
+        except Exception:
+            self._fault(where)
+            if self.config.on_error == "raise":
+                raise
+
+    def _fault(self, where: str) -> None:
+        logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",
+                     self._who(), where, self.global_step, exc_info=True)
+        window_closed(self)
+        self._open = self._next = None
+        if self._backend is not None:
+            try:
+                self._backend.abort()
+            except Exception:  # abort must never raise; if it does, there is nothing more to do
+                pass
+        self._started = False
+        self._make_inert()
+
+    def _record_annotation(self, name: str, ns: int) -> None:
+        w = self._open
+        if w is None or self.global_step < w.start:
+            return  # warm-up steps are not part of the capture
+        for d in (self._annotations, self._annotations_total):
+            entry = d.get(name)
+            if entry is None:
+                d[name] = [1, ns]
+            else:
+                entry[0] += 1
+                entry[1] += ns
+
+    # ---- helpers ----------------------------------------------------------------------------------------------
+    def _who(self) -> str:
+        return f"profiler {self.role!r} rank {self.rank}"
+
+    def _run_info(self) -> dict[str, Any]:
+        from . import __version__
+
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "world_size": self.world_size,
+            "plan": self._plan.describe(),
+            "start_time": time.time(),
+            "host": host_name(),
+            "versions": {"distprof": __version__, "torch": torch_version(), "python": sys.version.split()[0]},
+        }
+
+
+def _short_summary(summary: dict[str, Any] | None, top: int = 10) -> dict[str, Any] | None:
+    if not summary:
+        return None
+    return {
+        "device_busy_us": summary["device_busy_us"],
+        "self_device_us": summary["self_device_us"],
+        "self_cpu_us": summary["self_cpu_us"],
+        "top": summary["ops"][:top],
+    }

@@ -1,0 +1,66 @@
+import gzip
+import json
+import logging
+import os
+
+import pytest
+
+SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    """No DISTPROF_* or rank variables leak in from the machine running the tests."""
+    for key in list(os.environ):
+        if key.startswith("DISTPROF_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture(autouse=True)
+def _reset_annotation_state():
+    from distprof import annotate as _unused  # noqa: F401  (the function; the module is below)
+    import sys
+
+    mod = sys.modules["distprof.annotate"]
+    yield
+    mod._STATE.active = 0
+    mod._STATE.opened = 0
+    mod._STATE.profilers.clear()
+    mod._tls.__dict__.clear()
+
+
+def load_trace(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def trace_names(path, prefix=""):
+    return [e["name"] for e in load_trace(path)["traceEvents"] if e.get("name", "").startswith(prefix)]
+
+
+def trace_files(root):
+    out = []
+    for d, _, names in os.walk(root):
+        out += [os.path.join(d, n) for n in names if ".pt.trace.json" in n]
+    return sorted(out)
+
+
+def all_files(root):
+    out = []
+    for d, _, names in os.walk(root):
+        out += [os.path.relpath(os.path.join(d, n), root) for n in names]
+    return sorted(out)
+
+
+@pytest.fixture
+def caplog_distprof(caplog):
+    caplog.set_level(logging.INFO, logger="distprof")
+    return caplog
+
+
+from hypothesis import settings as _hsettings
+
+# Deadlines measure the machine, not the code (the first example imports torch).
+_hsettings.register_profile("distprof", deadline=None)
+_hsettings.load_profile("distprof")

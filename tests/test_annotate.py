@@ -1,0 +1,136 @@
+"""annotate(): decorator and context manager; exact semantics when inert and when a window is open."""
+
+import asyncio
+import sys
+import threading
+
+import pytest
+
+import distprof
+from distprof import Profiler, ProfilerConfig, annotate
+
+from conftest import trace_files, trace_names
+
+STATE = sys.modules["distprof.annotate"]._STATE
+
+
+def cfg(tmp_path, steps=(1,)):
+    return ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=list(steps), torch={"activities": ["cpu"]})
+
+
+def test_inert_annotate_is_a_cached_noop():
+    assert annotate("a") is annotate("a")
+    calls = []
+    with annotate("a") as a:
+        calls.append(1)
+    assert a is annotate("a") and calls == [1] and STATE.opened == 0
+
+
+class Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_exception_propagates_untouched_range_closed_code_runs_once(tmp_path, window):
+    p = Profiler(cfg(tmp_path, steps=[0]) if window else ProfilerConfig())
+    runs = []
+    err = Boom("x")
+
+    @annotate("f")
+    def f():
+        runs.append(1)
+        raise err
+
+    with p:
+        with pytest.raises(Boom) as e:
+            f()
+        assert e.value is err
+        with pytest.raises(Boom) as e2:
+            with annotate("g"):
+                runs.append(2)
+                raise err
+        assert e2.value is err and STATE.opened == 0
+        p.step()
+    assert runs == [1, 2]
+    if window:
+        names = trace_names(trace_files(tmp_path / "run")[0])
+        assert "f" in names and "g" in names, str(names)
+
+
+def test_first_window_in_a_process_without_torch_imported_records_annotations(tmp_path):
+    import subprocess
+
+    code = f"""
+import sys, distprof
+assert 'torch' not in sys.modules
+p = distprof.Profiler(distprof.ProfilerConfig(enable=True, save_path={str(tmp_path / 'r')!r}, steps=[0], torch={{'activities': ['cpu']}}))
+with p:
+    with distprof.annotate('first/range'):
+        pass
+    p.step()
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    assert "first/range" in trace_names(trace_files(tmp_path / "r")[0])
+
+
+def test_methods_functions_async_and_bare_decorator(tmp_path):
+    class Worker:
+        @annotate("worker/update")
+        def update(self, x):
+            return x + 1
+
+    @annotate
+    def plain(x):
+        return x * 2
+
+    @annotate("async/generate")
+    async def gen(x):
+        return x - 1
+
+    assert plain.__name__ == "plain" and Worker.update.__name__ == "update"
+    p = Profiler(cfg(tmp_path))
+    with p:
+        for _ in range(3):
+            assert Worker().update(1) == 2 and plain(3) == 6 and asyncio.run(gen(5)) == 4
+            p.step()
+    names = trace_names(trace_files(tmp_path / "run")[0])
+    qual = "test_methods_functions_async_and_bare_decorator.<locals>.plain"
+    assert {"worker/update", qual, "async/generate"} <= set(names)
+    t = p.annotation_times(total=True)
+    assert t["worker/update"]["count"] == 1 and t[qual]["count"] == 1
+
+
+def test_nested_and_threaded_ranges_recorded(tmp_path):
+    p = Profiler(cfg(tmp_path))
+    with p:
+        for _ in range(3):
+            with annotate("outer"):
+                with annotate("inner"):
+                    pass
+            th = threading.Thread(target=lambda: annotate("thread/work").__enter__().__exit__(None, None, None))
+            th.start()
+            th.join()
+            p.step()
+    names = trace_names(trace_files(tmp_path / "run")[0])
+    assert names.count("outer") == 1 and names.count("inner") == 1
+    assert p.annotation_times()["thread/work"]["count"] == 1
+    assert STATE.opened == 0 and STATE.active == 0
+
+
+def test_range_entered_before_window_opens_is_harmless(tmp_path):
+    p = Profiler(cfg(tmp_path, steps=[0]))
+    with annotate("early"):
+        p.start()  # a window opens while the range is open
+    assert STATE.opened == 0
+    p.step()
+    p.stop()
+    assert "early" not in trace_names(trace_files(tmp_path / "run")[0])
+
+
+def test_bad_name():
+    with pytest.raises(ValueError, match="non-empty string"):
+        annotate("")
+
+
+def test_public_api_names():
+    assert {"ProfilerConfig", "Profiler", "annotate"} <= set(distprof.__all__)

@@ -1,0 +1,145 @@
+"""ProfilerConfig: defaults, every refused setting, and every way to load it."""
+
+import pytest
+
+from distprof import ProfilerConfig
+
+
+def test_conservative_defaults():
+    c = ProfilerConfig()
+    assert c.enable is False and c.backend == "torch" and c.ranks == [0] and c.roles is None
+    t = c.torch
+    assert not (t.record_shapes or t.profile_memory or t.with_stack or t.with_flops or t.with_modules)
+    assert t.gzip is True and t.activities == ["cpu", "cuda"]
+    assert c.on_error == "disable"
+
+
+def test_enabled_without_steps_uses_default_schedule():
+    c = ProfilerConfig(enable=True, save_path="x")
+    assert [(w.start, w.end) for w in c.plan().windows_until(100)] == [(11, 12)]
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(enable=True), ["save_path", "None", "set save_path"]),
+        (dict(enable=True, save_path=""), ["save_path", "''"]),
+        (dict(steps=[-1]), ["steps", "-1", "negative"]),
+        (dict(steps=[2.5]), ["steps", "2.5", "whole numbers"]),
+        (dict(steps=["x"]), ["steps", "'x'"]),
+        (dict(steps=[True]), ["steps", "True"]),
+        (dict(steps=[]), ["steps is empty"]),
+        (dict(steps="9-3"), ["9-3", "START <= END"]),
+        (dict(steps=[3], schedule={"active": 1}), ["steps", "schedule", "exclusive"]),
+        (dict(ranks=[-2]), ["ranks", "-2"]),
+        (dict(ranks=[0.5]), ["ranks", "0.5"]),
+        (dict(ranks=[]), ["ranks is empty"]),
+        (dict(ranks="some"), ["ranks", "'some'"]),
+        (dict(schedule={"active": 0}), ["schedule.active", "0"]),
+        (dict(schedule={"wait": -1}), ["schedule.wait", "-1"]),
+        (dict(schedule={"warmup": None}), ["schedule.warmup", "null"]),
+        (dict(schedule={"repeat": "x"}), ["schedule.repeat", "'x'"]),
+        (dict(schedule={"actve": 1}), ["actve", "'active'"]),
+        (dict(torch={"activities": []}), ["torch.activities", "non-empty"]),
+        (dict(torch={"activities": None}), ["torch.activities", "null"]),
+        (dict(torch={"activities": ["gpu"]}), ["torch.activities", "'gpu'", "cpu, cuda"]),
+        (dict(torch={"export_stacks": True}), ["export_stacks", "with_stack"]),
+        (dict(torch={"record_shape": True}), ["record_shape", "'record_shapes'"]),
+        (dict(backend="nsight"), ["backend", "'nsight'", "nsys"]),
+        (dict(on_error="ignore"), ["on_error", "'ignore'", "disable"]),
+        (dict(enabled=True), ["'enabled'", "Did you mean 'enable'"]),
+        (dict(roles=[""]), ["roles", "empty"]),
+        (dict(roles=["../etc"]), ["roles", "'../etc'", "outside save_path"]),
+        (dict(roles=["/abs"]), ["roles", "'/abs'"]),
+        (dict(roles=[]), ["roles", "non-empty"]),
+    ],
+)
+def test_bad_settings_name_field_value_and_fix(kwargs, words):
+    with pytest.raises(ValueError) as e:
+        ProfilerConfig(**kwargs)
+    msg = str(e.value)
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_ranks_beyond_world_size_refused():
+    c = ProfilerConfig(ranks=[0, 4])
+    c.check_world_size(8)
+    with pytest.raises(ValueError, match=r"ranks \[4\] do not exist: world size is 2"):
+        c.check_world_size(2)
+    ProfilerConfig(ranks="all").check_world_size(1)
+
+
+def test_steps_forms():
+    assert ProfilerConfig(steps=[10, 3, 3]).steps == [3, 10]
+    assert ProfilerConfig(steps="3,10,20-22").steps == [3, 10, 20, 21, 22]
+    assert ProfilerConfig(steps=["5-6", 9]).steps == [5, 6, 9]
+    assert ProfilerConfig(steps=7).steps == [7]
+
+
+def test_env_overrides_win(monkeypatch):
+    monkeypatch.setenv("DISTPROF_ENABLE", "1")
+    monkeypatch.setenv("DISTPROF_RANKS", "all")
+    monkeypatch.setenv("DISTPROF_STEPS", "3,10")
+    monkeypatch.setenv("DISTPROF_SAVE_PATH", "/tmp/p")
+    monkeypatch.setenv("DISTPROF_TORCH_RECORD_SHAPES", "true")
+    monkeypatch.setenv("DISTPROF_ROLES", "actor,rollout")
+    c = ProfilerConfig.from_dict({"enable": False, "ranks": [0], "save_path": "elsewhere"})
+    assert (c.enable, c.ranks, c.steps, c.save_path) == (True, "all", [3, 10], "/tmp/p")
+    assert c.torch.record_shapes is True and c.roles == ["actor", "rollout"]
+
+
+def test_env_schedule_fields(monkeypatch):
+    monkeypatch.setenv("DISTPROF_SCHEDULE_ACTIVE", "3")
+    c = ProfilerConfig(schedule={"skip_first": 2})
+    assert (c.schedule.skip_first, c.schedule.active) == (2, 3)
+
+
+def test_env_typo_refused(monkeypatch):
+    monkeypatch.setenv("DISTPROF_ENABLED", "1")
+    with pytest.raises(ValueError, match="DISTPROF_ENABLED.*Did you mean 'DISTPROF_ENABLE'"):
+        ProfilerConfig()
+
+
+def test_env_bad_value_names_field(monkeypatch):
+    monkeypatch.setenv("DISTPROF_STEPS", "-4")
+    with pytest.raises(ValueError, match="steps"):
+        ProfilerConfig()
+
+
+def test_yaml_whole_file_top_section_and_nested(tmp_path):
+    (tmp_path / "a.yaml").write_text("enable: true\nsave_path: out\nsteps: [3, 4]\n")
+    (tmp_path / "b.yaml").write_text("model: {layers: 2}\ndistprof:\n  enable: true\n  save_path: out\n  ranks: all\n")
+    (tmp_path / "c.yaml").write_text("actor_rollout_ref:\n  actor:\n    profiler:\n      enable: true\n      save_path: o\n      torch: {with_stack: true}\n")
+    assert ProfilerConfig.from_yaml(tmp_path / "a.yaml").steps == [3, 4]
+    assert ProfilerConfig.from_yaml(tmp_path / "b.yaml").ranks == "all"
+    c = ProfilerConfig.from_yaml(tmp_path / "c.yaml", section="actor_rollout_ref.actor.profiler")
+    assert c.torch.with_stack is True
+    with pytest.raises(ValueError, match="section 'actor.nope' not found"):
+        ProfilerConfig.from_yaml(tmp_path / "c.yaml", section="actor.nope")
+
+
+def test_yaml_typo_refused(tmp_path):
+    (tmp_path / "t.yaml").write_text("enabled: true\n")
+    with pytest.raises(ValueError, match="Did you mean 'enable'"):
+        ProfilerConfig.from_yaml(tmp_path / "t.yaml")
+
+
+def test_omegaconf():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"trainer": {"profiler": {"enable": True, "save_path": "${oc.env:HOME}/p", "steps": [1]}}})
+    c = ProfilerConfig.from_dict(cfg, section="trainer.profiler")
+    assert c.enable and c.save_path.endswith("/p") and "${" not in c.save_path
+    c2 = ProfilerConfig.from_dict(cfg.trainer.profiler)
+    assert c2.steps == [1]
+
+
+def test_config_is_frozen_and_round_trips():
+    c = ProfilerConfig(enable=True, save_path="s", steps=[1, 2], roles=["actor"])
+    with pytest.raises(Exception):
+        c.enable = False
+    assert ProfilerConfig.from_dict(c.model_dump()) == c
+    import pickle
+
+    assert pickle.loads(pickle.dumps(c)) == c
