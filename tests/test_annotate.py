@@ -134,3 +134,24 @@ def test_bad_name():
 
 def test_public_api_names():
     assert {"ProfilerConfig", "Profiler", "annotate"} <= set(distprof.__all__)
+
+
+def test_nvtx_ranges_when_cuda_is_available(tmp_path, monkeypatch):
+    """No GPU here: torch.cuda's availability and NVTX calls are replaced by recorders (a stand-in for
+    the real CUDA runtime); the range logic around them is the real code."""
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(("push", name)))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop",)))
+    monkeypatch.setattr("distprof.backends.torch_backend.TorchBackend._activities",
+                        lambda self, torch: [torch.profiler.ProfilerActivity.CPU])
+    p = Profiler(cfg(tmp_path, steps=[0]))
+    with p:
+        with pytest.raises(Boom):
+            with annotate("nv/outer"):
+                with annotate("nv/inner"):
+                    raise Boom()
+        p.step()
+    assert calls == [("push", "nv/outer"), ("push", "nv/inner"), ("pop",), ("pop",)]
