@@ -32,25 +32,66 @@ def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Mo
 @app.command()
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
-    steps: int = typer.Option(6, "--steps", min=3, help="Training steps per rank."),
-    world_size: int = typer.Option(2, "--world-size", min=1, max=8, help="Processes (gloo ranks)."),
+    steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
 ) -> None:
-    """Run a small 2-process gloo training job under the profiler and show what it wrote."""
-    from .demo import gloo_job
+    """Run a small RL job (rollout, reference, 2-rank actor) on a local Ray cluster under the profiler."""
+    from .demo import rl_job
 
     out = out or tempfile.mkdtemp(prefix="distprof-demo-")
-    with console.status(f"training {world_size} ranks x {steps} steps under the profiler..."):
-        result = gloo_job.run(out, steps=steps, world_size=world_size)
+    with console.status("starting...") as status:
+        result = rl_job.run(out, steps=steps, progress=lambda msg: status.update(msg))
     table = Table(title=f"Traces in {result.run_dir}")
     for col in ("role", "rank", "steps", "file", "bytes"):
         table.add_column(col, justify="right" if col in ("rank", "bytes") else "left")
     for rec in sorted(result.files, key=lambda r: (r["role"], r["rank"], r["steps"])):
         table.add_row(rec["role"], str(rec["rank"]), f"{rec['steps'][0]}-{rec['steps'][1]}", rec["file"], f"{rec['bytes']:,}")
     console.print(table)
-    if not result.files:
-        err.print("[red]the demo wrote no traces[/red]")
+    console.print(f"mean reward per step: {', '.join(f'{r:.3f}' for r in result.rewards)}")
+    if not result.check.ok:
+        err.print(f"[red]the run directory is incomplete[/red]; see: distprof check {result.run_dir}")
         raise typer.Exit(1)
-    console.print(f"Open any of them in https://ui.perfetto.dev, or run: [bold]ls {result.run_dir}[/bold]")
+    console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
+                  f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.")
+    console.print("Next:")
+    console.print(f"  distprof check {result.run_dir}")
+    console.print("  open any trace in https://ui.perfetto.dev (phases: rollout/generate, ref/log_probs, actor/update, actor/sync_weights)")
+
+
+@app.command()
+def check(
+    run_dir: str = typer.Argument(..., help="A run directory (the save_path of a run, or collect()'s dest)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Say, per role and rank, which expected windows exist and parse, and which are missing or broken.
+
+    Exit code 0 only when the run directory is complete.
+    """
+    import msgspec
+
+    from .check import check_run
+
+    result = check_run(run_dir)
+    if as_json:
+        sys.stdout.write(msgspec.json.encode(result.to_dict()).decode() + "\n")
+        raise typer.Exit(0 if result.ok else 1)
+    table = Table(title=f"distprof check {result.run_dir}")
+    for col in ("role", "rank", "steps", "status", "file", "detail"):
+        table.add_column(col)
+    colors = {"ok": "green", "unlisted": "yellow"}
+    for i in result.items:
+        steps = f"{i.steps[0]}-{i.steps[1]}" if i.steps else ""
+        c = colors.get(i.status, "red")
+        table.add_row(i.role, "" if i.rank is None else str(i.rank), steps, f"[{c}]{i.status}[/{c}]", i.file or "", i.detail)
+    if result.items:
+        console.print(table)
+    for p in result.problems:
+        err.print(f"[red]problem:[/red] {p}")
+    bad = sum(1 for i in result.items if i.status not in ("ok", "unlisted"))
+    if result.ok:
+        console.print(f"[green]complete[/green]: {len(result.items)} files checked")
+    else:
+        console.print(f"[red]incomplete[/red]: {bad} of {len(result.items)} entries missing or broken, {len(result.problems)} problems")
+    raise typer.Exit(0 if result.ok else 1)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import typing
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Mapping
 
@@ -144,6 +145,104 @@ class TorchOptions(_Strict):
         return self
 
 
+_OPTION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class ProcessOptions(_Strict):
+    """A process-wrapping tool's command line, rendered as RLinf does.
+
+    ``options`` with one-letter keys render as ``-k v``, longer keys as ``--key=v``; ``flags``
+    render as bare ``--flag`` (``-f`` for one letter); ``env`` is added to the wrapped worker's
+    environment. Options are passed through to the tool untouched after validation.
+    """
+
+    executable: str | None = None  # the tool's command; None = the backend's default
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    finalize_timeout_s: float = 120.0  # how long collect() waits for the tool to finish writing after a worker ends
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, Mapping):
+            raise ValueError(f"options must be a mapping of option name to value, got {v!r}; e.g. {{t: cuda,nvtx}}")
+        for k, val in v.items():
+            if not isinstance(k, str) or not _OPTION_KEY.fullmatch(k):
+                raise ValueError(
+                    f"options key {k!r} is not an option name; write it without dashes, e.g. 't' or 'capture-range'"
+                )
+            if val is None or isinstance(val, (list, dict)):
+                raise ValueError(f"options[{k!r}] = {val!r} must be a single value; put bare switches in flags")
+        return dict(v)
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _flags(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            v = [v]
+        out = []
+        for f in v:
+            name = str(f).lstrip("-")
+            if not _OPTION_KEY.fullmatch(name):
+                raise ValueError(f"flags entry {f!r} is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
+            out.append(name)
+        return out
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, Mapping):
+            raise ValueError(f"env must be a mapping of variable name to value, got {v!r}")
+        for k in v:
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"env variable name {k!r} is not valid; use letters, digits and '_'")
+        return {k: str(val) for k, val in v.items()}
+
+
+class NsysOptions(ProcessOptions):
+    options: dict[str, str | int | float | bool] = Field(default_factory=lambda: {"t": "cuda,cudnn,cublas,nvtx"})
+
+
+class RocprofSysOptions(ProcessOptions):
+    pass
+
+
+class PySpyOptions(ProcessOptions):
+    rate: int = 100
+    format: Literal["speedscope", "chrometrace", "raw", "flamegraph"] = "speedscope"
+    native: bool = False
+    subprocesses: bool = False
+
+
+class MemrayOptions(ProcessOptions):
+    native: bool = False
+
+
+class CudaMemoryOptions(_Strict):
+    """torch.cuda.memory._record_memory_history during a window; a snapshot at its end and on OOM."""
+
+    stacks: Literal["python", "all"] = "python"  # "all" adds C++ frames: dumps slow down by 100x on big models
+    max_entries: int = 100_000
+    dump_on_oom: bool = True
+
+    @field_validator("max_entries")
+    @classmethod
+    def _max(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"cuda_memory.max_entries must be >= 1, got {v}; it bounds the allocator history kept")
+        return v
+
+
+PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")
+
+
 def _parse_steps(v: Any) -> list[int]:
     """Steps from ints, "A-B" ranges, or one string such as "3,10,20-25"."""
     fix = "give global step numbers >= 0, e.g. [3, 10] or '20-25'"
@@ -192,6 +291,11 @@ class ProfilerConfig(_Strict):
     steps: list[int] | None = None
     schedule: ScheduleConfig | None = None
     torch: TorchOptions = Field(default_factory=TorchOptions)
+    cuda_memory: CudaMemoryOptions = Field(default_factory=CudaMemoryOptions)
+    nsys: NsysOptions = Field(default_factory=NsysOptions)
+    rocprof_sys: RocprofSysOptions = Field(default_factory=RocprofSysOptions)
+    py_spy: PySpyOptions = Field(default_factory=PySpyOptions)
+    memray: MemrayOptions = Field(default_factory=MemrayOptions)
     on_error: str = "disable"
 
     # ---- field checks ---------------------------------------------------------------
@@ -255,10 +359,10 @@ class ProfilerConfig(_Strict):
     # ---- whole-config checks ----------------------------------------------------------
     @model_validator(mode="before")
     @classmethod
-    def _apply_env(cls, data: Any) -> Any:
+    def _apply_env(cls, data: Any, info) -> Any:
         if data is None:
             data = {}
-        if isinstance(data, Mapping):
+        if isinstance(data, Mapping) and not (info.context or {}).get("no_env"):
             return env_overrides(dict(data), os.environ)
         return data
 
@@ -282,10 +386,30 @@ class ProfilerConfig(_Strict):
         """The schedule in force: the configured one, or the default when no steps are given."""
         return self.schedule if self.schedule is not None else DEFAULT_SCHEDULE
 
+    @property
+    def is_process_backend(self) -> bool:
+        """True for backends that wrap the whole worker process (nsys, rocprof_sys, py_spy, memray)."""
+        return self.backend in PROCESS_BACKENDS
+
+    @property
+    def whole_lifetime(self) -> bool:
+        """A process backend with neither steps nor schedule profiles the worker's whole life."""
+        return self.is_process_backend and self.steps is None and self.schedule is None
+
     def plan(self) -> Plan:
         if self.steps is not None:
             return Plan.from_steps(self.steps)
+        if self.whole_lifetime:
+            return Plan.forever()
         return Plan.from_schedule(self.effective_schedule.to_plan())
+
+    def window_count(self) -> int | None:
+        """How many windows the plan has (None: unbounded, e.g. schedule repeat=0 or whole lifetime)."""
+        if self.steps is not None:
+            return len(self.plan().windows)
+        if self.whole_lifetime or self.effective_schedule.repeat == 0:
+            return None
+        return self.effective_schedule.repeat
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse ranks beyond the world size, as soon as it is known."""
@@ -305,6 +429,11 @@ class ProfilerConfig(_Strict):
         if section:
             data = _select(data, section)
         return cls.model_validate(data if data is not None else {})
+
+    @classmethod
+    def from_saved(cls, data: Mapping[str, Any]) -> "ProfilerConfig":
+        """A config recorded in run.json, exactly as it was (this process's DISTPROF_* variables do not apply)."""
+        return cls.model_validate(dict(data), context={"no_env": True})
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, section: str | None = None) -> "ProfilerConfig":
@@ -357,11 +486,17 @@ def _env_fields() -> dict[str, tuple[str, ...]]:
     """DISTPROF_<FIELD> and DISTPROF_<SECTION>_<FIELD> for every scalar or list field."""
     out: dict[str, tuple[str, ...]] = {}
     for name in ProfilerConfig.model_fields:
-        if name in ("torch", "schedule"):
-            continue
         out[f"{ENV_PREFIX}{name.upper()}"] = (name,)
-    for section, model in (("torch", TorchOptions), ("schedule", ScheduleConfig)):
-        for name in model.model_fields:
+    for section, field in ProfilerConfig.model_fields.items():
+        model = field.annotation
+        if section == "schedule":
+            model = ScheduleConfig
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            continue
+        out.pop(f"{ENV_PREFIX}{section.upper()}", None)
+        for name, sub in model.model_fields.items():
+            if typing.get_origin(sub.annotation) is dict:
+                continue  # mappings (options, env) are set in config files, not one variable
             out[f"{ENV_PREFIX}{section.upper()}_{name.upper()}"] = (section, name)
     return out
 

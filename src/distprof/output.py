@@ -31,6 +31,7 @@ __all__ = ["RunDir", "rank_dir", "window_file_name", "sanitize_role", "is_url", 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
 RUN_JSON = "run.json"
+ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 
 _json = msgspec.json.Encoder()
 
@@ -158,22 +159,25 @@ class RunDir:
         finally:
             os.close(fd)
 
-    def write_run_json(self, info: dict[str, Any]) -> bool:
-        """Write run.json unless another process already did (first writer wins). True if we wrote it."""
+    def write_run_json(self, info: dict[str, Any], rel: str = RUN_JSON) -> bool:
+        """Write run.json (or another small JSON file) unless another process already did (first writer wins).
+
+        True if we wrote it.
+        """
         data = msgspec.json.format(_json.encode(info), indent=2) + b"\n"
         if self.remote:
-            path = posixpath.join(self.root, RUN_JSON)
+            path = posixpath.join(self.root, rel)
             fs = self.fs
             if fs.exists(path):
                 return False
-            fs.makedirs(self.root, exist_ok=True)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
             fs.pipe_file(path, data)
             return True
-        os.makedirs(self.root, exist_ok=True)
-        final = os.path.join(self.root, RUN_JSON)
+        final = os.path.join(self.root, rel)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
         if os.path.exists(final):
             return False
-        tmp = os.path.join(self.root, f"{TMP_PREFIX}{os.getpid()}-{RUN_JSON}")
+        tmp = os.path.join(os.path.dirname(final), f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(final)}")
         with open(tmp, "wb") as f:
             f.write(data)
         try:

@@ -24,6 +24,9 @@ __all__ = [
 ]
 
 
+FOREVER = 2**62  # the end step of a window that only stop() closes
+
+
 @dataclass(frozen=True)
 class Window:
     """Global steps ``start..end`` (inclusive) recorded, warmed up from ``warmup_start``."""
@@ -112,6 +115,11 @@ class Plan:
     def from_schedule(cls, schedule: Schedule) -> "Plan":
         return cls(schedule=schedule)
 
+    @classmethod
+    def forever(cls) -> "Plan":
+        """One window from step 0 that never closes (a process backend's whole-lifetime capture)."""
+        return cls(windows=(Window(start=0, end=FOREVER, warmup_start=0),))
+
     def next_window(self, step: int) -> Window | None:
         """The first window that still records a step >= ``step``, as seen from ``step``.
 
@@ -153,6 +161,8 @@ class Plan:
             step = w.end + 1
 
     def describe(self) -> str:
+        if self.windows and self.windows[-1].end == FOREVER:
+            return "whole lifetime"
         if self.schedule is None:
             return ", ".join(f"{w.start}" if w.start == w.end else f"{w.start}-{w.end}" for w in self.windows)
         s = self.schedule

@@ -22,7 +22,7 @@ from typing import Any
 
 from .annotate import window_closed, window_opened
 from .config import ProfilerConfig
-from .output import RunDir, rank_dir, sanitize_role
+from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role
 from .plan import Window, rank_selected, role_selected
 from .runtime import detect_rank_world, host_name, torch_version
 
@@ -162,7 +162,11 @@ class Profiler:
 
     # ---- state machine ----------------------------------------------------------------------------------------
     def _start(self) -> None:
-        self._run.write_run_json(self._run_info())
+        info = self._run_info()
+        self._run.write_run_json(info)
+        self._run.write_run_json({"role": self.role, "world_size": self.world_size, "plan": info["plan"],
+                                  "backend": self.config.backend, "config": info["config"]},
+                                 rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         if self._next is None:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",

@@ -1,19 +1,22 @@
-"""Capture backends: one small module each, all implementing ``base.Backend``."""
+"""Capture backends: one small module each, all implementing ``base.Backend``.
+
+In-process backends capture inside the training process (torch, cuda_memory).
+Process backends (nsys, rocprof_sys, py_spy, memray) wrap the whole worker from
+outside (``backends/process.py``, ``distprof.ray.runtime_env``); inside the
+process their Profiler still opens windows, so ``annotate`` emits NVTX ranges
+and timings, and for nsys it marks the capture range at window edges.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import Backend, WindowContext, WindowFiles
+from .base import Backend, NullBackend, WindowContext, WindowFiles
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..config import ProfilerConfig
 
-__all__ = ["Backend", "WindowContext", "WindowFiles", "create_backend", "IN_PROCESS"]
-
-# Backends a Profiler drives inside the training process. The others (nsys,
-# rocprof_sys, py_spy, memray) wrap the whole worker process from outside.
-IN_PROCESS = ("torch",)
+__all__ = ["Backend", "NullBackend", "WindowContext", "WindowFiles", "create_backend"]
 
 
 def create_backend(config: "ProfilerConfig") -> Backend:
@@ -21,7 +24,12 @@ def create_backend(config: "ProfilerConfig") -> Backend:
         from .torch_backend import TorchBackend
 
         return TorchBackend(config.torch)
-    raise ValueError(
-        f"backend {config.backend!r} is not available as an in-process profiler in this version of distprof; "
-        "use backend: torch"
-    )
+    if config.backend == "cuda_memory":
+        from .cuda_memory import CudaMemoryBackend
+
+        return CudaMemoryBackend(config.cuda_memory)
+    if config.backend == "nsys" and not config.whole_lifetime:
+        from .cuda_range import CudaProfilerRangeBackend
+
+        return CudaProfilerRangeBackend()
+    return NullBackend()

@@ -40,3 +40,21 @@ class Backend(Protocol):
 
     def abort(self) -> None:
         """Best-effort teardown after a fault; must never raise."""
+
+
+class NullBackend:
+    """Captures nothing itself: the process is profiled from outside (py-spy, memray, rocprof-sys, nsys)."""
+
+    name = "null"
+
+    def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
+        pass
+
+    def advance(self, step: int) -> None:
+        pass
+
+    def finish(self, first: int, last: int) -> WindowFiles:
+        return WindowFiles()
+
+    def abort(self) -> None:
+        pass

@@ -1,0 +1,208 @@
+"""Is a run directory complete and readable? What is missing or broken?
+
+Expected windows come from the config recorded in run.json and each role's
+world size (``{role}/role.json``): every selected rank of every role that
+captured must have every window of the plan (for an open-ended schedule, up
+to the last step any rank of that role reached). Every listed file must exist
+with its recorded size and decode; process-backend outputs must exist, be
+finalized (no ``.tmp-`` left) and look like their tool's format.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+
+from .config import ProfilerConfig
+from .output import MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX
+from .plan import FOREVER, Window
+
+__all__ = ["check_run", "CheckResult"]
+
+
+class _TraceShape(msgspec.Struct):
+    traceEvents: list[msgspec.Raw]  # decoded lazily: we only prove the JSON is whole
+
+
+@dataclass
+class Item:
+    role: str
+    rank: int | None
+    steps: list[int] | None
+    status: str  # ok | missing | broken | incomplete | unfinished | unlisted
+    file: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class CheckResult:
+    run_dir: str
+    roles: list[dict[str, Any]] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(i.status in ("ok", "unlisted") for i in self.items)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "ok": self.ok, "roles": self.roles,
+                "items": [asdict(i) for i in self.items], "problems": self.problems}
+
+
+def check_run(run_dir: str) -> CheckResult:
+    root = os.path.abspath(run_dir)
+    res = CheckResult(run_dir=root)
+    try:
+        run = msgspec.json.decode(open(os.path.join(root, RUN_JSON), "rb").read())
+        config = ProfilerConfig.from_saved(run["config"])
+    except FileNotFoundError:
+        res.problems.append(f"{root} is not a distprof run directory: {RUN_JSON} is missing")
+        return res
+    except Exception as e:
+        res.problems.append(f"{RUN_JSON} cannot be read: {type(e).__name__}: {e}")
+        return res
+
+    for role in _roles(root):
+        _check_role(root, role, config, run, res)
+    if not res.roles:
+        res.problems.append("no role captured anything (no role directories)")
+    for d, dirs, names in os.walk(root):
+        for n in names + dirs:
+            if n.startswith(TMP_PREFIX):
+                rel = os.path.relpath(os.path.join(d, n), root)
+                res.items.append(Item(role=rel.split(os.sep)[0], rank=None, steps=None, status="unfinished", file=rel,
+                                      detail="a write that never finished (temporary file left behind)"))
+    return res
+
+
+def _roles(root: str) -> list[str]:
+    """Role directories: those holding role.json, or a rank directory, at any depth (roles may nest)."""
+    roles = []
+    for d, dirs, names in os.walk(root):
+        rel = os.path.relpath(d, root)
+        if rel == ".":
+            continue
+        if ROLE_JSON in names or any(x.startswith("rank") and x[4:].isdigit() for x in dirs):
+            roles.append(rel.replace(os.sep, "/"))
+    return sorted(roles)
+
+
+def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any], res: CheckResult) -> None:
+    role_dir = os.path.join(root, role)
+    info: dict[str, Any] = {}
+    try:
+        info = msgspec.json.decode(open(os.path.join(role_dir, ROLE_JSON), "rb").read())
+    except FileNotFoundError:
+        pass
+    except Exception as e:
+        res.problems.append(f"{role}/{ROLE_JSON} cannot be read: {e}")
+    world = int(info.get("world_size") or run.get("world_size") or 1)
+    if "config" in info:  # groups may run with their own configs; run.json holds the first writer's
+        config = ProfilerConfig.from_saved(info["config"])
+    backend = info.get("backend", config.backend)
+    res.roles.append({"role": role, "world_size": world, "backend": backend})
+    if backend in ("nsys", "rocprof_sys", "py_spy", "memray"):
+        _check_process_outputs(root, role, backend, res)
+        return
+
+    ranks = list(range(world)) if config.ranks == "all" else [r for r in config.ranks if r < world]
+    manifests = {r: _read_manifest(root, role, r, res) for r in ranks}
+    plan = config.plan()
+    reached = max((line["steps"][1] for lines in manifests.values() for line in lines), default=-1)
+    expected = _expected_windows(config, plan, reached)
+    for rank in ranks:
+        lines = {tuple(line["steps"]): line for line in manifests[rank]}
+        by_start = {line["steps"][0]: line for line in manifests[rank]}
+        listed = set()
+        for w in expected:
+            line = lines.get((w.start, w.end)) or by_start.get(w.start)
+            if line is None:
+                res.items.append(Item(role, rank, [w.start, w.end], "missing", detail="no manifest line for this window"))
+                continue
+            for f in line.get("files") or [{"path": line["file"], "bytes": line["bytes"]}]:
+                listed.add(f["path"])
+                status, detail = _check_file(os.path.join(root, f["path"]), f["bytes"])
+                if status == "ok" and not line.get("complete", True):
+                    status, detail = "incomplete", f"window cut short: recorded steps {line['steps'][0]}-{line['steps'][1]}"
+                res.items.append(Item(role, rank, [w.start, w.end], status, f["path"], detail))
+        rank_dir = os.path.join(role_dir, f"rank{rank:05d}")
+        if os.path.isdir(rank_dir):
+            for n in sorted(os.listdir(rank_dir)):
+                rel = f"{role}/rank{rank:05d}/{n}"
+                if n not in (MANIFEST,) and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
+                    res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
+
+
+def _expected_windows(config: ProfilerConfig, plan, reached: int) -> list[Window]:
+    if config.steps is not None:
+        return list(plan.windows)
+    count = config.window_count()
+    horizon = FOREVER - 1 if count is not None else reached
+    return plan.windows_until(horizon)[: count if count is not None else None]
+
+
+def _read_manifest(root: str, role: str, rank: int, res: CheckResult) -> list[dict[str, Any]]:
+    path = os.path.join(root, role, f"rank{rank:05d}", MANIFEST)
+    lines = []
+    try:
+        raw = open(path, "rb").read()
+    except FileNotFoundError:
+        return lines
+    for i, line in enumerate(raw.splitlines(), 1):
+        try:
+            lines.append(msgspec.json.decode(line))
+        except msgspec.DecodeError as e:
+            res.items.append(Item(role, rank, None, "broken", os.path.relpath(path, root), f"manifest line {i}: {e}"))
+    return lines
+
+
+def _check_file(path: str, size: int) -> tuple[str, str]:
+    if not os.path.exists(path):
+        return "missing", "listed in the manifest but not on disk"
+    got = os.path.getsize(path)
+    if got != size:
+        return "broken", f"{got} bytes on disk, manifest says {size}"
+    try:
+        if path.endswith(".json.gz"):
+            with gzip.open(path, "rb") as f:
+                msgspec.json.decode(f.read(), type=_TraceShape)
+        elif path.endswith(".json"):
+            msgspec.json.decode(open(path, "rb").read(), type=_TraceShape)
+    except (OSError, EOFError, zlib.error, msgspec.DecodeError, msgspec.ValidationError) as e:
+        return "broken", f"does not decode: {e}"
+    return "ok", ""
+
+
+_MAGIC = {".bin": (b"\x04\x22\x4d\x18", b"memray")}  # memray: lz4 frame, or its raw header
+
+
+def _check_process_outputs(root: str, role: str, backend: str, res: CheckResult) -> None:
+    role_dir = os.path.join(root, role)
+    outputs = sorted(n for n in os.listdir(role_dir) if n.startswith(f"{backend}-pid"))
+    if not outputs:
+        res.items.append(Item(role, None, None, "missing", detail=f"no {backend} output: did the wrapped workers end before collection?"))
+    for n in outputs:
+        path = os.path.join(role_dir, n)
+        rel = f"{role}/{n}"
+        status, detail = "ok", ""
+        if os.path.isdir(path):
+            if not os.listdir(path):
+                status, detail = "broken", "empty output directory"
+        elif os.path.getsize(path) == 0:
+            status, detail = "broken", "empty file"
+        elif n.endswith(".json"):
+            try:
+                msgspec.json.decode(open(path, "rb").read())
+            except msgspec.DecodeError as e:
+                status, detail = "broken", f"does not decode: {e}"
+        elif n.endswith(".bin"):
+            head = open(path, "rb").read(8)
+            if not head.startswith(_MAGIC[".bin"]):
+                status, detail = "broken", "not a memray capture"
+        res.items.append(Item(role, None, None, status, rel, detail))
