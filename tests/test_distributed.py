@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import msgspec
 import pytest
@@ -41,12 +39,3 @@ def test_only_selected_rank_captures(tmp_path):
     assert not os.path.exists(os.path.join(out, "train", "rank00000"))
     lines = open(os.path.join(out, "train", "rank00001", "manifest.jsonl"), "rb").read().splitlines()
     assert [msgspec.json.decode(line)["steps"] for line in lines] == [[2, 2]]
-
-
-def test_cli_demo(tmp_path):
-    out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "distprof.cli", "demo", "--out", str(out), "--steps", "4"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traces in" in proc.stdout and "rank00001" in proc.stdout
-    assert len(trace_files(out)) == 2

@@ -48,13 +48,14 @@ def demo(
     console.print(table)
     console.print(f"mean reward per step: {', '.join(f'{r:.3f}' for r in result.rewards)}")
     if not result.check.ok:
-        err.print(f"[red]the run directory is incomplete[/red]; see: distprof check {result.run_dir}")
+        err.print(f"[red]the run directory is incomplete[/red]; see: distprof check {result.run_dir}", soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
-                  f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.")
+                  f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
     console.print("Next:")
-    console.print(f"  distprof check {result.run_dir}")
-    console.print("  open any trace in https://ui.perfetto.dev (phases: rollout/generate, ref/log_probs, actor/update, actor/sync_weights)")
+    console.print(f"  distprof check {result.run_dir}", soft_wrap=True)
+    console.print("  open any trace in https://ui.perfetto.dev (phases: rollout/generate, ref/log_probs, "
+                  "actor/update, actor/sync_weights)", soft_wrap=True)
 
 
 @app.command()

@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from .backends.process import WrapSpec, finalize_outputs, tool_command
 
@@ -37,8 +38,11 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
         os.execvpe(spec.python[0], [*spec.python, *worker_args], {**os.environ, **spec.env})
 
     def forward(signum, _frame):
+        sig = FINALIZE_SIGNAL[spec.backend]
+        # A tool signalled before it installs its handler dies without writing: give it a moment.
+        _wait_for_handler(child.pid, sig, timeout_s=10.0)
         try:
-            child.send_signal(FINALIZE_SIGNAL[spec.backend])
+            child.send_signal(sig)
         except ProcessLookupError:
             pass
 
@@ -47,6 +51,24 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     rc = _wait(child)
     finalize_outputs(spec.out_dir, pid)
     return rc if rc >= 0 else 128 - rc
+
+
+def _handles(pid: int, sig: int) -> bool | None:
+    """Does process ``pid`` catch ``sig``? None when /proc cannot tell (not Linux, or gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        return None
+    return None
+
+
+def _wait_for_handler(pid: int, sig: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _handles(pid, sig) is False and time.monotonic() < deadline:
+        time.sleep(0.01)  # another process's state: nothing to block on
 
 
 def _wait(child: subprocess.Popen) -> int:

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
@@ -175,8 +176,9 @@ def check_tool(backend: str, executable: str | None, python: list[str]) -> str |
             )
         return None
     exe = executable or DEFAULT_EXECUTABLES[backend]
-    interp_dir = os.path.dirname(shutil.which(python[0]) or python[0])
-    found = shutil.which(exe) or shutil.which(exe, path=interp_dir)
+    # pip puts tools beside an interpreter: the workers' one, or this process's (the tool runs outside the worker).
+    beside = os.pathsep.join(os.path.dirname(shutil.which(p) or p) for p in (python[0], sys.executable))
+    found = shutil.which(exe) or shutil.which(exe, path=beside)
     if found is None:
         hint = {"nsys": "install Nsight Systems", "rocprof_sys": "install ROCm Systems Profiler",
                 "py_spy": "pip install py-spy"}[backend]

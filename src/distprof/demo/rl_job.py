@@ -145,6 +145,9 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     say("starting a local Ray cluster on 127.0.0.1")
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)
+    addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
+    if addresses != {"127.0.0.1"}:  # ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set
+        logger.warning("distprof demo: Ray bound to %s, not loopback only", ", ".join(sorted(addresses)))
     try:
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
         rollout = [ray.remote(**opts)(Rollout).remote()]

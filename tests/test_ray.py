@@ -1,0 +1,249 @@
+"""distprof.ray on a real local Ray cluster, loopback only."""
+
+import json
+import logging
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+import distprof
+from distprof import ProfilerConfig
+from distprof.check import check_run
+
+pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
+
+# Ray reads this when it is imported: without it, it binds the machine's external address.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray  # noqa: E402
+
+from distprof.ray import ProfiledGroup, ProfiledWorker, collect, runtime_env  # noqa: E402
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Workers import this module to find the actor classes.
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = TESTS + (os.pathsep + old if old else "")
+    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.WARNING)
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
+    yield
+    ray.shutdown()
+    if old is None:
+        os.environ.pop("PYTHONPATH")
+    else:
+        os.environ["PYTHONPATH"] = old
+
+
+class Worker(ProfiledWorker):
+    def work(self):
+        import torch
+
+        torch.set_num_threads(1)
+        with distprof.annotate("w/work"):
+            x = torch.randn(32, 32)
+            for _ in range(10):
+                x = torch.tanh(x @ x)
+        return 1
+
+    def has_profiler(self):
+        return self.profiler is not None
+
+    def env(self, name):
+        return os.environ.get(name)
+
+    def break_profiler_backend(self):
+        def boom(*a, **k):
+            raise RuntimeError("backend broke")
+
+        self.profiler._backend.advance = boom
+
+
+class BrokenRPC(Worker):
+    def profile_step(self):
+        raise RuntimeError("this worker's profile_step is broken")
+
+
+def make(cls=Worker, n=1, runtime_env=None):
+    actor = ray.remote(num_cpus=0.25)(cls)
+    return [actor.options(runtime_env=runtime_env or {}).remote() for _ in range(n)]
+
+
+def train(workers, group, steps):
+    with group:
+        for _ in range(steps):
+            assert sum(ray.get([w.work.remote() for w in workers])) == len(workers)  # training never fails
+            group.step()
+
+
+def cfg(tmp_path, **kw):
+    base = dict(enable=True, save_path=str(tmp_path / "scratch"), ranks="all", steps=[1, 2], torch={"activities": ["cpu"]})
+    base.update(kw)
+    return ProfilerConfig(**base)
+
+
+def test_group_rpcs_capture_every_rank_and_collect_through_ray(cluster, tmp_path):
+    ws = make(n=2)
+    g = ProfiledGroup(ws, cfg(tmp_path), role="actor")
+    train(ws, g, 4)
+    summaries = g.summary()
+    assert [(s["rank"], s["windows"], s["global_step"]) for s in summaries] == [(0, 1, 4), (1, 1, 4)]
+    assert summaries[0]["annotations"]["w/work"]["count"] == 2
+    report = collect([g], str(tmp_path / "dest"))
+    assert report.ok and {f["path"] for f in report.copied} >= {
+        "actor/rank00000/step00000001-00000002.pt.trace.json.gz", "actor/rank00001/step00000001-00000002.pt.trace.json.gz",
+        "actor/rank00000/manifest.jsonl", "run.json", "actor/role.json"}
+    for f in report.copied:
+        assert os.path.getsize(tmp_path / "dest" / f["path"]) == f["bytes"] == os.path.getsize(tmp_path / "scratch" / f["path"])
+    assert check_run(str(tmp_path / "dest")).ok
+    again = collect([g], str(tmp_path / "dest"))  # idempotent: unchanged files are not copied again
+    assert {f["path"] for f in again.copied} <= {"actor/rank00000/manifest.jsonl", "actor/rank00001/manifest.jsonl"}
+
+
+def test_only_selected_ranks_and_roles_get_rpcs(cluster, tmp_path):
+    ws = make(n=2)
+    g = ProfiledGroup(ws, cfg(tmp_path, ranks=[1]), role="actor")
+    train(ws, g, 3)
+    assert ray.get([w.has_profiler.remote() for w in ws]) == [False, True]
+    for config in (cfg(tmp_path, roles=["actor"]), cfg(tmp_path, enable=False)):
+        g2 = ProfiledGroup(ws[:1], config, role="rollout")
+        assert g2.active == {} and g2.step() == {} and g2.summary() == []
+    with pytest.raises(ValueError, match=r"ranks \[3\] do not exist: world size is 2"):
+        ProfiledGroup(ws, cfg(tmp_path, ranks=[3]), role="actor")
+
+
+def test_failing_worker_never_fails_the_step(cluster, tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="distprof")
+    ws = make(Worker, 1) + make(BrokenRPC, 1)
+    g = ProfiledGroup(ws, cfg(tmp_path), role="actor")
+    ray.get(ws[0].break_profiler_backend.remote())  # and rank 0's own backend faults inside the worker
+    train(ws, g, 4)
+    assert list(g.failed) == [1] and "profile_step is broken" in g.failed[1]
+    assert sum("profile_step on actor rank 1 failed" in r.message for r in caplog.records) == 1
+    s = g.summary()
+    assert len(s) == 1 and s[0]["rank"] == 0 and s[0]["enabled"] is False and s[0]["global_step"] == 4
+
+
+@pytest.mark.parametrize("backend", ["py_spy", "memray"])
+def test_process_backend_wraps_one_group_not_another(cluster, tmp_path, backend):
+    config = cfg(tmp_path, backend=backend, roles=["rollout"], steps=None)
+    rollout_env, actor_env = runtime_env(config, group="rollout"), runtime_env(config, group="actor")
+    assert "py_executable" in rollout_env and actor_env == {}
+    rollout, actor = make(runtime_env=rollout_env), make(runtime_env=actor_env)
+    groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(actor, config, "actor")]
+    assert groups[1].active == {}
+    train(rollout, groups[0], 3)
+    where = groups[0].where[0]
+    assert where["wrapped_by"].startswith(f"{backend}:")
+    assert ray.get(actor[0].env.remote("DISTPROF_WRAPPED_BY")) is None
+    ray.kill(rollout[0])  # the worker ends; the wrapper finalizes the tool's output
+    report = collect(groups, str(tmp_path / "dest"))
+    wrapper_pid = where["wrapped_by"].split(":")[1]
+    outputs = [f["path"] for f in report.copied if f["path"].startswith(f"rollout/{backend}-pid{wrapper_pid}")]
+    assert len(outputs) == 1 and report.ok, report
+    assert not any(f["path"].startswith("actor/") for f in report.copied)
+    res = check_run(str(tmp_path / "dest"))
+    assert res.ok and [i.file for i in res.items] == outputs
+
+
+def test_existing_py_executable_is_preserved(cluster, tmp_path):
+    script = tmp_path / "venv-python"
+    script.write_text(f"#!/bin/bash\nexport BASE_INTERPRETER_USED=yes\nexec {sys.executable} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    config = cfg(tmp_path, backend="py_spy", steps=None)
+    env = runtime_env(config, group="rollout", base={"py_executable": str(script), "env_vars": {"FROM_BASE": "1"}})
+    assert env["py_executable"].startswith(str(script)) and env["env_vars"] == {"FROM_BASE": "1"}
+    (w,) = make(runtime_env=env)
+    g = ProfiledGroup([w], config, "rollout")
+    assert ray.get(w.env.remote("BASE_INTERPRETER_USED")) == "yes"
+    assert ray.get(w.env.remote("FROM_BASE")) == "1"
+    assert g.where[0]["wrapped_by"].startswith("py_spy:")
+    ray.kill(w)
+    report = collect([g], str(tmp_path / "dest"))
+    assert report.ok and any(f["path"].startswith("rollout/py_spy-pid") for f in report.copied)
+
+
+def test_unreachable_worker_is_reported_not_fatal(cluster, tmp_path):
+    ws = make(n=2)
+    ray.kill(ws[1])
+    g = ProfiledGroup(ws, cfg(tmp_path), role="actor")
+    assert list(g.failed) == [1]
+    train(ws[:1], g, 3)
+    report = collect([g], str(tmp_path / "dest"))
+    assert report.unreachable == [{"role": "actor", "rank": 1, "error": g.failed[1]}] and not report.ok
+    assert any(f["path"] == "actor/rank00000/step00000001-00000002.pt.trace.json.gz" for f in report.copied)
+
+
+def test_files_of_a_worker_that_died_are_still_collected(cluster, tmp_path):
+    ws = make(n=1)
+    g = ProfiledGroup(ws, cfg(tmp_path), role="actor")
+    train(ws, g, 3)
+    ray.kill(ws[0])
+    report = collect([g], str(tmp_path / "dest"))
+    assert report.ok and any(f["path"].endswith("step00000001-00000002.pt.trace.json.gz") for f in report.copied)
+
+
+SHUTDOWN_SCRIPT = """
+import json, os, sys
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray, distprof
+from distprof.ray import ProfiledGroup, ProfiledWorker, runtime_env
+from distprof.ray.collect import _node_list
+sys.path.insert(0, {tests!r})
+from test_ray import Worker
+ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
+pids = []
+for backend in ("py_spy", "memray"):
+    config = distprof.ProfilerConfig(enable=True, backend=backend, save_path={out!r})
+    actor = ray.remote(num_cpus=0.25)(Worker).options(runtime_env=runtime_env(config, group=backend)).remote()
+    g = ProfiledGroup([actor], config, backend)
+    with g:
+        ray.get(actor.work.remote())
+        g.step()
+    pids.append(int(g.where[0]["wrapped_by"].split(":")[1]))
+ray.shutdown()  # no ray.kill: the cluster goes away under the wrapped workers
+print(json.dumps(_node_list({out!r}, 60, pids)))
+"""
+
+
+def test_outputs_finalized_after_ray_shutdown(tmp_path):
+    out = str(tmp_path / "run")
+    code = SHUTDOWN_SCRIPT.format(tests=os.path.dirname(__file__), out=out)
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    listing = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert listing["pending"] == []
+    names = [f["path"] for f in listing["files"]]
+    assert any(n.startswith("py_spy/py_spy-pid") and n.endswith(".speedscope.json") for n in names), names
+    assert any(n.startswith("memray/memray-pid") and n.endswith(".bin") for n in names), names
+    assert check_run(out).ok
+
+
+def _raylets():
+    out = subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split()
+    return set(out)
+
+
+def test_demo_end_to_end(tmp_path):
+    before = _raylets()
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "distprof.cli", "demo", "--out", str(out), "--steps", "4"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "distprof check passed" in proc.stdout and f"distprof check {out}" in proc.stdout
+    res = check_run(str(out))
+    assert res.ok and {r["role"] for r in res.roles} == {"rollout", "ref", "actor"}
+    assert sorted((i.role, i.rank) for i in res.items) == [("actor", 0), ("actor", 1), ("ref", 0), ("rollout", 0)]
+    from conftest import trace_names
+
+    names = set(trace_names(out / "actor" / "rank00001" / "step00000001-00000002.pt.trace.json.gz"))
+    assert {"actor/update", "actor/allreduce", "c10d::allreduce_"} <= names
+    assert "rollout/generate" in trace_names(out / "rollout" / "rank00000" / "step00000001-00000002.pt.trace.json.gz")
+    assert "ref/log_probs" in trace_names(out / "ref" / "rank00000" / "step00000001-00000002.pt.trace.json.gz")
+    assert _raylets() - before == set()  # no Ray processes left behind
