@@ -1,11 +1,13 @@
 """Process-wrapping backends: option rendering, capture ranges, the wrapper's launch and finalization."""
 
 import json
+import re
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,19 +155,30 @@ def test_runtime_env_refuses_url_save_path_and_missing_tool(tmp_path):
         runtime_env(ProfilerConfig(enable=True, save_path=str(tmp_path), backend="nsys"), group="a")
 
 
-APP = "import os, sys, time\nprint('app running', os.getpid(), flush=True)\n{body}\n"
+def settled(directory):
+    """Names in ``directory`` once every finalizer there is done (as collect() waits)."""
+    from distprof.ray.collect import _node_list
+
+    listing = _node_list(str(directory), 30, [])
+    assert listing["pending"] == []
+    return sorted(os.path.basename(f["path"]) for f in listing["files"])
+
+
+# The app reports on stderr: py-spy prints its banner on stdout, and lines there can interleave.
+APP = "import os, sys, time\nprint('app running', os.getpid(), file=sys.stderr, flush=True)\n{body}\n"
 
 
 def _wrapper(spec, app_body, tmp_path, **kw):
     script = tmp_path / "app.py"
     script.write_text(APP.format(body=app_body))
     return subprocess.Popen([sys.executable, "-m", "distprof.wrap", spec.encode(), str(script)],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True, **kw)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
 
 @pytest.fixture
-def reap():
-    """Kill every process a test started (its own session), whatever the test's outcome."""
+def reap(tmp_path):
+    """Kill every process a test started, whatever the test's outcome: the wrapper's session, and the
+    tool and app (in their own session) found by the test's directory on their command lines."""
     procs = []
     yield procs.append
     for p in procs:
@@ -173,16 +186,17 @@ def reap():
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    subprocess.run(["pkill", "-9", "-f", str(tmp_path)], check=False)
 
 
 def test_wrapper_with_stand_in_nsys_finalizes_at_exit(tmp_path):
     """nsys cannot run here; a stand-in with its interface and signal behaviour runs instead."""
     spec = _spec("nsys", tmp_path, executable=FAKE_NSYS, python=[sys.executable], options={"t": "cuda"})
     proc = _wrapper(spec, "x = sum(range(1000))", tmp_path)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "app running" in out
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "app running" in err
     name = f"nsys-pid{proc.pid}.nsys-rep"
-    assert os.listdir(tmp_path / "rollout") == [name]
+    assert settled(tmp_path / "rollout") == [name]
     report = json.loads((tmp_path / "rollout" / name).read_text())
     assert report["options"] == ["--force-overwrite=true", "-t", "cuda"] and report["app"][0] == sys.executable
 
@@ -195,18 +209,63 @@ def test_wrapper_turns_sigterm_into_a_written_output(tmp_path, backend, reap):
                  executable=FAKE_NSYS if backend == "nsys" else check_tool("py_spy", None, [sys.executable]), extra={"rate": 200, "format": "speedscope"})
     proc = _wrapper(spec, "end = time.time() + 120\nwhile time.time() < end: sum(range(10000))", tmp_path)
     reap(proc)
-    assert any("app running" in line for line in iter(proc.stdout.readline, ""))  # py-spy prints a banner first
+    assert any("app running" in line for line in iter(proc.stderr.readline, ""))
     proc.send_signal(signal.SIGTERM)  # as early as possible: the wrapper must still get a written output
     proc.wait(timeout=60)
-    files = os.listdir(tmp_path / "rollout")
+    files = settled(tmp_path / "rollout")
     assert len(files) == 1 and not files[0].startswith(".tmp-") and f"pid{proc.pid}" in files[0]
     data = json.loads((tmp_path / "rollout" / files[0]).read_text())
     if backend == "py_spy":
         assert "speedscope" in data["$schema"] and "profiles" in data  # finalized (samples depend on timing)
 
 
+def test_wrapper_with_stand_in_rocprof_sys(tmp_path):
+    """rocprof-sys cannot run here; a stand-in with its interface writes a result directory."""
+    spec = _spec("rocprof_sys", tmp_path, executable=os.path.join(HERE, "fake_rocprof_sys.py"), python=[sys.executable],
+                 options={"T": "hip"}, env={"ROCPROFSYS_SAMPLING_FREQ": "100"})
+    proc = _wrapper(spec, "x = 1", tmp_path)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    out = tmp_path / "rollout" / f"rocprof_sys-pid{proc.pid}"
+    assert settled(tmp_path / "rollout") == ["wall_clock.json"]  # the hidden directory was renamed when the tool ended
+    assert os.listdir(tmp_path / "rollout") == [out.name]
+    result = json.loads((out / "wall_clock.json").read_text())
+    assert result["options"] == ["-T", "hip"] and result["sampling_freq"] == "100"
+
+
 def test_wrapper_runs_worker_unwrapped_when_tool_cannot_start(tmp_path):
     spec = _spec("nsys", tmp_path, executable=str(tmp_path / "missing-nsys"), python=[sys.executable])
-    proc = _wrapper(spec, "print('done', flush=True)", tmp_path)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 0 and "done" in out
+    proc = _wrapper(spec, "print('done', file=sys.stderr, flush=True)", tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "done" in err
+
+
+def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
+    """When a worker dies, Ray also SIGKILLs the process it started (the wrapper), maybe before the tool
+    has written. The detached finalizer must still leave a finished output."""
+    from distprof.ray.collect import _node_list
+
+    spec = _spec("py_spy", tmp_path, executable=check_tool("py_spy", None, [sys.executable]), python=[sys.executable],
+                 extra={"rate": 200, "format": "speedscope"})
+    proc = _wrapper(spec, "end = time.time() + 120\nwhile time.time() < end: sum(range(10000))", tmp_path)
+    reap(proc)
+    line = next(line for line in iter(proc.stderr.readline, "") if "app running" in line)
+    app_pid = int(re.search(r"app running (\d+)", line).group(1))
+    # In Ray the worker dies long after start. Here: once py-spy samples (its SIGINT handler is in place; a
+    # child killed before that leaves py-spy nothing to write) and the wrapper has started its finalizer.
+    from distprof.wrap import _handles
+
+    with open(f"/proc/{app_pid}/stat") as f:
+        pyspy_pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+            _handles(pyspy_pid, signal.SIGINT) and any(n.endswith("-finalizer") for n in os.listdir(tmp_path / "rollout"))):
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)  # the wrapper, as raylet kills it
+    os.kill(app_pid, signal.SIGKILL)  # the worker
+    proc.wait(timeout=30)
+    listing = _node_list(str(tmp_path), 60, [])  # waits while the finalizer's marker is there
+    assert listing["pending"] == []
+    assert [f["path"] for f in listing["files"] if f["path"].startswith("rollout/")] == [
+        f"rollout/py_spy-pid{proc.pid}.speedscope.json"]
+    assert "profiles" in json.loads((tmp_path / "rollout" / f"py_spy-pid{proc.pid}.speedscope.json").read_text())

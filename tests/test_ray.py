@@ -57,6 +57,9 @@ class Worker(ProfiledWorker):
     def env(self, name):
         return os.environ.get(name)
 
+    def exit(self):
+        ray.actor.exit_actor()
+
     def break_profiler_backend(self):
         def boom(*a, **k):
             raise RuntimeError("backend broke")
@@ -129,8 +132,8 @@ def test_failing_worker_never_fails_the_step(cluster, tmp_path, caplog):
     assert len(s) == 1 and s[0]["rank"] == 0 and s[0]["enabled"] is False and s[0]["global_step"] == 4
 
 
-@pytest.mark.parametrize("backend", ["py_spy", "memray"])
-def test_process_backend_wraps_one_group_not_another(cluster, tmp_path, backend):
+@pytest.mark.parametrize("backend, end", [("py_spy", "kill"), ("memray", "kill"), ("py_spy", "exit")])
+def test_process_backend_wraps_one_group_not_another(cluster, tmp_path, backend, end):
     config = cfg(tmp_path, backend=backend, roles=["rollout"], steps=None)
     rollout_env, actor_env = runtime_env(config, group="rollout"), runtime_env(config, group="actor")
     assert "py_executable" in rollout_env and actor_env == {}
@@ -141,7 +144,11 @@ def test_process_backend_wraps_one_group_not_another(cluster, tmp_path, backend)
     where = groups[0].where[0]
     assert where["wrapped_by"].startswith(f"{backend}:")
     assert ray.get(actor[0].env.remote("DISTPROF_WRAPPED_BY")) is None
-    ray.kill(rollout[0])  # the worker ends; the wrapper finalizes the tool's output
+    if end == "kill":
+        ray.kill(rollout[0])  # the worker ends; the wrapper finalizes the tool's output
+    else:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(rollout[0].exit.remote())  # the actor exits by itself
     report = collect(groups, str(tmp_path / "dest"))
     wrapper_pid = where["wrapped_by"].split(":")[1]
     outputs = [f["path"] for f in report.copied if f["path"].startswith(f"rollout/{backend}-pid{wrapper_pid}")]
@@ -198,15 +205,17 @@ sys.path.insert(0, {tests!r})
 from test_ray import Worker
 ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
 pids = []
-for backend in ("py_spy", "memray"):
-    config = distprof.ProfilerConfig(enable=True, backend=backend, save_path={out!r})
-    actor = ray.remote(num_cpus=0.25)(Worker).options(runtime_env=runtime_env(config, group=backend)).remote()
-    g = ProfiledGroup([actor], config, backend)
-    with g:
-        ray.get(actor.work.remote())
-        g.step()
-    pids.append(int(g.where[0]["wrapped_by"].split(":")[1]))
-ray.shutdown()  # no ray.kill: the cluster goes away under the wrapped workers
+try:
+    for backend in ("py_spy", "memray"):
+        config = distprof.ProfilerConfig(enable=True, backend=backend, save_path={out!r})
+        actor = ray.remote(num_cpus=0.25)(Worker).options(runtime_env=runtime_env(config, group=backend)).remote()
+        g = ProfiledGroup([actor], config, backend)
+        with g:
+            ray.get(actor.work.remote())
+            g.step()
+        pids.append(int(g.where[0]["wrapped_by"].split(":")[1]))
+finally:
+    ray.shutdown()  # no ray.kill: the cluster goes away under the wrapped workers
 print(json.dumps(_node_list({out!r}, 60, pids)))
 """
 

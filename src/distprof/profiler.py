@@ -190,7 +190,7 @@ class Profiler:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
             last = min(w.end, self.global_step if crashed else self.global_step - 1)
             self._close(w, last=last)
-        if self._windows_closed == 0:
+        if self._windows_closed == 0 and not self.config.is_process_backend:  # those tools write their own files
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
         self._run.cleanup()

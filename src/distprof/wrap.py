@@ -18,12 +18,17 @@ import subprocess
 import sys
 import time
 
-from .backends.process import WrapSpec, finalize_outputs, tool_command
+from .backends.process import FINALIZER_SUFFIX, WrapSpec, alive, finalize_outputs, tool_command
+from .output import TMP_PREFIX
 
 logger = logging.getLogger("distprof.wrap")
 
 # The signal that makes each tool stop and write its output.
 FINALIZE_SIGNAL = {"py_spy": signal.SIGINT, "nsys": signal.SIGINT, "rocprof_sys": signal.SIGINT, "memray": signal.SIGTERM}
+# Tools that may hang once their child (the worker) is SIGKILLed, and the signal that makes them write.
+# py-spy 0.4 neither writes nor exits then (seen here). memray is the worker itself; nsys and
+# rocprof-sys launch the app through their own helpers, so they are left to finish by themselves.
+KICK_SIGNAL = {"py_spy": signal.SIGINT}
 
 
 def run(spec: WrapSpec, worker_args: list[str]) -> int:
@@ -32,10 +37,15 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     argv, extra_env = tool_command(spec, pid, worker_args)
     env = {**os.environ, **extra_env, "DISTPROF_WRAPPED_BY": f"{spec.backend}:{pid}"}
     try:
-        child = subprocess.Popen(argv, env=env)
+        child = subprocess.Popen(argv, env=env, start_new_session=True)
     except OSError as e:
         logger.error("distprof.wrap: cannot start %s (%s); running the worker without it", argv[0], e)
         os.execvpe(spec.python[0], [*spec.python, *worker_args], {**os.environ, **spec.env})
+    finalizer = subprocess.Popen([sys.executable, "-m", "distprof.wrap", "--finalize", spec.out_dir, str(pid),
+                                  str(child.pid), str(int(KICK_SIGNAL.get(spec.backend, 0)))],
+                                 start_new_session=True, stdin=subprocess.DEVNULL)
+    # The marker exists from now on (the finalizer needs a moment to start); the finalizer removes it.
+    open(_marker(spec.out_dir, finalizer.pid), "w").close()
 
     def forward(signum, _frame):
         sig = FINALIZE_SIGNAL[spec.backend]
@@ -49,8 +59,56 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, forward)
     rc = _wait(child)
-    finalize_outputs(spec.out_dir, pid)
+    if not finalize_outputs(spec.out_dir, pid):
+        # Goes to the worker's log (Ray: the worker's .err file): the one place this can be seen.
+        logger.error("distprof.wrap: %s exited with code %s and wrote no output in %s", argv[0], rc, spec.out_dir)
     return rc if rc >= 0 else 128 - rc
+
+
+def finalize_later(out_dir: str, wrapper_pid: int, tool_pid: int, finalize_signal: int) -> int:
+    """The detached finalizer: wait for the tool to exit, then rename its outputs.
+
+    A tool whose child (the worker) was SIGKILLed may never notice: py-spy 0.4 then neither writes nor
+    exits. So for such tools (``finalize_signal`` non-zero), once the worker is gone and the tool still
+    runs, the tool gets that signal.
+    """
+    marker = _marker(out_dir, os.getpid())
+    open(marker, "a").close()
+    try:
+        worker = None
+        signalled = not finalize_signal  # nothing to send: just wait
+        while alive(tool_pid):
+            if worker is None and not signalled:
+                worker = _first_child(tool_pid)
+            if not signalled and worker is not None and not alive(worker):
+                signalled = True
+                _wait_for_handler(tool_pid, finalize_signal, timeout_s=10.0)
+                try:
+                    os.kill(tool_pid, finalize_signal)
+                except ProcessLookupError:
+                    break
+            time.sleep(0.05)  # the tool is not our child: there is nothing to block on
+        finalize_outputs(out_dir, wrapper_pid)
+    finally:
+        os.unlink(marker)
+    return 0
+
+
+def _first_child(pid: int) -> int | None:
+    """A child of ``pid``: any of its threads may have started it (py-spy spawns from a worker thread)."""
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids = f.read().split()
+            if kids:
+                return int(kids[0])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _marker(out_dir: str, finalizer_pid: int) -> str:
+    return os.path.join(out_dir, f"{TMP_PREFIX}{finalizer_pid}{FINALIZER_SUFFIX}")
 
 
 def _handles(pid: int, sig: int) -> bool | None:
@@ -85,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: python -m distprof.wrap SPEC default_worker.py ARGS\n")
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if argv[0] == "--finalize":
+        return finalize_later(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
     return run(WrapSpec.decode(argv[0]), argv[1:])
 
 

@@ -143,8 +143,14 @@ def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list
     raise ValueError(f"backend {spec.backend!r} does not wrap processes")
 
 
+FINALIZER_SUFFIX = "-finalizer"  # marker `.tmp-{finalizer pid}-finalizer`: an output is still to come
+
+
 def finalize_outputs(out_dir: str, pid: int) -> list[str]:
-    """Rename the tool's hidden outputs for this pid to their final names; return the final names."""
+    """Rename the tool's hidden outputs for this pid to their final names; return the final names.
+
+    Safe to run twice at once (the wrapper and its finalizer may race): a name already moved is skipped.
+    """
     prefix = f"{TMP_PREFIX}{pid}-"
     done = []
     try:
@@ -152,11 +158,29 @@ def finalize_outputs(out_dir: str, pid: int) -> list[str]:
     except FileNotFoundError:
         return done
     for name in names:
-        if name.startswith(prefix):
+        if name.startswith(prefix) and not name.endswith(FINALIZER_SUFFIX):
             final = name[len(prefix):]
-            os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
+            try:
+                os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
+            except FileNotFoundError:
+                continue
             done.append(final)
     return done
+
+
+def alive(pid: int) -> bool:
+    """Is process ``pid`` running (a zombie has exited and writes nothing more)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def check_tool(backend: str, executable: str | None, python: list[str]) -> str | None:

@@ -127,6 +127,38 @@ class Actor(ProfiledWorker):
         self.dist.destroy_process_group()
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Ray's gcs, raylet, workers...), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    import time
+
+    from ..backends.process import alive
+
+    deadline = time.monotonic() + timeout_s
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            logger.warning("distprof demo: Ray processes %s still running after shutdown", [p for p in pids if alive(p)])
+            return
+        time.sleep(0.05)  # other processes' exit: nothing to block on
+
+
 def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         progress: Callable[[str], None] | None = None) -> RLDemoResult:
     """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``."""
@@ -174,7 +206,9 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         say("collecting traces through Ray")
         report = collect(groups, out)
     finally:
+        spawned = _descendants(os.getpid())
         ray.shutdown()
+        _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
         shutil.rmtree(scratch, ignore_errors=True)
     result = RLDemoResult(run_dir=os.path.abspath(out), steps=steps, rewards=rewards, collect=report,
                           check=check_run(out))

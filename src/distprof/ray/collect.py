@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..backends.process import alive
 from ..output import TMP_PREFIX
 
 logger = logging.getLogger(__name__)
@@ -61,23 +62,9 @@ def _pending(root: str) -> list[tuple[str, int]]:
         for n in names + dirs:
             if n.startswith(TMP_PREFIX):
                 pid = n[len(TMP_PREFIX):].split("-", 1)[0]
-                if pid.isdigit() and _alive(int(pid)):
+                if pid.isdigit() and alive(int(pid)):
                     found.append((os.path.relpath(os.path.join(d, n), root), int(pid)))
     return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited: it writes nothing more
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, Any]:
@@ -86,14 +73,14 @@ def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, An
     while True:
         pending = _pending(root)
         # A wrapper that is alive but has not started writing yet (its worker still runs) is pending too.
-        waiting = [p for p in expect_pids if _alive(p)]
+        waiting = [p for p in expect_pids if alive(p)]
         if not pending and not waiting:
             break
         if time.monotonic() >= deadline:
             break
         time.sleep(0.2)  # polling another process's files: there is nothing to wait on
     return {"files": list_files(root) if os.path.isdir(root) else [],
-            "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if _alive(p)]}
+            "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
 
 
 def _node_read(path: str, offset: int, size: int) -> bytes:
