@@ -235,8 +235,11 @@ def test_outputs_finalized_after_ray_shutdown(tmp_path):
 
 
 def _raylets():
-    out = subprocess.run(["pgrep", "-f", "raylet"], capture_output=True, text=True).stdout.split()
-    return set(out)
+    """Ray's daemons by process name (-f would also match workers, whose command lines name the raylet)."""
+    found = set()
+    for name in ("raylet", "gcs_server"):
+        found |= set(subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split())
+    return found
 
 
 def test_demo_end_to_end(tmp_path):

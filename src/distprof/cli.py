@@ -95,6 +95,81 @@ def check(
     raise typer.Exit(0 if result.ok else 1)
 
 
+def _read_all(path: str, reduce, workers: Optional[int]):
+    """Read every trace under ``path`` with a progress bar; errors are printed, not raised."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .analysis.load import map_traces
+    from .analysis.reader import TraceError
+
+    with Progress(TextColumn("reading traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task("read", total=None)
+        try:
+            results, errors = map_traces(path, reduce, workers=workers,
+                                         progress=lambda done, total: bar.update(task, completed=done, total=total))
+        except TraceError as e:
+            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
+            raise typer.Exit(2)
+    for e in errors:
+        err.print(f"[red]cannot read[/red] {e}", soft_wrap=True)
+    if not results:
+        raise typer.Exit(2)
+    return results, errors
+
+
+def _us(v: float) -> str:
+    return f"{v / 1000:,.3f} ms" if v >= 1000 else f"{v:,.1f} us"
+
+
+@app.command()
+def summary(
+    path: str = typer.Argument(..., help="A trace file, a folder of traces, or a run directory (local or fsspec URL)."),
+    top: int = typer.Option(15, "--top", min=1, help="Rows per table."),
+    rank: Optional[int] = typer.Option(None, "--rank", help="Only this rank."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel (default: CPU count)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, categories, ranks."),
+) -> None:
+    """Time by GPU kernel and by CPU op, per rank and overall; device busy time (overlap counted once) and idle share."""
+    import msgspec
+
+    from .analysis.summary import summarize_ranks, summarize_trace
+
+    results, errors = _read_all(path, summarize_trace, workers)
+    if rank is not None:
+        results = [r for r in results if r["rank"] == rank]
+        if not results:
+            err.print(f"[red]error:[/red] no trace of rank {rank} under {path}", soft_wrap=True)
+            raise typer.Exit(2)
+    s = summarize_ranks(results, top=top)
+    s["errors"] = errors
+    if as_json:
+        sys.stdout.write(msgspec.json.encode(s).decode() + "\n")
+        raise typer.Exit(1 if errors else 0)
+    for title, rows, extra in (("GPU kernels (all ranks)", s["kernels"], None), ("CPU ops (all ranks)", s["ops"], "self_us")):
+        if not rows:
+            continue
+        t = Table(title=title)
+        for col in ("name", "count", "total", *(["self"] if extra else []), "share"):
+            t.add_column(col, justify="left" if col == "name" else "right", overflow="ellipsis", max_width=70 if col == "name" else None)
+        for r in rows:
+            t.add_row(r["name"], f"{r['count']:,}", _us(r["total_us"]), *([_us(r[extra])] if extra else []), f"{r['share']:.1%}")
+        console.print(t)
+    t = Table(title="Per rank")
+    for col in ("role", "rank", "device busy", "idle", "compute", "communication", "memcpy/memset"):
+        t.add_column(col, justify="left" if col == "role" else "right")
+    for r in s["ranks"]:
+        c = r["categories"]
+        t.add_row(r["role"] or "", "?" if r["rank"] is None else str(r["rank"]), _us(r["device_busy_us"]),
+                  "-" if r["idle_share"] is None else f"{r['idle_share']:.1%}", _us(c.get("compute", 0.0)),
+                  _us(c.get("communication", 0.0)), _us(c.get("memcpy", 0.0) + c.get("memset", 0.0)))
+    console.print(t)
+    unknown = [r["path"] for r in s["ranks"] if r["rank"] is None]
+    if unknown:
+        err.print(f"[yellow]warning:[/yellow] no rank in distributedInfo, manifest or name for: {', '.join(unknown)}", soft_wrap=True)
+    raise typer.Exit(1 if errors else 0)
+
+
 def main() -> None:
     app(prog_name="distprof")
 

@@ -1,0 +1,171 @@
+"""Trace reader and `distprof summary` on real traces, checked against an independent computation."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from distprof.analysis import find_traces, read_trace, summarize_ranks, summarize_trace
+from distprof.analysis.reader import TraceError, rank_from_name
+from distprof.intervals import union_length
+
+from conftest import SHARED
+
+TRACES = os.path.join(SHARED, "data", "traces")
+DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
+
+
+def _json(path):
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def _independent(path):
+    """Kernel counts/totals and device busy time computed with the json module and a plain sweep."""
+    doc = _json(path)
+    kernels = defaultdict(lambda: [0, 0.0])
+    spans = []
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            kernels[e["name"]][0] += 1
+            kernels[e["name"]][1] += float(e["dur"])
+            spans.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+    busy, cur_s, cur_e = 0.0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            busy += (cur_e - cur_s) if cur_e is not None else 0.0
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += (cur_e - cur_s) if cur_e is not None else 0.0
+    return kernels, busy, doc["distributedInfo"]["rank"]
+
+
+def test_dlrm_8_ranks_match_independent_computation():
+    files = find_traces(DLRM)
+    assert len(files) == 8
+    per_rank = [summarize_trace(read_trace(f)) for f, _, _ in files]
+    assert sorted(s["rank"] for s in per_rank) == list(range(8))
+    all_kernels = defaultdict(lambda: [0, 0.0])
+    for (f, _, _), s in zip(files, per_rank):
+        kernels, busy, rank = _independent(f)
+        assert s["rank"] == rank and s["rank_source"] == "distributedInfo"
+        assert {n: (c, pytest.approx(t)) for n, (c, t) in kernels.items()} == s["kernels"]
+        assert s["device_busy_us"] == pytest.approx(busy)
+        assert 0 < s["idle_share"] < 1
+        for n, (c, t) in kernels.items():
+            all_kernels[n][0] += c
+            all_kernels[n][1] += t
+    merged = summarize_ranks(per_rank)
+    assert [(r["name"], r["count"]) for r in merged["kernels"][:3]] == [
+        (n, c) for n, (c, _) in sorted(all_kernels.items(), key=lambda kv: (-kv[1][1], kv[0]))[:3]]
+    totals = [r["total_us"] for r in merged["kernels"]]
+    assert totals == sorted(totals, reverse=True)
+    assert merged["categories"]["communication"] > merged["categories"]["compute"] > 0
+
+
+def test_op_self_time_excludes_nested_ops(tmp_path):
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "outer", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 10, "dur": 30},
+        {"ph": "X", "cat": "cpu_op", "name": "inner", "pid": 1, "tid": 1, "ts": 50, "dur": 20},
+        {"ph": "X", "cat": "cpu_op", "name": "leaf", "pid": 1, "tid": 1, "ts": 55, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": "other_thread", "pid": 1, "tid": 2, "ts": 10, "dur": 80},
+    ]}
+    p = tmp_path / "rank-2.json"
+    p.write_text(json.dumps(doc))
+    s = summarize_trace(read_trace(str(p)))
+    assert s["rank"] == 2 and s["rank_source"] == "name"
+    assert s["ops"] == {"outer": (1, 100.0, 50.0), "inner": (2, 50.0, 45.0), "leaf": (1, 5.0, 5.0),
+                        "other_thread": (1, 80.0, 80.0)}
+
+
+def test_time_bases_and_forms(tmp_path):
+    new = {"baseTimeNanoseconds": 1_700_000_000_000_000_000, "traceEvents": [{"ph": "X", "name": "a", "ts": 5.5, "dur": 1}]}
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    (tmp_path / "list.json").write_text(json.dumps([{"ph": "X", "name": "a", "ts": 1_700_000_000_000_005.5, "dur": 1}]))
+    a, b = read_trace(str(tmp_path / "new.json")), read_trace(str(tmp_path / "list.json"))
+    assert a.events[0].ts + a.offset_us == b.events[0].ts + b.offset_us
+
+
+def test_rank_sources(tmp_path):
+    assert read_trace(os.path.join(TRACES, "hta", "cpu_only_rank-34.pt.trace.json.gz")).rank == 34
+    t = read_trace(os.path.join(TRACES, "hta", "rank_not_found.json.gz"))
+    assert t.rank is None and t.rank_source == "none"
+    assert [rank_from_name(n) for n in ("a/rank-3.json", "rank00012/step.json.gz", "worker7_step_12.json", "x.json")] == [3, 12, 7, None]
+
+
+def test_run_directory_ranks_from_manifest(tmp_path):
+    from distprof import Profiler, ProfilerConfig
+
+    from helpers import run
+
+    cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[1], torch={"activities": ["cpu"]})
+    for rank in (0, 1):
+        run(Profiler(cfg, role="actor", rank=rank, world_size=2), 3)
+    per_rank = [summarize_trace(read_trace(f, manifest_rank=r, role=role)) for f, r, role in find_traces(str(tmp_path / "r"))]
+    assert sorted((s["role"], s["rank"]) for s in per_rank) == [("actor", 0), ("actor", 1)]
+    assert all(s["ops"] and not s["kernels"] and s["idle_share"] is None for s in per_rank)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", "empty file"),
+    (b"hello world", "not JSON"),
+    (b'{"traceEvents": 5}', "not a Chrome/Kineto trace"),
+    (b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}, {"ph": "X", "na', None),  # salvaged
+    (b'{"traceEv', "nothing could be salvaged"),
+])
+def test_corrupt_inputs_give_one_clear_message(tmp_path, content, words):
+    p = tmp_path / "bad.json"
+    p.write_bytes(content)
+    if words is None:
+        t = read_trace(str(p))
+        assert t.salvaged and [e.name for e in t.events] == ["a"]
+        return
+    with pytest.raises(TraceError) as e:
+        read_trace(str(p))
+    assert str(p) in str(e.value) and words in str(e.value)
+
+
+def test_truncated_gzip_is_salvaged(tmp_path):
+    raw = gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "name": f"k{i}", "cat": "kernel", "ts": i, "dur": 1}
+                                                     for i in range(5000)]}).encode())
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(raw[: len(raw) * 2 // 3])
+    t = read_trace(str(p))
+    assert t.salvaged and 0 < len(t.events) < 5000
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200)), max_size=60))
+def test_union_length_matches_unit_grid(spans):
+    intervals = [(s, s + d) for s, d in spans]
+    covered = set()
+    for s, e in intervals:
+        covered.update(range(s, e))
+    assert union_length(intervals) == len(covered)
+    assert union_length(intervals) <= sum(e - s for s, e in intervals)
+
+
+def test_cli_summary_json_and_exit_codes(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", DLRM, "--json", "--top", "5"],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert {"kernels", "ops", "ranks"} <= set(doc)
+    for key in ("kernels", "ops"):
+        assert all({"name", "count", "total_us"} <= set(r) for r in doc[key]) and len(doc[key]) == 5
+        totals = [r["total_us"] for r in doc[key]]
+        assert totals == sorted(totals, reverse=True)
+    one = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", DLRM, "--rank", "3", "--workers", "1"],
+                         capture_output=True, text=True)
+    assert one.returncode == 0 and "GPU kernels" in one.stdout
+    (tmp_path / "bad.json").write_text("nope")
+    bad = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "bad.json" in bad.stderr
+    missing = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
