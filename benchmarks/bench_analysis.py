@@ -1,0 +1,116 @@
+"""Analysis speed and memory on a ~200 MB GPU trace, measured side by side in one run.
+
+The trace is made by tiling a real GPU trace from shared/data in time (each copy shifted past the
+previous one). Each measurement runs in a fresh process, so peak RSS is its own:
+
+- floor: read the file and msgspec-decode it into the reader's typed events (nothing else),
+- distprof summary: `read_trace` + `summarize_trace` (kernel/op breakdown, busy time, self times),
+- HolisticTraceAnalysis 0.5.0: `TraceAnalysis(trace_dir)` + `get_gpu_kernel_breakdown()`, when an
+  interpreter with it is given (`--hta-python`); it is not a dependency of distprof.
+
+Run: python benchmarks/bench_analysis.py [--size-mb 200] [--hta-python /path/to/venv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "traces", "hta", "trace-diff", "control.json.gz")
+
+FLOOR = """
+import sys, msgspec
+from distprof.analysis.reader import _TraceDoc
+data = open(sys.argv[1], 'rb').read()
+doc = msgspec.json.decode(data, type=_TraceDoc)
+print(len(doc.traceEvents))
+"""
+OURS = """
+import sys
+from distprof.analysis import read_trace, summarize_trace, summarize_ranks
+s = summarize_ranks([summarize_trace(read_trace(sys.argv[1]))], top=10)
+print(len(s['kernels']))
+"""
+HTA = """
+import sys, logging
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+df = ta.get_gpu_kernel_breakdown(visualize=False)
+print(len(df[0]) if isinstance(df, tuple) else len(df))
+"""
+
+
+def make_trace(size_mb: int, out_dir: str) -> str:
+    with gzip.open(SOURCE, "rt") as f:
+        doc = json.load(f)
+    events = [e for e in doc["traceEvents"] if e.get("ph") != "M"]
+    meta = [e for e in doc["traceEvents"] if e.get("ph") == "M"]
+    ts = [float(e["ts"]) for e in events if "ts" in e]
+    span = max(ts) - min(ts) + 1000.0
+    one = len(json.dumps(events))
+    copies = max(1, round(size_mb * 1_000_000 / one))
+    path = os.path.join(out_dir, "rank-0.json")
+    with open(path, "w") as f:
+        head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        head.setdefault("distributedInfo", {"rank": 0, "world_size": 1})
+        f.write(json.dumps(head)[:-1] + ', "traceEvents": [')
+        first = True
+        for k in range(copies):
+            for e in (meta if k == 0 else []) + events:
+                if "ts" in e:
+                    e = dict(e, ts=float(e["ts"]) + k * span)
+                f.write(("" if first else ",") + json.dumps(e))
+                first = False
+        f.write("]}")
+    return path
+
+
+def measure(python: str, code: str, arg: str) -> tuple[float, float, str]:
+    """Wall seconds and peak RSS (MB) of one fresh process."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", python, "-c", code, arg], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    rss_kb = int(proc.stderr.strip().splitlines()[-1])
+    return wall, rss_kb / 1024, proc.stdout.strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=200)
+    ap.add_argument("--hta-python", default=None)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="bench-analysis-")
+    path = make_trace(args.size_mb, tmp)
+    size = os.path.getsize(path) / 1e6
+    print(f"trace: {size:.0f} MB, tiled from {os.path.basename(SOURCE)}")
+    base = [("floor (msgspec typed decode)", sys.executable, FLOOR, path), ("distprof summary", sys.executable, OURS, path)]
+    if args.hta_python:
+        base.append(("HolisticTraceAnalysis 0.5.0", args.hta_python, HTA, tmp))
+    with open(path, "rb") as f:  # warm the page cache so the first measurement is not penalised
+        while f.read(1 << 24):
+            pass
+    rows = []
+    for name, py, code, arg in base:
+        repeats = 1 if "Holistic" in name else 3  # best of 3 for the fast ones (noisy machine)
+        best = min((measure(py, code, arg) for _ in range(repeats)), key=lambda m: m[0])
+        rows.append((name, best[0], best[1]))
+    floor = rows[0][1]
+    print(f"{'measure':32} {'time':>9} {'vs floor':>9} {'peak RSS':>10} {'RSS/trace':>10}")
+    for name, wall, rss in rows:
+        print(f"{name:32} {wall:8.2f}s {wall / floor:8.2f}x {rss:8.0f} MB {rss / size:9.2f}x")
+    if args.hta_python:
+        print(f"distprof summary is {rows[2][1] / rows[1][1]:.1f}x faster than HolisticTraceAnalysis")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
