@@ -170,6 +170,48 @@ def summary(
     raise typer.Exit(1 if errors else 0)
 
 
+@app.command()
+def stragglers(
+    path: str = typer.Argument(..., help="Traces of several ranks: a folder, or a run directory."),
+    top: int = typer.Option(10, "--top", min=1, help="Worst collectives to list."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched."),
+) -> None:
+    """Match collectives across ranks: who arrives last, how long the others wait for it."""
+    import msgspec
+
+    from .analysis.stragglers import extract_collectives, match_stragglers
+
+    results, errors = _read_all(path, extract_collectives, workers)
+    r = match_stragglers(results)
+    r["errors"] = errors
+    r["worst"] = r["worst"][:top]
+    if as_json:
+        sys.stdout.write(msgspec.json.encode(r).decode() + "\n")
+        raise typer.Exit(1 if errors else 0)
+    if r["matched"] == 0:
+        err.print("[yellow]no collective could be matched across ranks[/yellow] (need 2+ ranks with NCCL/RCCL kernels or c10d ops)")
+    t = Table(title=f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])})")
+    for col in ("role", "rank", "wait caused", "late arrivals", "waited", "collectives"):
+        t.add_column(col, justify="left" if col == "role" else "right")
+    for row in r["ranks"]:
+        t.add_row(row["role"] or "", str(row["rank"]), _us(row["wait_caused_us"]), str(row["late_arrivals"]),
+                  _us(row["waited_us"]), str(row["collectives"]))
+    console.print(t)
+    if r["steps"]:
+        t = Table(title="Per step")
+        for col in ("role", "step", "collectives", "wait", "slowest rank"):
+            t.add_column(col, justify="left" if col == "role" else "right")
+        for s in r["steps"]:
+            t.add_row(s["role"] or "", "-" if s["step"] is None else str(s["step"]), str(s["collectives"]), _us(s["wait_us"]),
+                      "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
+        console.print(t)
+    for m in r["mismatched"]:
+        err.print(f"[yellow]warning:[/yellow] {m['kind']} in group {m['group']} has different counts per rank {m['counts']}: "
+                  "matched up to the smallest", soft_wrap=True)
+    raise typer.Exit(1 if errors else 0)
+
+
 def main() -> None:
     app(prog_name="distprof")
 

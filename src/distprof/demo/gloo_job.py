@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, config: dict, steps: int) -> None:
+def _worker(rank: int, world_size: int, port: int, config: dict, steps: int, slow_rank: int | None = None,
+            slow_s: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -50,6 +52,8 @@ def _worker(rank: int, world_size: int, port: int, config: dict, steps: int) -> 
                     loss = torch.nn.functional.cross_entropy(model(x), y)
                 with distprof.annotate("train/backward"):
                     loss.backward()
+                if rank == slow_rank:
+                    time.sleep(slow_s)  # a straggler: the others wait for it in the all-reduce
                 with distprof.annotate("train/allreduce"):
                     for p in model.parameters():
                         dist.all_reduce(p.grad)
@@ -62,7 +66,8 @@ def _worker(rank: int, world_size: int, port: int, config: dict, steps: int) -> 
         dist.destroy_process_group()
 
 
-def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = None) -> DemoResult:
+def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = None,
+        slow_rank: int | None = None, slow_s: float = 0.0) -> DemoResult:
     """Run the job in ``world_size`` fresh processes and return what it wrote under ``out``.
 
     ``config`` entries override the demo's profiler config (all ranks, two steps near the end).
@@ -73,7 +78,7 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
 
     config = {"enable": True, "save_path": out, "ranks": "all", "steps": [max(steps - 3, 1), max(steps - 2, 1)],
               "torch": {"activities": ["cpu"]}, **(config or {})}
-    mp.start_processes(_worker, args=(world_size, free_port(), config, steps), nprocs=world_size,
+    mp.start_processes(_worker, args=(world_size, free_port(), config, steps, slow_rank, slow_s), nprocs=world_size,
                        join=True, start_method="spawn")
     files = []
     for root, _, names in sorted(os.walk(out)):

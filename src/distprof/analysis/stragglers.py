@@ -1,0 +1,128 @@
+"""Which rank does everyone wait for? Collectives matched across ranks, last arrivals, waits.
+
+Each rank's collectives are taken in time order: NCCL/RCCL kernels on the GPU when the trace has
+them, else gloo's ``c10d::*`` ops on the CPU. They are grouped by process group (the kernel's
+``Process Group Name`` when the trace records it, else the default group) and by kind, and the
+k-th collective of a group on one rank is matched with the k-th on every other rank. A rank
+*arrives* when its collective starts (its kernel is launched onto the stream, or its c10d op is
+called); the collective cannot finish before the last rank arrives, so every other rank waits
+``last_arrival - its_arrival``: that time is the wait the last rank *caused*.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from typing import Any, Iterable
+
+import msgspec
+
+from .reader import RankTrace
+from .summary import KERNEL_CATS, OP_CATS
+
+__all__ = ["extract_collectives", "match_stragglers"]
+
+_GPU_COLL = re.compile(r"(nccl|rccl)", re.I)
+_KIND = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)|c10d::([a-z_]+?)_*$|(?:nccl|rccl):([a-z_]+)", re.I)
+
+
+class _CollArgs(msgspec.Struct):
+    pg: str | None = msgspec.field(default=None, name="Process Group Name")
+
+
+_args_decoder = msgspec.json.Decoder(_CollArgs)
+
+
+def _kind(name: str) -> str:
+    m = _KIND.search(name)
+    if not m:
+        return name.split("(")[0]
+    return next(g for g in m.groups() if g).lower().replace("_", "")
+
+
+def _step_of(steps: list[tuple[float, float, int]], ts: float) -> int | None:
+    for s, e, n in steps:
+        if s <= ts < e:
+            return n
+    return None
+
+
+def extract_collectives(t: RankTrace) -> dict[str, Any]:
+    """Compact, picklable: this rank's collectives in order, with absolute start times (µs)."""
+    gpu, cpu, steps = [], [], []
+    for e in t.events:
+        if e.ph != "X":
+            continue
+        if e.cat in KERNEL_CATS and _GPU_COLL.search(e.name):
+            pg = None
+            if e.args:
+                try:
+                    pg = _args_decoder.decode(e.args).pg
+                except msgspec.DecodeError:
+                    pg = None
+            gpu.append((pg or "default", _kind(e.name), e.ts + t.offset_us, e.dur))
+        elif e.cat in OP_CATS and e.name.startswith("c10d::"):
+            cpu.append(("default", _kind(e.name), e.ts + t.offset_us, e.dur))
+        elif e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "cpu_op", "Operator", ""):
+            steps.append((e.ts + t.offset_us, e.ts + t.offset_us + e.dur, int(e.name.split("#", 1)[1])))
+    source = "gpu" if gpu else "cpu"
+    colls = sorted(gpu or cpu, key=lambda c: c[2])
+    return {"rank": t.rank, "role": t.role, "path": t.path, "source": source,
+            "collectives": [(g, k, s, d, _step_of(steps, s)) for g, k, s, d in colls]}
+
+
+def match_stragglers(per_rank: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Match collectives across ranks; per rank the wait it caused, its late arrivals and its own waiting."""
+    ranks = [r for r in per_rank if r["rank"] is not None]
+    by_rank = {(r["role"], r["rank"]): r for r in ranks}
+    stats = {key: {"rank": key[1], "role": key[0], "wait_caused_us": 0.0, "late_arrivals": 0, "waited_us": 0.0,
+                   "collectives": 0} for key in by_rank}
+    per_step: dict[Any, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "collectives": 0, "late": defaultdict(float)})
+    mismatched = []
+    matched = 0
+    worst = []
+    roles = sorted({r["role"] or "" for r in ranks})
+    for role in roles:
+        members = {k: v for k, v in by_rank.items() if (k[0] or "") == role}
+        if len(members) < 2:
+            continue
+        queues: dict[tuple[str, str], dict[Any, list]] = defaultdict(dict)
+        for key, r in members.items():
+            for c in r["collectives"]:
+                queues[(c[0], c[1])].setdefault(key, []).append(c)
+        for (pg, kind), lists in sorted(queues.items()):
+            counts = {k: len(v) for k, v in lists.items()}
+            if len(lists) < len(members) or len(set(counts.values())) > 1:
+                mismatched.append({"role": role or None, "group": pg, "kind": kind,
+                                   "counts": {str(k[1]): n for k, n in sorted(counts.items(), key=lambda kv: kv[0][1])}})
+            n = min(counts.values()) if len(lists) == len(members) else 0
+            for i in range(n):
+                arrivals = {k: lists[k][i][2] for k in lists}
+                last_key = max(arrivals, key=lambda k: (arrivals[k], k[1]))
+                last = arrivals[last_key]
+                waits = {k: last - a for k, a in arrivals.items()}
+                caused = sum(waits.values())
+                matched += 1
+                step = lists[last_key][i][4]
+                for k, w in waits.items():
+                    stats[k]["waited_us"] += w
+                    stats[k]["collectives"] += 1
+                if caused > 0:
+                    stats[last_key]["wait_caused_us"] += caused
+                    stats[last_key]["late_arrivals"] += 1
+                s = per_step[(role or None, step)]
+                s["wait_us"] += caused
+                s["collectives"] += 1
+                s["late"][last_key[1]] += caused
+                worst.append({"role": role or None, "group": pg, "kind": kind, "index": i, "step": step,
+                              "last_rank": last_key[1], "wait_caused_us": caused,
+                              "max_wait_us": max(waits.values())})
+    rank_rows = sorted(stats.values(), key=lambda r: (-r["wait_caused_us"], r["role"] or "", r["rank"]))
+    steps = []
+    for (role, step), s in sorted(per_step.items(), key=lambda kv: (kv[0][0] or "", -1 if kv[0][1] is None else kv[0][1])):
+        slowest = max(s["late"].items(), key=lambda kv: kv[1])[0] if s["late"] else None
+        steps.append({"role": role, "step": step, "collectives": s["collectives"], "wait_us": s["wait_us"],
+                      "slowest_rank": slowest})
+    worst.sort(key=lambda w: -w["wait_caused_us"])
+    return {"ranks": rank_rows, "matched": matched, "mismatched": mismatched, "steps": steps, "worst": worst[:20],
+            "sources": sorted({r["source"] for r in ranks}), "unranked": [r["path"] for r in per_rank if r["rank"] is None]}

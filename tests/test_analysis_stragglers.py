@@ -1,0 +1,69 @@
+"""distprof stragglers on the real 8-rank NCCL set and on a real gloo job with a deliberately slow rank."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+from distprof.analysis import find_traces, read_trace
+from distprof.analysis.stragglers import extract_collectives, match_stragglers
+from distprof.demo import gloo_job
+
+from conftest import SHARED
+
+DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+
+
+def _independent(folder):
+    """NCCL kernel starts per rank in order (json module), then the last arrival of each k-th collective."""
+    starts = {}
+    for name in os.listdir(folder):
+        with gzip.open(os.path.join(folder, name), "rt") as f:
+            doc = json.load(f)
+        ks = sorted(float(e["ts"]) for e in doc["traceEvents"]
+                    if e.get("ph") == "X" and e.get("cat") == "kernel" and "nccl" in e["name"].lower())
+        starts[doc["distributedInfo"]["rank"]] = ks
+    caused, late = defaultdict(float), defaultdict(int)
+    for i in range(min(len(v) for v in starts.values())):
+        arrivals = {r: v[i] for r, v in starts.items()}
+        last = max(arrivals, key=lambda r: (arrivals[r], r))
+        total = sum(arrivals[last] - a for a in arrivals.values())
+        if total > 0:
+            caused[last] += total
+            late[last] += 1
+    return caused, late
+
+
+def test_dlrm_stragglers_match_independent_computation():
+    r = match_stragglers([extract_collectives(read_trace(f)) for f, _, _ in find_traces(DLRM)])
+    caused, late = _independent(DLRM)
+    assert r["sources"] == ["gpu"] and r["matched"] == 8 and r["mismatched"] == []
+    got = {row["rank"]: (row["wait_caused_us"], row["late_arrivals"]) for row in r["ranks"]}
+    assert got == {rank: (caused.get(rank, 0.0), late.get(rank, 0)) for rank in range(8)}
+    assert [row["wait_caused_us"] for row in r["ranks"]] == sorted((v[0] for v in got.values()), reverse=True)
+    assert r["ranks"][0]["rank"] == 7 and r["steps"][0]["slowest_rank"] == 7
+
+
+def test_gloo_job_with_a_slow_rank(tmp_path):
+    out = str(tmp_path / "run")
+    gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=1, slow_s=0.05)
+    r = match_stragglers([extract_collectives(read_trace(f, manifest_rank=mr, role=role)) for f, mr, role in find_traces(out)])
+    assert r["sources"] == ["cpu"] and r["matched"] >= 8  # 4 parameter all-reduces per step, 2 steps
+    top = r["ranks"][0]
+    assert top["rank"] == 1 and top["role"] == "train"
+    # Rank 1 sleeps 50 ms before each step's first all-reduce: rank 0 waits about that long per step.
+    assert top["wait_caused_us"] > 2 * 40_000 and top["late_arrivals"] >= 2
+    assert {s["step"] for s in r["steps"]} == {2, 3} and all(s["slowest_rank"] == 1 for s in r["steps"])
+
+
+def test_cli_stragglers_json_keys():
+    out = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", DLRM, "--json"],
+                         capture_output=True, text=True, check=True)
+    doc = json.loads(out.stdout)
+    assert [set(r) >= {"rank", "wait_caused_us", "late_arrivals"} for r in doc["ranks"]] == [True] * 8
+    caused = [r["wait_caused_us"] for r in doc["ranks"]]
+    assert caused == sorted(caused, reverse=True)
+    table = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", DLRM], capture_output=True, text=True)
+    assert table.returncode == 0 and "Stragglers: 8 collectives matched" in table.stdout
