@@ -212,6 +212,46 @@ def stragglers(
     raise typer.Exit(1 if errors else 0)
 
 
+@app.command()
+def diff(
+    a: str = typer.Argument(..., help="Baseline: a trace, a folder of traces or a run directory."),
+    b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b)."),
+    rank_a: Optional[int] = typer.Option(None, "--rank-a", help="Only this rank of A."),
+    rank_b: Optional[int] = typer.Option(None, "--rank-b", help="Only this rank of B."),
+    top: int = typer.Option(20, "--top", min=1, help="Rows to show."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: rows, totals, only_in_a, only_in_b."),
+) -> None:
+    """What got slower or faster between two runs or two ranks: per kernel, op (self time) and category."""
+    import msgspec
+
+    from .analysis.diff import diff_summaries
+    from .analysis.summary import summarize_trace
+
+    sides = []
+    for path, rank in ((a, rank_a), (b, rank_b)):
+        results, errors = _read_all(path, summarize_trace, workers)
+        if rank is not None:
+            results = [r for r in results if r["rank"] == rank]
+            if not results:
+                err.print(f"[red]error:[/red] no trace of rank {rank} under {path}", soft_wrap=True)
+                raise typer.Exit(2)
+        sides.append(results)
+    d = diff_summaries(sides[0], sides[1], top=top)
+    if as_json:
+        sys.stdout.write(msgspec.json.encode(d).decode() + "\n")
+        raise typer.Exit(0)
+    t = Table(title=f"B vs A: GPU kernel time {_us(d['kernel_total_a_us'])} -> {_us(d['kernel_total_b_us'])}")
+    for col in ("kind", "name", "A", "B", "change", "ratio"):
+        t.add_column(col, justify="left" if col in ("kind", "name") else "right", overflow="ellipsis",
+                     max_width=60 if col == "name" else None)
+    for r in d["rows"]:
+        color = "red" if r["change_us"] > 0 else "green"
+        t.add_row(r["kind"], r["name"], _us(r["a_us"]), _us(r["b_us"]), f"[{color}]{r['change_us']:+,.1f} us[/{color}]",
+                  "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
+    console.print(t)
+
+
 def main() -> None:
     app(prog_name="distprof")
 

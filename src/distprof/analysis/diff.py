@@ -1,0 +1,40 @@
+"""What got slower or faster between two runs, two steps' files, or two ranks: per kernel, op and category."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+__all__ = ["diff_summaries"]
+
+
+def _totals(per_rank: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[int, float]]:
+    out: dict[tuple[str, str], list[float]] = {}
+    for s in per_rank:
+        for name, (c, tot) in s["kernels"].items():
+            e = out.setdefault(("kernel", name), [0, 0.0])
+            e[0] += c
+            e[1] += tot
+        for name, (c, _tot, self_us) in s["ops"].items():  # self time: nested ops are not counted twice
+            e = out.setdefault(("op", name), [0, 0.0])
+            e[0] += c
+            e[1] += self_us
+        for cat, tot in s["categories"].items():
+            e = out.setdefault(("category", cat), [0, 0.0])
+            e[1] += tot
+    return {k: (int(c), t) for k, (c, t) in out.items()}
+
+
+def diff_summaries(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], top: int | None = None) -> dict[str, Any]:
+    """Rows ``{"kind", "name", "a_us", "b_us", "change_us", "ratio", "a_count", "b_count"}`` by |change| descending."""
+    ta, tb = _totals(a), _totals(b)
+    rows = []
+    for key in ta.keys() | tb.keys():
+        (ca, ua), (cb, ub) = ta.get(key, (0, 0.0)), tb.get(key, (0, 0.0))
+        rows.append({"kind": key[0], "name": key[1], "a_us": ua, "b_us": ub, "change_us": ub - ua,
+                     "ratio": (ub / ua) if ua else None, "a_count": ca, "b_count": cb})
+    rows.sort(key=lambda r: (-abs(r["change_us"]), r["kind"], r["name"]))
+    total_a = sum(v[1] for k, v in ta.items() if k[0] == "kernel")
+    total_b = sum(v[1] for k, v in tb.items() if k[0] == "kernel")
+    return {"rows": rows[:top] if top else rows, "kernel_total_a_us": total_a, "kernel_total_b_us": total_b,
+            "only_in_a": sorted(k[1] for k in ta.keys() - tb.keys() if k[0] != "category"),
+            "only_in_b": sorted(k[1] for k in tb.keys() - ta.keys() if k[0] != "category")}
