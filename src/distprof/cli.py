@@ -213,6 +213,38 @@ def stragglers(
 
 
 @app.command()
+def steps(
+    path: str = typer.Argument(..., help="A trace, a folder of traces or a run directory."),
+    phases: int = typer.Option(6, "--phases", min=1, help="Phases (annotations) to show per step."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's breakdown."),
+) -> None:
+    """Per step and rank: duration, and its breakdown by phase (annotations) and category; the slowest rank."""
+    import msgspec
+
+    from .analysis.steps import combine_steps, extract_steps
+
+    results, errors = _read_all(path, extract_steps, workers)
+    d = combine_steps(results)
+    d["errors"] = errors
+    if as_json:
+        sys.stdout.write(msgspec.json.encode(d).decode() + "\n")
+        raise typer.Exit(1 if errors else 0)
+    if not d["steps"]:
+        err.print("[yellow]no ProfilerStep#N ranges in these traces[/yellow] (torch writes them when a schedule drives the profiler)")
+        raise typer.Exit(1)
+    t = Table(title="Steps")
+    for col in ("role", "step", "ranks", "slowest", "max", "min", "phases (mean over ranks)"):
+        t.add_column(col, justify="left" if col in ("role", "phases (mean over ranks)") else "right")
+    for row in d["steps"]:
+        ph = ", ".join(f"{k} {_us(v)}" for k, v in list(row["mean_phases"].items())[:phases])
+        t.add_row(row["role"] or "", str(row["step"]), str(len(row["ranks"])), str(row["slowest_rank"]),
+                  _us(row["max_us"]), _us(row["min_us"]), ph)
+    console.print(t)
+    raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
 def diff(
     a: str = typer.Argument(..., help="Baseline: a trace, a folder of traces or a run directory."),
     b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b)."),
