@@ -37,6 +37,7 @@ class Event(msgspec.Struct, gc=False):
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only when an analysis needs it
     id: int | str | None = None
     bp: str | None = None
+    s: str | None = None  # instant-event scope
 
 
 class _TraceDoc(msgspec.Struct, gc=False):
