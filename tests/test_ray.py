@@ -265,3 +265,17 @@ def test_demo_end_to_end(tmp_path):
     left = _raylets() - before
     _wait_gone([int(p) for p in left], timeout_s=60)
     assert _raylets() - before == set()
+
+
+def test_analysis_over_ray_matches_process_pool():
+    """`--ray local`: per-rank reading as Ray tasks gives the same answer as the process pool."""
+    from conftest import SHARED
+
+    dlrm = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+    outs = []
+    for extra in ([], ["--ray", "local"]):
+        proc = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", dlrm, "--json", *extra],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(json.loads(proc.stdout))
+    assert outs[0]["ranks"] == outs[1]["ranks"] and outs[1]["matched"] == 8

@@ -95,7 +95,7 @@ def check(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def _read_all(path: str, reduce, workers: Optional[int]):
+def _read_all(path: str, reduce, workers: Optional[int], ray_address: Optional[str] = None):
     """Read every trace under ``path`` with a progress bar; errors are printed, not raised."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -106,7 +106,7 @@ def _read_all(path: str, reduce, workers: Optional[int]):
                   console=err, transient=True) as bar:
         task = bar.add_task("read", total=None)
         try:
-            results, errors = map_traces(path, reduce, workers=workers,
+            results, errors = map_traces(path, reduce, workers=workers, ray_address=ray_address,
                                          progress=lambda done, total: bar.update(task, completed=done, total=total))
         except TraceError as e:
             err.print(f"[red]error:[/red] {e}", soft_wrap=True)
@@ -128,6 +128,7 @@ def summary(
     top: int = typer.Option(15, "--top", min=1, help="Rows per table."),
     rank: Optional[int] = typer.Option(None, "--rank", help="Only this rank."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel (default: CPU count)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, categories, ranks."),
 ) -> None:
     """Time by GPU kernel and by CPU op, per rank and overall; device busy time (overlap counted once) and idle share."""
@@ -135,7 +136,7 @@ def summary(
 
     from .analysis.summary import summarize_ranks, summarize_trace
 
-    results, errors = _read_all(path, summarize_trace, workers)
+    results, errors = _read_all(path, summarize_trace, workers, ray_address)
     if rank is not None:
         results = [r for r in results if r["rank"] == rank]
         if not results:
@@ -175,6 +176,7 @@ def stragglers(
     path: str = typer.Argument(..., help="Traces of several ranks: a folder, or a run directory."),
     top: int = typer.Option(10, "--top", min=1, help="Worst collectives to list."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel."),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched."),
 ) -> None:
     """Match collectives across ranks: who arrives last, how long the others wait for it."""
@@ -182,7 +184,7 @@ def stragglers(
 
     from .analysis.stragglers import extract_collectives, match_stragglers
 
-    results, errors = _read_all(path, extract_collectives, workers)
+    results, errors = _read_all(path, extract_collectives, workers, ray_address)
     r = match_stragglers(results)
     r["errors"] = errors
     r["worst"] = r["worst"][:top]
@@ -217,6 +219,7 @@ def steps(
     path: str = typer.Argument(..., help="A trace, a folder of traces or a run directory."),
     phases: int = typer.Option(6, "--phases", min=1, help="Phases (annotations) to show per step."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's breakdown."),
 ) -> None:
     """Per step and rank: duration, and its breakdown by phase (annotations) and category; the slowest rank."""
@@ -224,7 +227,7 @@ def steps(
 
     from .analysis.steps import combine_steps, extract_steps
 
-    results, errors = _read_all(path, extract_steps, workers)
+    results, errors = _read_all(path, extract_steps, workers, ray_address)
     d = combine_steps(results)
     d["errors"] = errors
     if as_json:
@@ -289,7 +292,7 @@ def diff(
 
     sides = []
     for path, rank in ((a, rank_a), (b, rank_b)):
-        results, errors = _read_all(path, summarize_trace, workers)
+        results, errors = _read_all(path, summarize_trace, workers, ray_address)
         if rank is not None:
             results = [r for r in results if r["rank"] == rank]
             if not results:
