@@ -292,7 +292,7 @@ def diff(
 
     sides = []
     for path, rank in ((a, rank_a), (b, rank_b)):
-        results, errors = _read_all(path, summarize_trace, workers, ray_address)
+        results, errors = _read_all(path, summarize_trace, workers)
         if rank is not None:
             results = [r for r in results if r["rank"] == rank]
             if not results:
