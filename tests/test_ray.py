@@ -249,6 +249,7 @@ def test_demo_end_to_end(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "distprof check passed" in proc.stdout and f"distprof check {out}" in proc.stdout
+    assert f"distprof stragglers {out}" in proc.stdout
     res = check_run(str(out))
     assert res.ok and {r["role"] for r in res.roles} == {"rollout", "ref", "actor"}
     assert sorted((i.role, i.rank) for i in res.items) == [("actor", 0), ("actor", 1), ("ref", 0), ("rollout", 0)]
@@ -265,6 +266,16 @@ def test_demo_end_to_end(tmp_path):
     left = _raylets() - before
     _wait_gone([int(p) for p in left], timeout_s=60)
     assert _raylets() - before == set()
+    # The suggested next commands work on what the demo wrote.
+    steps = subprocess.run([sys.executable, "-m", "distprof.cli", "steps", str(out), "--json", "--workers", "1"],
+                           capture_output=True, text=True, check=True)
+    rows = json.loads(steps.stdout)["steps"]
+    assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "ref", "rollout") for s in (1, 2)}
+    actor = next(r for r in rows if r["role"] == "actor")
+    assert len(actor["ranks"]) == 2 and "actor/update" in actor["mean_phases"]
+    strag = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", str(out), "--json", "--workers", "1"],
+                           capture_output=True, text=True, check=True)
+    assert json.loads(strag.stdout)["matched"] > 0  # the actor ranks' gloo all-reduces
 
 
 def test_analysis_over_ray_matches_process_pool():

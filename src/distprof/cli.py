@@ -53,6 +53,9 @@ def demo(
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
     console.print("Next:")
+    for verb in ("summary", "steps", "stragglers"):
+        console.print(f"  distprof {verb} {result.run_dir}", soft_wrap=True)
+    console.print(f"  distprof merge {result.run_dir} -o merged.json.gz", soft_wrap=True)
     console.print(f"  distprof check {result.run_dir}", soft_wrap=True)
     console.print("  open any trace in https://ui.perfetto.dev (phases: rollout/generate, ref/log_probs, "
                   "actor/update, actor/sync_weights)", soft_wrap=True)
