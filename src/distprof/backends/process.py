@@ -168,6 +168,20 @@ def finalize_outputs(out_dir: str, pid: int) -> list[str]:
     return done
 
 
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state, ppid, ...); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def parent_pid(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
 def alive(pid: int) -> bool:
     """Is process ``pid`` running (a zombie has exited and writes nothing more)?"""
     try:
@@ -176,11 +190,8 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    fields = _stat(pid)
+    return fields is None or fields[0] != "Z"
 
 
 def check_tool(backend: str, executable: str | None, python: list[str]) -> str | None:

@@ -129,15 +129,14 @@ class Actor(ProfiledWorker):
 
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (Ray's gcs, raylet, workers...), from /proc."""
+    from ..backends.process import parent_pid
+
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry))
+            ppid = parent_pid(int(entry))
+            if ppid is not None:
+                parents.setdefault(ppid, []).append(int(entry))
     out, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):

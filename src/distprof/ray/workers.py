@@ -54,13 +54,11 @@ class ProfiledWorker:
         """Where this worker runs and writes: node, pid, parent pids (a process wrapper's pid names its output)."""
         import ray
 
+        from ..backends.process import parent_pid
+
         p = self._profiler()
         ppid = os.getppid()
-        try:
-            with open(f"/proc/{ppid}/stat") as f:
-                gppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            gppid = None
+        gppid = parent_pid(ppid)
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "ppid": ppid,
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 "wrapped_by": os.environ.get("DISTPROF_WRAPPED_BY")}
