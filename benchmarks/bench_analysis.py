@@ -4,7 +4,7 @@ The trace is made by tiling a real GPU trace from shared/data in time (each copy
 previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 
 - floor: read the file and msgspec-decode it into the reader's typed events (nothing else),
-- distprof summary: `read_trace` + `summarize_trace` (kernel/op breakdown, busy time, self times),
+- distprof summary: `open_trace` + `summarize_trace` (streamed batch by batch) (kernel/op breakdown, busy time, self times),
 - HolisticTraceAnalysis 0.5.0: `TraceAnalysis(trace_dir)` + `get_gpu_kernel_breakdown()`, when an
   interpreter with it is given (`--hta-python`); it is not a dependency of distprof.
 
@@ -26,15 +26,17 @@ SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "
 
 FLOOR = """
 import sys, msgspec
-from distprof.analysis.reader import _TraceDoc
+from distprof.analysis.reader import Event
+class Doc(msgspec.Struct, gc=False):
+    traceEvents: list[Event] = []
 data = open(sys.argv[1], 'rb').read()
-doc = msgspec.json.decode(data, type=_TraceDoc)
+doc = msgspec.json.decode(data, type=Doc)
 print(len(doc.traceEvents))
 """
 OURS = """
 import sys
-from distprof.analysis import read_trace, summarize_trace, summarize_ranks
-s = summarize_ranks([summarize_trace(read_trace(sys.argv[1]))], top=10)
+from distprof.analysis import open_trace, summarize_trace, summarize_ranks
+s = summarize_ranks([summarize_trace(open_trace(sys.argv[1]))], top=10)
 print(len(s['kernels']))
 """
 HTA = """

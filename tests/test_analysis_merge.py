@@ -7,9 +7,14 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import find_traces, read_trace
-from distprof.analysis.merge import PID_STRIDE, merge_traces
+from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces, overlap_lanes
 
 from conftest import SHARED
 from helpers import run
@@ -24,7 +29,7 @@ def test_merge_dlrm_keeps_events_aligns_clocks_and_flows(tmp_path):
         doc = json.load(f)  # valid Chrome trace JSON
     ev = doc["traceEvents"]
     assert r["events"] == len(ev) and r["files"] == 8
-    inputs = [read_trace(f) for f, _, _ in find_traces(DLRM)]
+    inputs = [read_trace(f) for f, *_ in find_traces(DLRM)]
     by_file = defaultdict(list)
     for e in ev:
         by_file[e["pid"] // PID_STRIDE].append(e)
@@ -44,7 +49,8 @@ def test_merge_dlrm_keeps_events_aligns_clocks_and_flows(tmp_path):
     for e in ev:
         if e["ph"] in ("s", "f"):
             flows[e["id"]].add(e["ph"])
-            assert e["id"].split(":")[0] == str(e["pid"] // PID_STRIDE)  # ids are scoped to their rank
+            # Perfetto reads a flow id as a number (a string as hex): numeric ids, scoped to their rank.
+            assert isinstance(e["id"], int) and e["id"] // FLOW_STRIDE == e["pid"] // PID_STRIDE
     assert flows and all(v == {"s", "f"} for v in flows.values() if "s" in v)
 
 
@@ -61,3 +67,71 @@ def test_merge_run_directory_roles_cli(tmp_path):
     labels = {e["args"]["name"].split(" / ")[0].split(" (")[0] for e in doc["traceEvents"] if e["name"] == "process_name"}
     assert labels == {"actor rank 0", "actor rank 1", "rollout rank 0"}
     assert sum(1 for e in doc["traceEvents"] if e["name"] == "ProfilerStep#1") == 3
+
+
+def _partial_overlaps(events):
+    """Complete events that cross another's end on the same (pid, tid), in integer ns (as Perfetto stores them)."""
+    threads = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            s = round(float(e["ts"]) * 1000)
+            threads[(e["pid"], e["tid"])].append((s, -(s + round(float(e["dur"]) * 1000))))
+    bad = 0
+    for spans in threads.values():
+        open_ends = []
+        for s, neg_end in sorted(spans):
+            while open_ends and open_ends[-1] <= s:
+                open_ends.pop()
+            if open_ends and -neg_end > open_ends[-1]:
+                bad += 1
+            else:
+                open_ends.append(-neg_end)
+    return bad
+
+
+@pytest.mark.parametrize("name", ["simple_add.json.gz", "ns_resolution_rank-0.pt.trace.json.gz"])
+def test_overlapping_events_move_to_named_lanes_and_nothing_is_lost(tmp_path, name):
+    # Real traces whose threads have partially overlapping complete events (ns rounding, kernels),
+    # as two ranks of one job.
+    src = tmp_path / "in"
+    src.mkdir()
+    for rank in (0, 1):
+        (src / f"rank-{rank}.json.gz").write_bytes(open(os.path.join(SHARED, "data", "traces", "hta", name), "rb").read())
+    inputs = [read_trace(f) for f, *_ in find_traces(str(src))]
+    before = 0
+    for t in inputs:  # relative to the first event: epoch µs in ns exceed float64's exact integers
+        t0 = min(e.ts for e in t.events if e.ph == "X")
+        before += _partial_overlaps([{"ph": e.ph, "pid": e.pid, "tid": e.tid, "ts": e.ts - t0, "dur": e.dur} for e in t.events])
+    assert before > 0
+    out = str(tmp_path / "m.json")
+    r = merge_traces(str(src), out)
+    ev = json.load(open(out))["traceEvents"]
+    assert _partial_overlaps(ev) == 0 and r["moved_to_lanes"] == before
+    x_in = Counter(e.name for t in inputs for e in t.events if e.ph == "X")
+    assert Counter(e["name"] for e in ev if e["ph"] == "X") == x_in  # every complete event is still there
+    lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+             if e["name"] == "thread_name" and "(overlaps, lane" in e["args"]["name"]}
+    on_lanes = Counter((e["pid"], e["tid"]) for e in ev if e["ph"] == "X" and (e["pid"], e["tid"]) in lanes)
+    assert lanes and set(on_lanes) == set(lanes) and sum(on_lanes.values()) == r["moved_to_lanes"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 80)), max_size=40))
+def test_overlap_lanes_nest_and_leave_nested_threads_alone(spans):
+    ts = np.array([s for s, _ in spans], dtype="d")
+    dur = np.array([d for _, d in spans], dtype="d")
+    lanes = overlap_lanes(ts, dur)
+    events = [{"ph": "X", "pid": 0, "tid": int(lane), "ts": s, "dur": d} for (s, d), lane in zip(spans, lanes)]
+    assert _partial_overlaps(events) == 0
+    if _partial_overlaps([dict(e, tid=0) for e in events]) == 0:
+        assert not lanes.any()  # a thread that already nests keeps every event
+
+
+def test_merge_skips_an_unreadable_rank(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "rank-0.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}]}))
+    (src / "rank-1.json").write_text("not json")
+    proc = subprocess.run([sys.executable, "-m", "distprof.cli", "merge", str(src), "-o", str(tmp_path / "m.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and "rank-1.json" in proc.stderr
+    assert [e["name"] for e in json.load(open(tmp_path / "m.json"))["traceEvents"] if e["ph"] == "X"] == ["a"]

@@ -37,7 +37,7 @@ def _independent(folder):
 
 
 def test_dlrm_stragglers_match_independent_computation():
-    r = match_stragglers([extract_collectives(read_trace(f)) for f, _, _ in find_traces(DLRM)])
+    r = match_stragglers([extract_collectives(read_trace(f)) for f, *_ in find_traces(DLRM)])
     caused, late = _independent(DLRM)
     assert r["sources"] == ["gpu"] and r["matched"] == 8 and r["mismatched"] == []
     got = {row["rank"]: (row["wait_caused_us"], row["late_arrivals"]) for row in r["ranks"]}
@@ -49,7 +49,7 @@ def test_dlrm_stragglers_match_independent_computation():
 def test_gloo_job_with_a_slow_rank(tmp_path):
     out = str(tmp_path / "run")
     gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=1, slow_s=0.3)
-    r = match_stragglers([extract_collectives(read_trace(f, manifest_rank=mr, role=role)) for f, mr, role in find_traces(out)])
+    r = match_stragglers([extract_collectives(read_trace(f, manifest_rank=mr, role=role)) for f, mr, role, _ in find_traces(out)])
     assert r["sources"] == ["cpu"] and r["matched"] >= 8  # 4 parameter all-reduces per step, 2 steps
     top = r["ranks"][0]
     assert top["rank"] == 1 and top["role"] == "train"
@@ -69,3 +69,42 @@ def test_cli_stragglers_json_keys():
     assert caused == sorted(caused, reverse=True)
     table = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", DLRM], capture_output=True, text=True)
     assert table.returncode == 0 and "Stragglers: 8 collectives matched" in table.stdout
+
+
+def test_kernel_metadata_names_group_and_collective():
+    """nccl_data.json.gz records ``Process Group Name`` and ``Collective name`` on each NCCL kernel."""
+    path = os.path.join(SHARED, "data", "traces", "hta", "nccl_data.json.gz")
+    with gzip.open(path, "rt") as f:
+        doc = json.load(f)
+    expected = defaultdict(int)
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and "nccl" in e["name"].lower():
+            expected[(e["args"]["Process Group Name"], e["args"]["Collective name"])] += 1
+    got = defaultdict(int)
+    for g, k, *_ in extract_collectives(read_trace(path))["collectives"]:
+        got[(g, k)] += 1
+    assert dict(got) == dict(expected) and set(expected) == {("0", "allreduce"), ("0", "broadcast")}
+
+
+def _rank_trace(tmp_path, rank, starts):
+    """A GPU trace whose NCCL kernels carry no group; the launching record_param_comms op names it."""
+    events = []
+    for i, (group, ts) in enumerate(starts):
+        events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": ts - 5, "dur": 3,
+                       "args": {"External id": 100 + i, "Process Group Name": group, "Collective name": "all_reduce"}})
+        events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+                       "ts": ts, "dur": 10, "args": {"External id": 100 + i}})
+    p = tmp_path / f"rank-{rank}.json"
+    p.write_text(json.dumps({"distributedInfo": {"rank": rank}, "traceEvents": events}))
+    return str(p)
+
+
+def test_groups_from_the_launching_op_are_matched_separately(tmp_path):
+    # Rank 1 is late in group "tp" only; group "dp" collectives interleave differently on the two ranks,
+    # which would pair the wrong collectives if groups were not told apart.
+    a = _rank_trace(tmp_path, 0, [("tp", 100), ("dp", 200), ("tp", 300)])
+    b = _rank_trace(tmp_path, 1, [("dp", 150), ("tp", 160), ("tp", 360)])
+    r = match_stragglers([extract_collectives(read_trace(p)) for p in (a, b)])
+    assert r["matched"] == 3 and r["mismatched"] == []
+    by = {(w["group"], w["index"]): (w["last_rank"], w["wait_caused_us"]) for w in r["worst"]}
+    assert by == {("tp", 0): (1, 60.0), ("tp", 1): (1, 60.0), ("dp", 0): (0, 50.0)}

@@ -50,10 +50,10 @@ def _independent(path):
 def test_dlrm_8_ranks_match_independent_computation():
     files = find_traces(DLRM)
     assert len(files) == 8
-    per_rank = [summarize_trace(read_trace(f)) for f, _, _ in files]
+    per_rank = [summarize_trace(read_trace(f)) for f, *_ in files]
     assert sorted(s["rank"] for s in per_rank) == list(range(8))
     all_kernels = defaultdict(lambda: [0, 0.0])
-    for (f, _, _), s in zip(files, per_rank):
+    for (f, *_), s in zip(files, per_rank):
         kernels, busy, rank = _independent(f)
         assert s["rank"] == rank and s["rank_source"] == "distributedInfo"
         assert {n: (c, pytest.approx(t)) for n, (c, t) in kernels.items()} == s["kernels"]
@@ -109,7 +109,7 @@ def test_run_directory_ranks_from_manifest(tmp_path):
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[1], torch={"activities": ["cpu"]})
     for rank in (0, 1):
         run(Profiler(cfg, role="actor", rank=rank, world_size=2), 3)
-    per_rank = [summarize_trace(read_trace(f, manifest_rank=r, role=role)) for f, r, role in find_traces(str(tmp_path / "r"))]
+    per_rank = [summarize_trace(read_trace(f, manifest_rank=r, role=role)) for f, r, role, _ in find_traces(str(tmp_path / "r"))]
     assert sorted((s["role"], s["rank"]) for s in per_rank) == [("actor", 0), ("actor", 1)]
     assert all(s["ops"] and not s["kernels"] and s["idle_share"] is None for s in per_rank)
 

@@ -237,14 +237,16 @@ def steps(
         sys.stdout.write(msgspec.json.encode(d).decode() + "\n")
         raise typer.Exit(1 if errors else 0)
     if not d["steps"]:
-        err.print("[yellow]no ProfilerStep#N ranges in these traces[/yellow] (torch writes them when a schedule drives the profiler)")
+        err.print("[yellow]no steps in these traces[/yellow]: no ProfilerStep#N ranges (torch writes them when "
+                  "profiler.step() is called) and no distprof manifest window for these files")
         raise typer.Exit(1)
     t = Table(title="Steps")
     for col in ("role", "step", "ranks", "slowest", "max", "min", "phases (mean over ranks)"):
         t.add_column(col, justify="left" if col in ("role", "phases (mean over ranks)") else "right")
     for row in d["steps"]:
         ph = ", ".join(f"{k} {_us(v)}" for k, v in list(row["mean_phases"].items())[:phases])
-        t.add_row(row["role"] or "", str(row["step"]), str(len(row["ranks"])), str(row["slowest_rank"]),
+        label = f"{row['window'][0]}-{row['window'][1]} (window)" if row.get("window") else str(row["step"])
+        t.add_row(row["role"] or "", label, str(len(row["ranks"])), str(row["slowest_rank"]),
                   _us(row["max_us"]), _us(row["min_us"]), ph)
     console.print(t)
     raise typer.Exit(1 if errors else 0)
@@ -272,9 +274,15 @@ def merge(
             raise typer.Exit(2)
     if as_json:
         sys.stdout.write(msgspec.json.encode(r).decode() + "\n")
-        return
+        raise typer.Exit(1 if r["errors"] else 0)
+    for e in r["errors"]:
+        err.print(f"[yellow]skipped:[/yellow] {e}", soft_wrap=True)
     console.print(f"merged {r['files']} traces, {r['events']:,} events -> {r['out']} (open in https://ui.perfetto.dev)",
                   soft_wrap=True)
+    if r["moved_to_lanes"]:
+        console.print(f"{r['moved_to_lanes']:,} events overlapped others on their thread (Perfetto would hide them): "
+                      "shown on '(overlaps, lane K)' threads", soft_wrap=True)
+    raise typer.Exit(1 if r["errors"] else 0)
 
 
 @app.command()

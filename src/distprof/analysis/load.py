@@ -7,7 +7,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
-from .reader import TraceError, find_traces, read_trace
+from .reader import TraceError, TraceFile, find_traces, open_trace
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +48,15 @@ def _map_ray(jobs: list, address: str, progress: Callable[[int, int], None] | No
             ray.shutdown()
 
 
-def _one(args: tuple[str, int | None, str | None, Callable[[Any], Any]]) -> Any:
-    path, manifest_rank, role, reduce = args
-    return reduce(read_trace(path, manifest_rank=manifest_rank, role=role))
+def _one(args: tuple[TraceFile, Callable[[Any], Any]]) -> Any:
+    f, reduce = args
+    return reduce(open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window))
 
 
 def map_traces(path: str, reduce: Callable[[Any], Any], workers: int | None = None,
                progress: Callable[[int, int], None] | None = None, ray_address: str | None = None
                ) -> tuple[list[Any], list[str]]:
-    """Apply ``reduce`` (a module-level function of a RankTrace) to every trace under ``path``.
+    """Apply ``reduce`` (a module-level function of a TraceStream) to every trace under ``path``.
 
     Returns (results, errors). Files are read in a process pool (``workers``, default: CPU count,
     1 = in this process), or as Ray tasks with ``ray_address`` ("local" starts a loopback cluster);
@@ -68,7 +68,7 @@ def map_traces(path: str, reduce: Callable[[Any], Any], workers: int | None = No
         raise TraceError(f"{path}: no trace files (*.json, *.json.gz) found")
     workers = workers or min(len(files), os.cpu_count() or 1)
     results, errors = [], []
-    jobs = [(f, r, role, reduce) for f, r, role in files]
+    jobs = [(f, reduce) for f in files]
     if ray_address:
         return _map_ray(jobs, ray_address, progress)
     if workers <= 1 or len(files) == 1:

@@ -1,30 +1,62 @@
 """One Perfetto / chrome://tracing trace from many ranks and roles, written as it is read.
 
 Each input file becomes its own process track(s), named ``{role} rank {R}``; timestamps are moved
-onto one clock (absolute time, relative to the earliest file's start); flow ids are made unique per
-file so arrows never join events of different ranks. Only one input is in memory at a time.
+onto one clock (absolute time, relative to the earliest file's start); flow ids are renumbered per
+file so arrows never join events of different ranks. Inputs are streamed twice (once for clocks,
+names and overlaps, once to write) and only one batch of events is in memory at a time.
+
+What Perfetto's JSON importer needs, and real Kineto traces do not always give it:
+
+- Flow ids must be numbers (a string id is parsed as hex, and ``"3:17"`` is dropped as invalid), so
+  ids are renumbered into ``file_index * FLOW_STRIDE + id``.
+- Complete (``X``) events on one thread must nest. Kineto traces have partial overlaps (ns rounding,
+  overlapping kernels), which Perfetto drops or hides; those events are moved to extra *lane*
+  threads of the same process (named ``... (overlaps, lane K)``) so every event is shown.
 """
 
 from __future__ import annotations
 
 import gzip
 import logging
+from array import array
+from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import msgspec
+import numpy as np
 
-from .reader import Event, find_traces, read_trace
+from .reader import Event, TraceError, TraceFile, find_traces, open_trace
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["merge_traces"]
+__all__ = ["merge_traces", "PID_STRIDE", "FLOW_STRIDE"]
 
 _enc = msgspec.json.Encoder()
+_TIMED = ("X", "i", "I", "s", "f", "t", "B", "E", "b", "e", "n", "C")
+_FLOW = ("s", "t", "f")
 PID_STRIDE = 1000  # output pid = file index * PID_STRIDE + the file's own pid index
+FLOW_STRIDE = 10**10  # output flow id = file index * FLOW_STRIDE + id (stays below 2**53 for JS viewers)
 
 
 class _MetaArgs(msgspec.Struct):
     name: str | None = None
+
+
+@dataclass
+class _Scan:
+    """What pass 1 learns about one file."""
+    file: TraceFile
+    role: str | None
+    rank: int | None
+    offset_us: float
+    first: float  # the file's earliest timestamp, in its own time base
+    first_us: float  # the same, absolute
+    named: set = field(default_factory=set)  # pids that have a process_name
+    thread_names: dict = field(default_factory=dict)  # (pid, tid) -> name
+    lanes: dict = field(default_factory=dict)  # event index -> lane (> 0) for X events moved off their thread
+    flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
+    max_tid: int = 0
 
 
 def _label(role: str | None, rank: int | None, path: str) -> str:
@@ -32,74 +64,212 @@ def _label(role: str | None, rank: int | None, path: str) -> str:
     return f"{role} {who}" if role else who
 
 
+def overlap_lanes(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Lane of each complete event of one thread so that events on one lane nest (0 = stays put).
+
+    ``ts`` must be small (relative to the file's first event: epoch µs times 1000 exceed float64's
+    exact integers). Times are compared in integer ns, as Perfetto stores them, and the merged file's
+    timestamps are written as exactly those ns plus a whole-ns shift, so the nesting seen here is the
+    nesting a viewer sees. Events are taken by start (the
+    longer first on ties); each goes to the first lane where it fits inside the innermost open event
+    or where nothing is open.
+    """
+    start = np.round(ts * 1000.0).astype(np.int64)
+    end = start + np.round(dur * 1000.0).astype(np.int64)
+    order = np.lexsort((start - end, start))
+    lane_of = np.zeros(len(ts), dtype=np.int64)
+    stacks: list[list[int]] = []  # per lane: ends of the open events, innermost last
+    s_list, e_list = start.tolist(), end.tolist()
+    for k in order.tolist():
+        s, e = s_list[k], e_list[k]
+        for lane, stack in enumerate(stacks):
+            while stack and stack[-1] <= s:
+                stack.pop()
+            if not stack or e <= stack[-1]:
+                stack.append(e)
+                break
+        else:
+            lane = len(stacks)
+            stacks.append([e])
+        lane_of[k] = lane
+    return lane_of
+
+
+def _scan(f: TraceFile) -> _Scan:
+    t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window)
+    first = None
+    named: set = set()
+    thread_names: dict = {}
+    cols: dict[tuple[Any, Any], tuple[array, array, array]] = {}
+    max_tid = 0
+    index = 0
+    for batch in t.batches():
+        for e in batch:
+            if isinstance(e.tid, int) and e.tid > max_tid:
+                max_tid = e.tid
+            if e.ph == "X":
+                c = cols.get((e.pid, e.tid))
+                if c is None:
+                    c = cols[(e.pid, e.tid)] = (array("d"), array("d"), array("q"))
+                c[0].append(e.ts)
+                c[1].append(e.dur)
+                c[2].append(index)
+            if e.ph in _TIMED and (first is None or e.ts < first):
+                first = e.ts
+            elif e.ph == "M" and e.name == "process_name":
+                named.add(e.pid)
+            elif e.ph == "M" and e.name == "thread_name":
+                thread_names[(e.pid, e.tid)] = _meta_name(e)
+            index += 1
+    first = first or 0.0
+    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid)
+    for (pid, tid), (ts, dur, idx) in cols.items():
+        lanes = overlap_lanes(np.frombuffer(ts, dtype="d") - first, np.frombuffer(dur, dtype="d"))
+        for k in np.nonzero(lanes)[0].tolist():
+            scan.lanes[idx[k]] = int(lanes[k])
+            scan.flow_lanes[(pid, tid, ts[k])] = int(lanes[k])
+    if scan.lanes:
+        logger.info("%s: %d complete events overlap others on their thread; moved to lane threads",
+                    f.path, len(scan.lanes))
+    return scan
+
+
+def _meta_name(e: Event) -> str | None:
+    try:
+        return msgspec.json.decode(e.args, type=_MetaArgs).name if e.args else None
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class _FileWriter:
+    """Encodes one file's events for the merged output."""
+
+    def __init__(self, scan: _Scan, file_index: int, base_us: float):
+        self.scan = scan
+        self.i = file_index
+        # Output ts = whole ns since the clock base: (ts - first) rounded to ns, plus this file's start in
+        # whole ns. Rounding each event relative to `first` keeps nesting exactly as overlap_lanes saw it.
+        self.first = scan.first
+        self.start_ns = round((scan.first_us - base_us) * 1000.0)
+        self.label = _label(scan.role, scan.rank, scan.file.path)
+        self.pids: dict[Any, int] = {}
+        self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
+        self.flow_ids: dict[Any, int] = {}
+
+    def pid(self, orig: Any) -> int:
+        pid = self.pids.get(orig)
+        if pid is None:
+            pid = self.pids[orig] = self.i * PID_STRIDE + len(self.pids)
+        return pid
+
+    def lane_tid(self, pid: Any, tid: Any, lane: int) -> Any:
+        key = (pid, tid, lane)
+        new = self.lane_tids.get(key)
+        if new is None:
+            new = self.lane_tids[key] = (self.scan.max_tid + 1 + len(self.lane_tids)) if isinstance(tid, int) \
+                else f"{tid} lane {lane}"
+        return new
+
+    def flow_id(self, orig: Any) -> int:
+        if isinstance(orig, int) and 0 <= orig < FLOW_STRIDE // 2:
+            return self.i * FLOW_STRIDE + orig
+        # Other ids (strings, huge or negative numbers) get numbers of their own in the upper half.
+        k = self.flow_ids.setdefault(orig, len(self.flow_ids))
+        return self.i * FLOW_STRIDE + FLOW_STRIDE // 2 + k
+
+    def encode(self, e: Event, index: int) -> bytes:
+        tid = e.tid
+        if e.ph == "X":
+            lane = self.scan.lanes.get(index)
+            if lane:
+                tid = self.lane_tid(e.pid, e.tid, lane)
+        elif e.ph in _FLOW and self.scan.flow_lanes:
+            lane = self.scan.flow_lanes.get((e.pid, e.tid, e.ts))
+            if lane:  # the flow binds to the slice that moved
+                tid = self.lane_tid(e.pid, e.tid, lane)
+        d: dict[str, Any] = {"ph": e.ph, "name": e.name, "pid": self.pid(e.pid), "tid": tid}
+        if e.cat:
+            d["cat"] = e.cat
+        if e.ph != "M":
+            d["ts"] = (self.start_ns + round((e.ts - self.first) * 1000.0)) / 1000.0
+        if e.ph == "X" or e.dur:
+            d["dur"] = round(e.dur * 1000.0) / 1000.0
+        if e.id is not None:
+            d["id"] = self.flow_id(e.id) if e.ph in _FLOW else e.id
+        if e.bp is not None:
+            d["bp"] = e.bp
+        if e.s is not None:
+            d["s"] = e.s
+        if e.ph == "M" and e.name == "process_name":
+            orig = _meta_name(e)
+            d["args"] = {"name": f"{self.label} / {orig}" if orig else self.label}
+        elif e.args:
+            d["args"] = e.args
+        return _enc.encode(d)
+
+    def trailer(self) -> list[bytes]:
+        """Names and order for every track of this file, and names for its lane threads."""
+        out = []
+        for orig, pid in self.pids.items():
+            out.append(_enc.encode({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                                    "args": {"sort_index": pid}}))
+            if orig not in self.scan.named:
+                out.append(_enc.encode({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                                        "args": {"name": f"{self.label} ({orig})"}}))
+        for (pid, tid, lane), new in self.lane_tids.items():
+            base = self.scan.thread_names.get((pid, tid)) or f"thread {tid}"
+            out.append(_enc.encode({"ph": "M", "name": "thread_name", "pid": self.pid(pid), "tid": new,
+                                    "args": {"name": f"{base} (overlaps, lane {lane})"}}))
+        return out
+
+
 def merge_traces(path: str, out: str, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Merge every trace under ``path`` into ``out`` (``.json`` or ``.json.gz``).
+
+    Returns ``{"out", "files", "events", "base_time_us", "moved_to_lanes", "errors"}``; raises
+    TraceError when no file could be read.
+    """
     files = find_traces(path)
-    # Order tracks by role then rank; the clock base is the earliest first event over all files, found
-    # from each file's first timestamps without keeping the files.
-    metas = []
-    for f, mr, role in files:
-        t = read_trace(f, manifest_rank=mr, role=role)
-        first = min((e.ts for e in t.events if e.ph in ("X", "i", "s", "f", "B")), default=0.0)
-        metas.append((role or t.role or "", -1 if t.rank is None else t.rank, f, mr, role, first + t.offset_us))
-        del t
-    metas.sort(key=lambda m: (m[0], m[1], m[2]))
-    base = min((m[5] for m in metas), default=0.0)
+    # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
+    # names and overlapping events. It orders the tracks by role then rank and fixes the clock base.
+    scans, errors = [], []
+    for k, f in enumerate(files, 1):
+        try:
+            scans.append(_scan(f))
+        except TraceError as e:  # one unreadable rank is reported, the others are still merged
+            errors.append(str(e))
+        if progress:
+            progress(k, 2 * len(files))
+    scans.sort(key=lambda s: (s.role or "", -1 if s.rank is None else s.rank, s.file.path))
+    if not scans:
+        raise TraceError(f"{path}: no readable trace ({'; '.join(errors) or 'no trace files found'})")
+    base = min(s.first_us for s in scans)
+    # Pass 2: stream every file into the output, one batch at a time.
     opener = gzip.open if out.endswith(".gz") else open
-    events_out = 0
+    events_out = moved = 0
     with opener(out, "wb") as w:
         w.write(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
-            {"base_time_us": base, "files": [m[2] for m in metas]}) + b',"traceEvents":[')
+            {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
         sep = b""
-        for i, (_, _, f, mr, role, _) in enumerate(metas):
-            t = read_trace(f, manifest_rank=mr, role=role)
-            label = _label(role or t.role, t.rank, f)
-            shift = t.offset_us - base
-            pids: dict[Any, int] = {}
-            chunk = []
-            for e in t.events:
-                pid = pids.get(e.pid)
-                if pid is None:
-                    pid = pids[e.pid] = i * PID_STRIDE + len(pids)
-                chunk.append(_encode(e, pid, shift, i, label))
-                if len(chunk) >= 20000:
+        for i, scan in enumerate(scans):
+            writer = _FileWriter(scan, i, base)
+            f = scan.file
+            index = 0
+            for batch in open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window).batches():
+                chunk = []
+                for e in batch:
+                    chunk.append(writer.encode(e, index))
+                    index += 1
+                if chunk:
                     w.write(sep + b",".join(chunk))
-                    sep, events_out, chunk = b",", events_out + len(chunk), []
-            for orig, pid in pids.items():  # name and order every track of this file
-                chunk.append(_enc.encode({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                                          "args": {"sort_index": pid}}))
-                if not any(e.ph == "M" and e.name == "process_name" and e.pid == orig for e in t.events):
-                    chunk.append(_enc.encode({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                                              "args": {"name": f"{label} ({orig})"}}))
+                    sep, events_out = b",", events_out + len(chunk)
+            chunk = writer.trailer()
             if chunk:
                 w.write(sep + b",".join(chunk))
                 sep, events_out = b",", events_out + len(chunk)
+            moved += len(scan.lanes)
             if progress:
-                progress(i + 1, len(metas))
-            del t
+                progress(len(scans) + i + 1, 2 * len(scans))
         w.write(b"]}")
-    return {"out": out, "files": len(metas), "events": events_out, "base_time_us": base}
-
-
-def _encode(e: Event, pid: int, shift: float, file_index: int, label: str) -> bytes:
-    d: dict[str, Any] = {"ph": e.ph, "name": e.name, "pid": pid, "tid": e.tid}
-    if e.cat:
-        d["cat"] = e.cat
-    if e.ph != "M":
-        d["ts"] = e.ts + shift
-    if e.ph == "X" or e.dur:
-        d["dur"] = e.dur
-    if e.id is not None:
-        d["id"] = f"{file_index}:{e.id}"  # flows stay within their own rank
-    if e.bp is not None:
-        d["bp"] = e.bp
-    if e.s is not None:
-        d["s"] = e.s
-    if e.ph == "M" and e.name == "process_name":
-        try:
-            orig = msgspec.json.decode(e.args, type=_MetaArgs).name if e.args else None
-        except msgspec.DecodeError:
-            orig = None
-        d["args"] = {"name": f"{label} / {orig}" if orig else label}
-    elif e.args:
-        d["args"] = e.args
-    return _enc.encode(d)
+    return {"out": out, "files": len(scans), "events": events_out, "base_time_us": base, "moved_to_lanes": moved,
+            "errors": errors}

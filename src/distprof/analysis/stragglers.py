@@ -2,8 +2,11 @@
 
 Each rank's collectives are taken in time order: NCCL/RCCL kernels on the GPU when the trace has
 them, else gloo's ``c10d::*`` ops on the CPU. They are grouped by process group (the kernel's
-``Process Group Name`` when the trace records it, else the default group) and by kind, and the
-k-th collective of a group on one rank is matched with the k-th on every other rank. A rank
+``Process Group Name`` when the trace records it, else the default group) and by kind (the
+``Collective name`` when recorded, else from the kernel or op name), and the k-th collective of a
+group on one rank is matched with the k-th on every other rank of the same role: each role of a
+run (actor, rollout, ...) is its own torch.distributed world, whose group names can repeat in
+another role, so collectives are never matched across roles. A rank
 *arrives* when its collective starts (its kernel is launched onto the stream, or its c10d op is
 called); the collective cannot finish before the last rank arrives, so every other rank waits
 ``last_arrival - its_arrival``: that time is the wait the last rank *caused*.
@@ -11,13 +14,14 @@ called); the collective cannot finish before the last rank arrives, so every oth
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 from typing import Any, Iterable
 
 import msgspec
 
-from .reader import RankTrace
+from .reader import RankTrace, TraceStream
 from .summary import KERNEL_CATS, OP_CATS
 
 __all__ = ["extract_collectives", "match_stragglers"]
@@ -28,12 +32,25 @@ _KIND = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)|c10d::([a-z_]+?)_*$
 
 class _CollArgs(msgspec.Struct):
     pg: str | None = msgspec.field(default=None, name="Process Group Name")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    external_id: int | None = msgspec.field(default=None, name="External id")
 
 
 _args_decoder = msgspec.json.Decoder(_CollArgs)
 
 
-def _kind(name: str) -> str:
+def _args(e) -> _CollArgs:
+    if not e.args:
+        return _CollArgs()
+    try:
+        return _args_decoder.decode(e.args)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return _CollArgs()
+
+
+def _kind(name: str, collective: str | None = None) -> str:
+    if collective:
+        return collective.lower().replace("_", "")
     m = _KIND.search(name)
     if not m:
         return name.split("(")[0]
@@ -47,28 +64,52 @@ def _step_of(steps: list[tuple[float, float, int]], ts: float) -> int | None:
     return None
 
 
-def extract_collectives(t: RankTrace) -> dict[str, Any]:
-    """Compact, picklable: this rank's collectives in order, with absolute start times (µs)."""
+def extract_collectives(t: RankTrace | TraceStream) -> dict[str, Any]:
+    """Compact, picklable: this rank's collectives in order, with absolute start times (µs).
+
+    The process group and collective come from the kernel's own args when the trace records them
+    there, else from the ``record_param_comms`` op that launched it (same ``External id``) or, for
+    gloo's ``c10d::*`` ops on the CPU, the one nested inside the op on the same thread.
+    """
     gpu, cpu, steps = [], [], []
-    for e in t.events:
-        if e.ph != "X":
-            continue
-        if e.cat in KERNEL_CATS and _GPU_COLL.search(e.name):
-            pg = None
-            if e.args:
-                try:
-                    pg = _args_decoder.decode(e.args).pg
-                except msgspec.DecodeError:
-                    pg = None
-            gpu.append((pg or "default", _kind(e.name), e.ts + t.offset_us, e.dur))
-        elif e.cat in OP_CATS and e.name.startswith("c10d::"):
-            cpu.append(("default", _kind(e.name), e.ts + t.offset_us, e.dur))
-        elif e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "cpu_op", "Operator", ""):
-            steps.append((e.ts + t.offset_us, e.ts + t.offset_us + e.dur, int(e.name.split("#", 1)[1])))
-    source = "gpu" if gpu else "cpu"
-    colls = sorted(gpu or cpu, key=lambda c: c[2])
+    comms_by_ext: dict[int, _CollArgs] = {}
+    comms_by_thread: dict[tuple[Any, Any], list[tuple[float, _CollArgs]]] = defaultdict(list)
+    for batch in t.batches():
+        for e in batch:
+            if e.ph != "X":
+                continue
+            if e.cat in KERNEL_CATS and _GPU_COLL.search(e.name):
+                gpu.append((_args(e), e.name, e.ts, e.dur))
+            elif e.cat in OP_CATS and e.name.startswith("c10d::"):
+                cpu.append((e.pid, e.tid, e.name, e.ts, e.dur))
+            elif e.name == "record_param_comms":
+                a = _args(e)
+                if a.pg is not None or a.collective is not None:
+                    if a.external_id is not None:
+                        comms_by_ext[a.external_id] = a
+                    comms_by_thread[(e.pid, e.tid)].append((e.ts, a))
+            elif e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "cpu_op", "Operator", ""):
+                steps.append((e.ts, e.ts + e.dur, int(e.name.split("#", 1)[1])))
+    off = t.offset_us  # known once the stream is read (Kineto writes it after the events)
+    colls = []
+    if gpu:
+        source = "gpu"
+        for a, name, ts, dur in gpu:
+            meta = a if a.pg is not None else comms_by_ext.get(a.external_id, a)
+            colls.append((meta.pg or "default", _kind(name, meta.collective or a.collective), ts, dur))
+    else:
+        source = "cpu"
+        for th in comms_by_thread.values():
+            th.sort(key=lambda x: x[0])
+        for pid, tid, name, ts, dur in cpu:
+            inner = comms_by_thread.get((pid, tid), [])
+            i = bisect.bisect_left(inner, ts, key=lambda x: x[0])
+            meta = inner[i][1] if i < len(inner) and inner[i][0] < ts + dur else _CollArgs()
+            colls.append((meta.pg or "default", _kind(name), ts, dur))
+    colls.sort(key=lambda c: c[2])
+    steps = [(s + off, e + off, n) for s, e, n in steps]
     return {"rank": t.rank, "role": t.role, "path": t.path, "source": source,
-            "collectives": [(g, k, s, d, _step_of(steps, s)) for g, k, s, d in colls]}
+            "collectives": [(g, k, ts + off, d, _step_of(steps, ts + off)) for g, k, ts, d in colls]}
 
 
 def match_stragglers(per_rank: Iterable[dict[str, Any]]) -> dict[str, Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
 from typing import Any, Iterable
 
-from ..intervals import union_length
-from .reader import Event, RankTrace
+import numpy as np
+
+from ..intervals import covered_length
+from .reader import Event, RankTrace, TraceStream
 
 __all__ = ["summarize_trace", "summarize_ranks", "category", "is_communication"]
 
@@ -35,69 +38,102 @@ def category(e: Event) -> str:
     return "other"
 
 
-def _self_times(ops: list[Event]) -> dict[int, float]:
-    """Self time of each op (by index): its duration minus that of the ops nested directly inside it."""
-    self_t: dict[int, float] = {}
-    by_thread: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for i, e in enumerate(ops):
-        by_thread[(e.pid, e.tid)].append(i)
-    for idx in by_thread.values():
-        idx.sort(key=lambda i: (ops[i].ts, -ops[i].dur))
-        stack: list[int] = []
-        for i in idx:
-            e = ops[i]
-            while stack and ops[stack[-1]].ts + ops[stack[-1]].dur <= e.ts:
-                stack.pop()
-            self_t[i] = e.dur
-            if stack:
-                self_t[stack[-1]] -= e.dur
-            stack.append(i)
+def _self_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Self time of each op of one thread: its duration minus that of the ops nested directly inside it."""
+    order = np.lexsort((-dur, ts))  # by start, the enclosing (longer) op first
+    self_t = dur.copy()
+    starts, durs = ts[order].tolist(), dur[order].tolist()
+    stack: list[int] = []  # positions in sorted order whose op is still open
+    ends: list[float] = []
+    parent = np.full(len(order), -1, dtype=np.int64)
+    for k, (s, d) in enumerate(zip(starts, durs)):
+        while ends and ends[-1] <= s:
+            stack.pop()
+            ends.pop()
+        if stack:
+            parent[k] = stack[-1]
+        stack.append(k)
+        ends.append(s + d)
+    has = parent >= 0
+    # subtract each child's duration from its parent (bincount sums children of the same parent)
+    children = np.bincount(parent[has], weights=dur[order][has], minlength=len(order))
+    self_t[order] -= children
     return self_t
 
 
-def summarize_trace(t: RankTrace) -> dict[str, Any]:
-    """A compact, picklable summary of one rank (what a worker process sends back)."""
-    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+class _Ops:
+    """CPU ops kept as compact columns per thread until self times can be computed."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.threads: dict[tuple[Any, Any], tuple[array, array, array]] = {}
+
+    def add(self, e: Event) -> None:
+        cols = self.threads.get((e.pid, e.tid))
+        if cols is None:
+            cols = self.threads[(e.pid, e.tid)] = (array("d"), array("d"), array("q"))
+        cols[0].append(e.ts)
+        cols[1].append(e.dur)
+        cols[2].append(self.names.setdefault(e.name, len(self.names)))
+
+    def rows(self) -> dict[str, tuple[int, float, float]]:
+        n = len(self.names)
+        count, total, self_total = np.zeros(n), np.zeros(n), np.zeros(n)
+        for ts, dur, ids in self.threads.values():
+            t, d, i = (np.frombuffer(c, dtype=c.typecode) for c in (ts, dur, ids))
+            count += np.bincount(i, minlength=n)
+            total += np.bincount(i, weights=d, minlength=n)
+            self_total += np.bincount(i, weights=_self_times(t, d), minlength=n)
+        return {name: (int(count[k]), float(total[k]), float(self_total[k])) for name, k in self.names.items()}
+
+
+def summarize_trace(t: RankTrace | TraceStream) -> dict[str, Any]:
+    """A compact, picklable summary of one rank (what a worker process sends back).
+
+    The trace is reduced batch by batch: kernels and categories are summed as they pass, device
+    spans and CPU ops are kept as numeric columns (a few bytes per event, not the events).
+    """
+    kernels: dict[str, list[float]] = {}
     categories: dict[str, float] = defaultdict(float)
-    device_spans: list[tuple[float, float]] = []
-    ops: list[Event] = []
+    dev_start, dev_end = array("d"), array("d")
+    ops = _Ops()
     first = last = None
-    for e in t.events:
-        if e.ph != "X":
-            continue
-        end = e.ts + e.dur
-        first = e.ts if first is None or e.ts < first else first
-        last = end if last is None or end > last else last
-        if e.cat in DEVICE_CATS:
-            k = kernels[e.name]
-            k[0] += 1
-            k[1] += e.dur
-            categories[category(e)] += e.dur
-            device_spans.append((e.ts, end))
-        elif e.cat in OP_CATS:
-            ops.append(e)
-    self_t = _self_times(ops)
-    op_rows: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    for i, e in enumerate(ops):
-        r = op_rows[e.name]
-        r[0] += 1
-        r[1] += e.dur
-        r[2] += self_t[i]
-    busy = union_length(device_spans)
-    dev_first = min((s for s, _ in device_spans), default=None)
-    dev_last = max((e for _, e in device_spans), default=None)
-    dev_span = (dev_last - dev_first) if device_spans else 0.0
+    n_events = 0
+    for batch in t.batches():
+        n_events += len(batch)
+        for e in batch:
+            if e.ph != "X":
+                continue
+            ts, end = e.ts, e.ts + e.dur
+            if first is None or ts < first:
+                first = ts
+            if last is None or end > last:
+                last = end
+            cat = e.cat
+            if cat in DEVICE_CATS:
+                k = kernels.get(e.name)
+                if k is None:
+                    k = kernels[e.name] = [0, 0.0]
+                k[0] += 1
+                k[1] += e.dur
+                categories[category(e)] += e.dur
+                dev_start.append(ts)
+                dev_end.append(end)
+            elif cat in OP_CATS:
+                ops.add(e)
+    busy = covered_length(dev_start, dev_end)
+    dev_span = (max(dev_end) - min(dev_start)) if dev_start else 0.0
     return {
         "path": t.path, "rank": t.rank, "rank_source": t.rank_source, "role": t.role,
         "kernels": {n: (int(c), tot) for n, (c, tot) in kernels.items()},
-        "ops": {n: (int(c), tot, s) for n, (c, tot, s) in op_rows.items()},
+        "ops": ops.rows(),
         "categories": dict(categories),
         "device_busy_us": busy,
         "device_span_us": dev_span,
         "idle_share": (1.0 - busy / dev_span) if dev_span > 0 else None,
         "trace_span_us": (last - first) if first is not None else 0.0,
         "start_us": (first or 0.0) + t.offset_us,
-        "events": len(t.events),
+        "events": n_events,
         "salvaged": t.salvaged,
     }
 
