@@ -8,7 +8,7 @@ previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 - HolisticTraceAnalysis 0.5.0: `TraceAnalysis(trace_dir)` + `get_gpu_kernel_breakdown()`, when an
   interpreter with it is given (`--hta-python`); it is not a dependency of distprof.
 
-Run: python benchmarks/bench_analysis.py [--size-mb 200] [--hta-python /path/to/venv/bin/python]
+Run: python benchmarks/bench_analysis.py [--size-mb 200] [--rounds 3] [--hta-python /path/to/venv/bin/python]
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=200)
     ap.add_argument("--hta-python", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="bench-analysis-")
     path = make_trace(args.size_mb, tmp)
@@ -100,11 +101,17 @@ def main() -> int:
     with open(path, "rb") as f:  # warm the page cache so the first measurement is not penalised
         while f.read(1 << 24):
             pass
-    rows = []
-    for name, py, code, arg in base:
-        repeats = 1 if "Holistic" in name else 3  # best of 3 for the fast ones (noisy machine)
-        best = min((measure(py, code, arg) for _ in range(repeats)), key=lambda m: m[0])
-        rows.append((name, best[0], best[1]))
+    # Interleaved rounds (this machine's speed drifts): every measure runs once per round and keeps its
+    # best time; HTA, at ~25 s a run, runs in the first and last round only.
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(args.rounds):
+        for name, py, code, arg in base:
+            if "Holistic" in name and r not in (0, args.rounds - 1):
+                continue
+            wall, rss, _ = measure(py, code, arg)
+            if name not in best or wall < best[name][0]:
+                best[name] = (wall, rss)
+    rows = [(name, *best[name]) for name, *_ in base]
     floor = rows[0][1]
     print(f"{'measure':32} {'time':>9} {'vs floor':>9} {'peak RSS':>10} {'RSS/trace':>10}")
     for name, wall, rss in rows:

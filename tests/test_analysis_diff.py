@@ -50,3 +50,31 @@ def test_two_ranks_cli_json():
     same = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", DLRM, DLRM, "--json"], capture_output=True,
                           text=True, check=True)
     assert all(r["change_us"] == 0 for r in json.loads(same.stdout)["rows"])
+
+
+def test_two_steps_of_one_run_by_phase(tmp_path):
+    from distprof import Profiler, ProfilerConfig
+
+    from helpers import run
+
+    cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[2, 3], torch={"activities": ["cpu"]})
+    run(Profiler(cfg, role="actor", rank=0, world_size=1), 5)
+    (f,) = [os.path.join(d, n) for d, _, ns in os.walk(tmp_path / "r") for n in ns if n.endswith(".pt.trace.json.gz")]
+    with gzip.open(f, "rt") as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+
+    def phase_in_step(name, step):  # independent: annotation time that starts inside ProfilerStep#step
+        (s,) = [e for e in events if e["name"] == f"ProfilerStep#{step}"]
+        return sum(float(e["dur"]) for e in events if e["name"] == name and e.get("cat") == "user_annotation"
+                   and float(s["ts"]) <= float(e["ts"]) < float(s["ts"]) + float(s["dur"]))
+
+    out = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", str(tmp_path / "r"), str(tmp_path / "r"),
+                          "--step-a", "2", "--step-b", "3", "--json"], capture_output=True, text=True, check=True)
+    rows = {(r["kind"], r["name"]): r for r in json.loads(out.stdout)["rows"]}
+    fwd = rows[("phase", "train/forward")]
+    assert fwd["a_count"] == fwd["b_count"] == 1
+    assert abs(fwd["a_us"] - phase_in_step("train/forward", 2)) < 1e-6
+    assert abs(fwd["b_us"] - phase_in_step("train/forward", 3)) < 1e-6
+    missing = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", str(tmp_path / "r"), str(tmp_path / "r"),
+                              "--step-a", "99"], capture_output=True, text=True)
+    assert missing.returncode == 2 and "ProfilerStep#99" in missing.stderr

@@ -132,7 +132,7 @@ def summary(
     rank: Optional[int] = typer.Option(None, "--rank", help="Only this rank."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel (default: CPU count)."),
     ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, categories, ranks."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks."),
 ) -> None:
     """Time by GPU kernel and by CPU op, per rank and overall; device busy time (overlap counted once) and idle share."""
     import msgspec
@@ -150,7 +150,8 @@ def summary(
     if as_json:
         sys.stdout.write(msgspec.json.encode(s).decode() + "\n")
         raise typer.Exit(1 if errors else 0)
-    for title, rows, extra in (("GPU kernels (all ranks)", s["kernels"], None), ("CPU ops (all ranks)", s["ops"], "self_us")):
+    for title, rows, extra in (("GPU kernels (all ranks)", s["kernels"], None), ("CPU ops (all ranks)", s["ops"], "self_us"),
+                               ("Phases: annotations (all ranks; share of traced time)", s["phases"], None)):
         if not rows:
             continue
         t = Table(title=title)
@@ -291,23 +292,33 @@ def diff(
     b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b)."),
     rank_a: Optional[int] = typer.Option(None, "--rank-a", help="Only this rank of A."),
     rank_b: Optional[int] = typer.Option(None, "--rank-b", help="Only this rank of B."),
+    step_a: Optional[int] = typer.Option(None, "--step-a", help="Only events inside ProfilerStep#N of A."),
+    step_b: Optional[int] = typer.Option(None, "--step-b", help="Only events inside ProfilerStep#N of B."),
     top: int = typer.Option(20, "--top", min=1, help="Rows to show."),
     workers: Optional[int] = typer.Option(None, "--workers", min=1),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: rows, totals, only_in_a, only_in_b."),
 ) -> None:
-    """What got slower or faster between two runs or two ranks: per kernel, op (self time) and category."""
+    """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""
+    import functools
+
     import msgspec
 
     from .analysis.diff import diff_summaries
     from .analysis.summary import summarize_trace
 
     sides = []
-    for path, rank in ((a, rank_a), (b, rank_b)):
-        results, errors = _read_all(path, summarize_trace, workers)
+    for path, rank, step in ((a, rank_a, step_a), (b, rank_b, step_b)):
+        reduce = summarize_trace if step is None else functools.partial(summarize_trace, step=step)
+        results, errors = _read_all(path, reduce, workers)
         if rank is not None:
             results = [r for r in results if r["rank"] == rank]
             if not results:
                 err.print(f"[red]error:[/red] no trace of rank {rank} under {path}", soft_wrap=True)
+                raise typer.Exit(2)
+        if step is not None:
+            results = [r for r in results if r["step_found"]]
+            if not results:
+                err.print(f"[red]error:[/red] no ProfilerStep#{step} in the traces under {path}", soft_wrap=True)
                 raise typer.Exit(2)
         sides.append(results)
     d = diff_summaries(sides[0], sides[1], top=top)

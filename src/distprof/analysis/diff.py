@@ -1,4 +1,4 @@
-"""What got slower or faster between two runs, two steps' files, or two ranks: per kernel, op and category."""
+"""What got slower or faster between two runs, two steps or two ranks: per kernel, op, phase and category."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def _totals(per_rank: Iterable[dict[str, Any]]) -> dict[tuple[str, str], tuple[i
             e = out.setdefault(("op", name), [0, 0.0])
             e[0] += c
             e[1] += self_us
+        for name, (c, tot) in s.get("phases", {}).items():
+            e = out.setdefault(("phase", name), [0, 0.0])
+            e[0] += c
+            e[1] += tot
         for cat, tot in s["categories"].items():
             e = out.setdefault(("category", cat), [0, 0.0])
             e[1] += tot

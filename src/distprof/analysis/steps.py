@@ -16,20 +16,11 @@ from typing import Any, Iterable
 import numpy as np
 
 from .reader import RankTrace, TraceStream
-from .summary import DEVICE_CATS, category
+from .summary import ANNOTATION_CATS, DEVICE_CATS, category, profiler_step
 
 __all__ = ["extract_steps", "combine_steps"]
 
-_ANNOTATION_CATS = {"user_annotation"}
-_STEP_CATS = _ANNOTATION_CATS | {"cpu_op", "Operator", ""}
 _CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
-
-
-def _step_number(e) -> int | None:
-    if not e.name.startswith("ProfilerStep#") or e.cat not in _STEP_CATS:
-        return None
-    n = e.name[len("ProfilerStep#"):]
-    return int(n) if n.isdigit() else None
 
 
 def _sum_by_step(starts: np.ndarray, ends: np.ndarray, ts: array, dur: array, key: array, keys: int) -> np.ndarray:
@@ -59,12 +50,11 @@ def extract_steps(t: RankTrace | TraceStream) -> dict[str, Any]:
                 first = e.ts
             if last is None or e.ts + e.dur > last:
                 last = e.ts + e.dur
-            n = _step_number(e)
-            if n is not None:
-                marks.append((e.ts, e.ts + e.dur, n))
-            elif e.name.startswith("ProfilerStep#"):
-                continue
-            elif e.cat in _ANNOTATION_CATS:
+            if e.name.startswith("ProfilerStep#"):
+                n = profiler_step(e)
+                if n is not None:
+                    marks.append((e.ts, e.ts + e.dur, n))
+            elif e.cat in ANNOTATION_CATS:
                 ann_ts.append(e.ts)
                 ann_dur.append(e.dur)
                 ann_id.append(names.setdefault(e.name, len(names)))

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 import msgspec
 
 from .reader import RankTrace, TraceStream
-from .summary import KERNEL_CATS, OP_CATS
+from .summary import KERNEL_CATS, OP_CATS, profiler_step
 
 __all__ = ["extract_collectives", "match_stragglers"]
 
@@ -88,8 +88,8 @@ def extract_collectives(t: RankTrace | TraceStream) -> dict[str, Any]:
                     if a.external_id is not None:
                         comms_by_ext[a.external_id] = a
                     comms_by_thread[(e.pid, e.tid)].append((e.ts, a))
-            elif e.name.startswith("ProfilerStep#") and e.cat in ("user_annotation", "cpu_op", "Operator", ""):
-                steps.append((e.ts, e.ts + e.dur, int(e.name.split("#", 1)[1])))
+            elif e.name.startswith("ProfilerStep#") and (n := profiler_step(e)) is not None:
+                steps.append((e.ts, e.ts + e.dur, n))
     off = t.offset_us  # known once the stream is read (Kineto writes it after the events)
     colls = []
     if gpu:

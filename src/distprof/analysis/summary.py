@@ -11,13 +11,14 @@ import numpy as np
 from ..intervals import covered_length
 from .reader import Event, RankTrace, TraceStream
 
-__all__ = ["summarize_trace", "summarize_ranks", "category", "is_communication"]
+__all__ = ["summarize_trace", "summarize_ranks", "category", "is_communication", "profiler_step", "step_range"]
 
 KERNEL_CATS = {"kernel", "Kernel"}
 MEMCPY_CATS = {"gpu_memcpy", "Memcpy"}
 MEMSET_CATS = {"gpu_memset", "Memset"}
 DEVICE_CATS = KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS
 OP_CATS = {"cpu_op", "Operator"}
+ANNOTATION_CATS = {"user_annotation"}  # record_function / distprof.annotate ranges on the CPU (phases)
 _COMM_MARKERS = ("nccl", "rccl", "c10d::", "gloo:", "record_param_comms", "allreduce", "all_reduce", "allgather",
                  "reducescatter", "reduce_scatter", "alltoall", "all_to_all", "broadcast", "sendrecv")
 
@@ -25,6 +26,27 @@ _COMM_MARKERS = ("nccl", "rccl", "c10d::", "gloo:", "record_param_comms", "allre
 def is_communication(name: str) -> bool:
     low = name.lower()
     return any(m in low for m in _COMM_MARKERS)
+
+
+_STEP_CATS = {"user_annotation", "cpu_op", "Operator", ""}
+_STEP_PREFIX = "ProfilerStep#"
+
+
+def profiler_step(e: Event) -> int | None:
+    """N for torch's ``ProfilerStep#N`` range (a global step under distprof), else None."""
+    if not e.name.startswith(_STEP_PREFIX) or e.cat not in _STEP_CATS or e.ph != "X":
+        return None
+    n = e.name[len(_STEP_PREFIX):]
+    return int(n) if n.isdigit() else None
+
+
+def step_range(t: RankTrace | TraceStream, step: int) -> tuple[float, float] | None:
+    """Start and end of ``ProfilerStep#step`` in ``t`` (a pass over the trace), or None."""
+    for batch in t.batches():
+        for e in batch:
+            if e.name.startswith(_STEP_PREFIX) and profiler_step(e) == step:
+                return e.ts, e.ts + e.dur
+    return None
 
 
 def category(e: Event) -> str:
@@ -87,13 +109,20 @@ class _Ops:
         return {name: (int(count[k]), float(total[k]), float(self_total[k])) for name, k in self.names.items()}
 
 
-def summarize_trace(t: RankTrace | TraceStream) -> dict[str, Any]:
+def summarize_trace(t: RankTrace | TraceStream, step: int | None = None) -> dict[str, Any]:
     """A compact, picklable summary of one rank (what a worker process sends back).
 
     The trace is reduced batch by batch: kernels and categories are summed as they pass, device
-    spans and CPU ops are kept as numeric columns (a few bytes per event, not the events).
+    spans and CPU ops are kept as numeric columns (a few bytes per event, not the events). With
+    ``step``, only events that start inside ``ProfilerStep#step`` count (one more pass finds it);
+    a trace without that step summarizes to nothing (``"step_found": False``).
     """
+    window = step_range(t, step) if step is not None else None
+    lo, hi = window if window else (float("-inf"), float("inf"))
+    if step is not None and window is None:
+        lo = hi = 0.0  # nothing is inside a step this trace does not have
     kernels: dict[str, list[float]] = {}
+    phases: dict[str, list[float]] = {}
     categories: dict[str, float] = defaultdict(float)
     dev_start, dev_end = array("d"), array("d")
     ops = _Ops()
@@ -105,6 +134,8 @@ def summarize_trace(t: RankTrace | TraceStream) -> dict[str, Any]:
             if e.ph != "X":
                 continue
             ts, end = e.ts, e.ts + e.dur
+            if not lo <= ts < hi:
+                continue
             if first is None or ts < first:
                 first = ts
             if last is None or end > last:
@@ -121,12 +152,19 @@ def summarize_trace(t: RankTrace | TraceStream) -> dict[str, Any]:
                 dev_end.append(end)
             elif cat in OP_CATS:
                 ops.add(e)
+            elif cat in ANNOTATION_CATS and not e.name.startswith(_STEP_PREFIX):
+                p = phases.get(e.name)
+                if p is None:
+                    p = phases[e.name] = [0, 0.0]
+                p[0] += 1
+                p[1] += e.dur
     busy = covered_length(dev_start, dev_end)
     dev_span = (max(dev_end) - min(dev_start)) if dev_start else 0.0
     return {
         "path": t.path, "rank": t.rank, "rank_source": t.rank_source, "role": t.role,
         "kernels": {n: (int(c), tot) for n, (c, tot) in kernels.items()},
         "ops": ops.rows(),
+        "phases": {n: (int(c), tot) for n, (c, tot) in phases.items()},
         "categories": dict(categories),
         "device_busy_us": busy,
         "device_span_us": dev_span,
@@ -135,6 +173,8 @@ def summarize_trace(t: RankTrace | TraceStream) -> dict[str, Any]:
         "start_us": (first or 0.0) + t.offset_us,
         "events": n_events,
         "salvaged": t.salvaged,
+        "step": step,
+        "step_found": step is None or window is not None,
     }
 
 
@@ -151,12 +191,19 @@ def _rows(table: dict[str, list[float]], top: int | None, total: float, with_sel
 
 
 def summarize_ranks(per_rank: Iterable[dict[str, Any]], top: int | None = None) -> dict[str, Any]:
-    """Merge per-rank summaries: the fixed --json keys ``kernels`` and ``ops`` (over all ranks) and ``ranks``."""
+    """Merge per-rank summaries: the fixed --json keys ``kernels`` and ``ops`` (over all ranks) and ``ranks``,
+    plus ``phases`` (user annotations) and ``categories``."""
     kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ops: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    phases: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     categories: dict[str, float] = defaultdict(float)
     ranks = []
+    span_total = 0.0
     for s in per_rank:
+        span_total += s["trace_span_us"]
+        for n, (c, tot) in s.get("phases", {}).items():
+            phases[n][0] += c
+            phases[n][1] += tot
         for n, (c, tot) in s["kernels"].items():
             kernels[n][0] += c
             kernels[n][1] += tot
@@ -180,6 +227,8 @@ def summarize_ranks(per_rank: Iterable[dict[str, Any]], top: int | None = None) 
     return {
         "kernels": _rows(kernels, top, kern_total),
         "ops": _rows(ops, top, op_total, with_self=True),
+        # phases nest (rollout/generate holds its own annotations), so their share is of the traced wall time
+        "phases": _rows(phases, top, span_total),
         "categories": dict(categories),
         "ranks": ranks,
         "device_busy_us": sum(r["device_busy_us"] for r in ranks),
