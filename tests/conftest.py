@@ -64,3 +64,24 @@ from hypothesis import settings as _hsettings
 # Deadlines measure the machine, not the code (the first example imports torch).
 _hsettings.register_profile("distprof", deadline=None)
 _hsettings.load_profile("distprof")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from s3server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """Environment pointing boto/s3fs at the loopback S3 server (also for subprocesses), and a fresh bucket URL."""
+    import fsspec
+
+    for k, v in s3_server.env.items():
+        monkeypatch.setenv(k, v)
+    fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = s3_server.endpoint
+    yield s3_server.bucket()
+    fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)

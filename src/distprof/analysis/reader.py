@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
+import posixpath
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -86,8 +86,12 @@ def rank_from_name(path: str) -> int | None:
     return None
 
 
+def _is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
 def _open(path: str):
-    if "://" in path and not path.startswith("file://"):
+    if _is_remote(path):
         import fsspec
 
         return fsspec.open(path, "rb").open()
@@ -359,11 +363,11 @@ def read_trace(path: str, rank: int | None = None, manifest_rank: int | None = N
 _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
 
 
-def _manifest_windows(rank_dir: str) -> dict[str, dict[str, Any]]:
+def _manifest_windows(fs, rank_dir: str) -> dict[str, dict[str, Any]]:
     """File name -> the manifest record of the window that published it."""
     out: dict[str, dict[str, Any]] = {}
     try:
-        with open(os.path.join(rank_dir, "manifest.jsonl"), "rb") as f:
+        with fs.open(posixpath.join(rank_dir, "manifest.jsonl"), "rb") as f:
             for line in f:
                 try:
                     rec = msgspec.json.decode(line)
@@ -378,30 +382,44 @@ def _manifest_windows(rank_dir: str) -> dict[str, dict[str, Any]]:
 
 
 def find_traces(path: str) -> list[TraceFile]:
-    """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory).
+    """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
 
-    Hidden temporaries, distprof's own JSON files and py-spy's outputs are skipped; in a run
+    Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
     directory each file carries its role, its rank and its manifest window.
     """
-    if os.path.isfile(path) or ("://" in path and _TRACE_NAME.search(path)):
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(path)
+        is_file, is_dir = fs.isfile(root), (not fs.isfile(root)) and fs.isdir(root)
+    except ImportError as e:  # e.g. s3:// without s3fs
+        raise TraceError(f"{path}: cannot be read ({e})") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot be listed ({e})") from None
+    if is_file:
         return [TraceFile(path)]
-    if not os.path.isdir(path):
+    if not is_dir:
         raise TraceError(f"{path}: no such file or directory")
+    # Local paths stay plain paths; remote ones keep their protocol so workers can open them.
+    name = (lambda p: p) if not _is_remote(path) else fs.unstrip_protocol
     found = []
-    for d, dirs, names in os.walk(path):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+    for d, dirs, names in fs.walk(root):
+        rel = posixpath.relpath(d, root) if d != root else ""
+        if any(part.startswith(".") for part in rel.split("/") if part):
+            continue
         manifest_rank, role, windows = None, None, {}
         m = re.search(r"rank(\d{5})$", d)
-        if m and os.path.exists(os.path.join(d, "manifest.jsonl")):
+        if m and "manifest.jsonl" in names:
             manifest_rank = int(m.group(1))
-            windows = _manifest_windows(d)
+            windows = _manifest_windows(fs, d)
             # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
             role = next((w["role"] for w in windows.values() if w.get("role")), None) or \
-                os.path.basename(os.path.dirname(os.path.abspath(d)))
+                posixpath.basename(posixpath.dirname(d.rstrip("/")))
         for n in sorted(names):
             if n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n):
                 continue
             if n.endswith((".speedscope.json", ".chrometrace.json")):
                 continue  # py-spy outputs are not Kineto traces
-            found.append(TraceFile(os.path.join(d, n), manifest_rank, role, windows.get(n)))
+            found.append(TraceFile(name(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
+    found.sort(key=lambda f: f.path)
     return found
