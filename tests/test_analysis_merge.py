@@ -135,3 +135,34 @@ def test_merge_skips_an_unreadable_rank(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "rank-1.json" in proc.stderr
     assert [e["name"] for e in json.load(open(tmp_path / "m.json"))["traceEvents"] if e["ph"] == "X"] == ["a"]
+
+
+def test_every_trace_event_field_survives_and_ids_are_scoped_per_rank(tmp_path):
+    """Async, v2-flow and thread-clock fields of the Trace Event Format, with the same ids in two ranks."""
+    events = [
+        {"ph": "X", "name": "work", "pid": 1, "tid": 1, "ts": 10, "dur": 5, "tts": 3, "tdur": 2, "cname": "good",
+         "sf": 7, "bind_id": "0x2a", "flow_out": True, "args": {"k": [1, {"x": 2}]}},
+        {"ph": "X", "name": "sink", "pid": 1, "tid": 2, "ts": 20, "dur": 5, "bind_id": 42, "flow_in": True,
+         "stack": ["a", "b"]},
+        {"ph": "b", "name": "req", "cat": "rpc", "pid": 1, "tid": 1, "ts": 11, "id": 7, "scope": "net"},
+        {"ph": "e", "name": "req", "cat": "rpc", "pid": 1, "tid": 1, "ts": 13, "id": 7, "scope": "net"},
+        {"ph": "n", "name": "mark", "cat": "rpc", "pid": 1, "tid": 1, "ts": 12, "id2": {"global": "g1"}},
+        {"ph": "n", "name": "mark", "cat": "rpc", "pid": 1, "tid": 1, "ts": 12, "id2": {"local": "l1"}},
+        {"ph": "i", "name": "tick", "pid": 1, "tid": 1, "ts": 14, "s": "p"},
+    ]
+    src = tmp_path / "in"
+    src.mkdir()
+    for rank in (0, 1):
+        (src / f"rank-{rank}.json").write_text(json.dumps({"traceEvents": events}))
+    merge_traces(str(src), str(tmp_path / "m.json"))
+    out = [e for e in json.load(open(tmp_path / "m.json"))["traceEvents"] if e["ph"] != "M"]
+    assert len(out) == 2 * len(events)
+    for rank in (0, 1):
+        mine = [e for e in out if e["pid"] // PID_STRIDE == rank]
+        for orig, got in zip(events, mine):
+            for key in ("tts", "tdur", "cname", "sf", "scope", "s", "flow_in", "flow_out", "stack", "args"):
+                assert got.get(key) == orig.get(key), key
+        work, sink, begin, end, glob, local = mine[:6]
+        assert work["bind_id"] == sink["bind_id"] == rank * FLOW_STRIDE + 42  # "0x2a" is 42, as Perfetto reads it
+        assert begin["id"] == end["id"] == rank * FLOW_STRIDE + 7
+        assert glob["id2"] == {"global": f"{rank}:g1"} and local["id2"] == {"local": "l1"}

@@ -8,7 +8,8 @@ names and overlaps, once to write) and only one batch of events is in memory at 
 What Perfetto's JSON importer needs, and real Kineto traces do not always give it:
 
 - Flow ids must be numbers (a string id is parsed as hex, and ``"3:17"`` is dropped as invalid), so
-  ids are renumbered into ``file_index * FLOW_STRIDE + id``.
+  ids (flow, async and object ids, and ``bind_id``) are renumbered into ``file_index * FLOW_STRIDE + id``;
+  ``id2.global`` gets a ``file_index:`` prefix. Ranks then never share an arrow or an async track.
 - Complete (``X``) events on one thread must nest. Kineto traces have partial overlaps (ns rounding,
   overlapping kernels), which Perfetto drops or hides; those events are moved to extra *lane*
   threads of the same process (named ``... (overlaps, lane K)``) so every event is shown.
@@ -35,6 +36,7 @@ __all__ = ["merge_traces", "PID_STRIDE", "FLOW_STRIDE"]
 _enc = msgspec.json.Encoder()
 _TIMED = ("X", "i", "I", "s", "f", "t", "B", "E", "b", "e", "n", "C")
 _FLOW = ("s", "t", "f")
+_PASSTHROUGH = ("bp", "s", "scope", "cname", "sf", "esf", "flow_in", "flow_out")
 PID_STRIDE = 1000  # output pid = file index * PID_STRIDE + the file's own pid index
 FLOW_STRIDE = 10**10  # output flow id = file index * FLOW_STRIDE + id (stays below 2**53 for JS viewers)
 
@@ -154,7 +156,7 @@ class _FileWriter:
         self.label = _label(scan.role, scan.rank, scan.file.path)
         self.pids: dict[Any, int] = {}
         self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
-        self.flow_ids: dict[Any, int] = {}
+        self.other_ids: dict[Any, int] = {}
 
     def pid(self, orig: Any) -> int:
         pid = self.pids.get(orig)
@@ -170,11 +172,27 @@ class _FileWriter:
                 else f"{tid} lane {lane}"
         return new
 
-    def flow_id(self, orig: Any) -> int:
+    def id2(self, raw: msgspec.Raw) -> Any:
+        """``{"global": x}`` is scoped to this file; ``{"local": x}`` already is (its process is this file's)."""
+        try:
+            v = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return raw
+        if isinstance(v, dict) and "global" in v:
+            v = {**v, "global": f"{self.i}:{v['global']}"}
+        return v
+
+    def scoped_id(self, orig: Any) -> int:
+        """This file's id as a number no other file uses (string ids are read as hex first, as Perfetto does)."""
+        if isinstance(orig, str):
+            try:
+                orig = int(orig, 16)
+            except ValueError:
+                pass
         if isinstance(orig, int) and 0 <= orig < FLOW_STRIDE // 2:
             return self.i * FLOW_STRIDE + orig
-        # Other ids (strings, huge or negative numbers) get numbers of their own in the upper half.
-        k = self.flow_ids.setdefault(orig, len(self.flow_ids))
+        # Other ids (non-hex strings, huge or negative numbers) get numbers of their own in the upper half.
+        k = self.other_ids.setdefault(orig, len(self.other_ids))
         return self.i * FLOW_STRIDE + FLOW_STRIDE // 2 + k
 
     def encode(self, e: Event, index: int) -> bytes:
@@ -194,12 +212,24 @@ class _FileWriter:
             d["ts"] = (self.start_ns + round((e.ts - self.first) * 1000.0)) / 1000.0
         if e.ph == "X" or e.dur:
             d["dur"] = round(e.dur * 1000.0) / 1000.0
-        if e.id is not None:
-            d["id"] = self.flow_id(e.id) if e.ph in _FLOW else e.id
-        if e.bp is not None:
-            d["bp"] = e.bp
-        if e.s is not None:
-            d["s"] = e.s
+        if e.id is not None:  # flow, async and object ids: renumbered so ranks never share one
+            d["id"] = self.scoped_id(e.id)
+        if e.bind_id is not None:
+            d["bind_id"] = self.scoped_id(e.bind_id)
+        if e.id2:
+            d["id2"] = self.id2(e.id2)
+        for key in _PASSTHROUGH:
+            v = getattr(e, key)
+            if v is not None:
+                d[key] = v
+        for key in ("tts", "tdur"):
+            v = getattr(e, key)
+            if v is not None:
+                d[key] = v
+        for key in ("stack", "estack"):
+            v = getattr(e, key)
+            if v:
+                d[key] = v
         if e.ph == "M" and e.name == "process_name":
             orig = _meta_name(e)
             d["args"] = {"name": f"{self.label} / {orig}" if orig else self.label}

@@ -33,6 +33,7 @@ BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small
 
 
 class Event(msgspec.Struct, gc=False):
+    """One trace event: every field of the Trace Event Format (other per-event keys are not kept)."""
     ph: str = ""
     name: str = ""
     cat: str = ""
@@ -41,9 +42,21 @@ class Event(msgspec.Struct, gc=False):
     ts: float = 0.0
     dur: float = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only when an analysis needs it
-    id: int | str | None = None
-    bp: str | None = None
+    id: int | str | None = None  # flow / async / object id
+    bp: str | None = None  # flow binding point
     s: str | None = None  # instant-event scope
+    tts: float | None = None  # thread clock
+    tdur: float | None = None
+    id2: msgspec.Raw = msgspec.Raw(b"")  # {"local": ...} or {"global": ...}
+    scope: str | None = None
+    cname: str | None = None
+    sf: int | str | None = None  # stack frame ids (the trace's stackFrames are not kept)
+    esf: int | str | None = None
+    stack: msgspec.Raw = msgspec.Raw(b"")
+    estack: msgspec.Raw = msgspec.Raw(b"")
+    bind_id: int | str | None = None  # flow v2
+    flow_in: bool | None = None
+    flow_out: bool | None = None
 
 
 class _Head(msgspec.Struct, gc=False):

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,21 +26,23 @@ class DemoResult:
     files: list[dict[str, Any]]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous_file(scratch: str) -> str:
+    """A fresh file for torch.distributed's FileStore rendezvous.
+
+    A file, not a TCP port: a port picked free here can be taken by another process (any outgoing
+    connection's ephemeral port) before rank 0 binds it, which failed jobs under a busy test run.
+    """
+    return os.path.join(scratch, "rendezvous")
 
 
-def _worker(rank: int, world_size: int, port: int, config: dict, steps: int, slow_rank: int | None = None,
+def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int, slow_rank: int | None = None,
             slow_s: float = 0.0) -> None:
     import torch
     import torch.distributed as dist
 
     import distprof
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         torch.manual_seed(rank)
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
@@ -78,8 +81,12 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
 
     config = {"enable": True, "save_path": out, "ranks": "all", "steps": [max(steps - 3, 1), max(steps - 2, 1)],
               "torch": {"activities": ["cpu"]}, **(config or {})}
-    mp.start_processes(_worker, args=(world_size, free_port(), config, steps, slow_rank, slow_s), nprocs=world_size,
-                       join=True, start_method="spawn")
+    scratch = tempfile.mkdtemp(prefix="distprof-rdzv-")
+    try:
+        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s),
+                           nprocs=world_size, join=True, start_method="spawn")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     files = []
     for root, _, names in sorted(os.walk(out)):
         if MANIFEST in names:

@@ -86,18 +86,19 @@ class Reference(ProfiledWorker):
 
 
 class Actor(ProfiledWorker):
-    def __init__(self, rank: int, world_size: int, port: int):
+    def __init__(self, rank: int, world_size: int, init_file: str):
         import torch
         import torch.distributed as dist
 
-        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        self.init_file = init_file
         self.rank, self.world_size = rank, world_size
         self.model = _policy()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=3e-3)
         self.dist = dist
 
     def init_process_group(self):
-        self.dist.init_process_group("gloo", rank=self.rank, world_size=self.world_size)
+        self.dist.init_process_group("gloo", init_method=f"file://{self.init_file}", rank=self.rank,
+                                     world_size=self.world_size)
         return self.rank
 
     def update(self, seqs, ref_lp):
@@ -166,11 +167,12 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
 
     from ..check import check_run
     from ..ray import collect
-    from .gloo_job import free_port
+    from .gloo_job import rendezvous_file
 
     say = progress or (lambda msg: logger.info("%s", msg))
     profile_steps = profile_steps or [max(1, steps - 3), max(1, steps - 2)]
     scratch = tempfile.mkdtemp(prefix="distprof-scratch-")  # node-local: collect() moves files through Ray
+    rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
     config = distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps,
                                      torch={"activities": ["cpu", "cuda"]})
     say("starting a local Ray cluster on 127.0.0.1")
@@ -183,8 +185,7 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
         rollout = [ray.remote(**opts)(Rollout).remote()]
         ref = [ray.remote(**opts)(Reference).remote()]
-        port = free_port()
-        actors = [ray.remote(**opts)(Actor).remote(r, 2, port) for r in range(2)]
+        actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv)) for r in range(2)]
         ray.get([a.init_process_group.remote() for a in actors])
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]
@@ -209,6 +210,7 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         ray.shutdown()
         _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(rdzv, ignore_errors=True)
     result = RLDemoResult(run_dir=os.path.abspath(out), steps=steps, rewards=rewards, collect=report,
                           check=check_run(out))
     for d, _, names in sorted(os.walk(out)):
