@@ -108,3 +108,16 @@ def test_groups_from_the_launching_op_are_matched_separately(tmp_path):
     assert r["matched"] == 3 and r["mismatched"] == []
     by = {(w["group"], w["index"]): (w["last_rank"], w["wait_caused_us"]) for w in r["worst"]}
     assert by == {("tp", 0): (1, 60.0), ("tp", 1): (1, 60.0), ("dp", 0): (0, 50.0)}
+
+
+def test_plain_torch_profiler_traces_of_a_gloo_job(tmp_path):
+    """No distprof in the job: torch.profiler + tensorboard_trace_handler, rank only in distributedInfo."""
+    out = str(tmp_path / "tb")
+    gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=0, slow_s=0.3, plain_torch=True)
+    files = find_traces(out)
+    assert len(files) == 2 and all(f.path.endswith(".pt.trace.json") and f.manifest_rank is None for f in files)
+    per_rank = [extract_collectives(read_trace(f.path)) for f in files]
+    r = match_stragglers(per_rank)
+    assert sorted(x["rank"] for x in per_rank) == [0, 1] and r["sources"] == ["cpu"]
+    assert r["ranks"][0]["rank"] == 0 and r["ranks"][0]["wait_caused_us"] > 100_000
+    assert {s["step"] for s in r["steps"]} == {2, 3} and all(s["slowest_rank"] == 0 for s in r["steps"])

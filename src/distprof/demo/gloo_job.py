@@ -35,8 +35,18 @@ def rendezvous_file(scratch: str) -> str:
     return os.path.join(scratch, "rendezvous")
 
 
+def _plain_torch_profiler(out: str, first: int, last: int):
+    """torch.profiler as users wire it by hand: a schedule and tensorboard_trace_handler, no distprof."""
+    import torch
+
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=max(first - 1, 0), warmup=1 if first else 0, active=last - first + 1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(out))
+
+
 def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int, slow_rank: int | None = None,
-            slow_s: float = 0.0) -> None:
+            slow_s: float = 0.0, plain_torch: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -47,21 +57,26 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
         torch.manual_seed(rank)
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        prof = distprof.Profiler(distprof.ProfilerConfig.from_dict(config), role="train")
+        if plain_torch:
+            prof = _plain_torch_profiler(config["save_path"], min(config["steps"]), max(config["steps"]))
+            annotate = torch.profiler.record_function
+        else:
+            prof = distprof.Profiler(distprof.ProfilerConfig.from_dict(config), role="train")
+            annotate = distprof.annotate
         with prof:
             for _ in range(steps):
                 x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-                with distprof.annotate("train/forward"):
+                with annotate("train/forward"):
                     loss = torch.nn.functional.cross_entropy(model(x), y)
-                with distprof.annotate("train/backward"):
+                with annotate("train/backward"):
                     loss.backward()
                 if rank == slow_rank:
                     time.sleep(slow_s)  # a straggler: the others wait for it in the all-reduce
-                with distprof.annotate("train/allreduce"):
+                with annotate("train/allreduce"):
                     for p in model.parameters():
                         dist.all_reduce(p.grad)
                         p.grad /= world_size
-                with distprof.annotate("train/optimizer"):
+                with annotate("train/optimizer"):
                     opt.step()
                     opt.zero_grad()
                 prof.step()
@@ -70,10 +85,12 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
 
 
 def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = None,
-        slow_rank: int | None = None, slow_s: float = 0.0) -> DemoResult:
+        slow_rank: int | None = None, slow_s: float = 0.0, plain_torch: bool = False) -> DemoResult:
     """Run the job in ``world_size`` fresh processes and return what it wrote under ``out``.
 
-    ``config`` entries override the demo's profiler config (all ranks, two steps near the end).
+    ``config`` entries override the demo's profiler config (all ranks, two steps near the end). With
+    ``plain_torch``, each rank profiles those steps with torch.profiler and tensorboard_trace_handler
+    instead (traces named ``{host}_{pid}.{time}.pt.trace.json``, no manifest), as a job without distprof.
     """
     import torch.multiprocessing as mp
 
@@ -83,7 +100,7 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
               "torch": {"activities": ["cpu"]}, **(config or {})}
     scratch = tempfile.mkdtemp(prefix="distprof-rdzv-")
     try:
-        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s),
+        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s, plain_torch),
                            nprocs=world_size, join=True, start_method="spawn")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
