@@ -35,7 +35,7 @@ def test_stream_yields_every_event_in_order(tmp_path_factory, events, indent, fo
     got = [(e.ph, e.name, e.ts, e.dur, json.loads(bytes(e.args)) if e.args else None)
            for b in s.batches() for e in b]
     assert got == [(e["ph"], e["name"], e["ts"], e["dur"], e.get("args")) for e in events]
-    assert s.events == len(events) and not s.salvaged
+    assert s.event_count == len(events) and not s.salvaged
     if form == "object":
         assert s.rank == 3 and s.offset_us == 2000.0 and [d["id"] for d in s.device_properties] == [0, 1]
 

@@ -156,7 +156,7 @@ class TraceStream:
     """One trace file, read batch by batch by :meth:`batches`.
 
     ``rank``, ``role``, ``distributed_info`` and ``device_properties`` are known once the header is
-    read (on the first batch); ``offset_us``, ``events`` and ``salvaged`` once the stream is exhausted.
+    read (on the first batch); ``offset_us``, ``event_count`` and ``salvaged`` once the stream is exhausted.
     Rank: ``rank`` if given, else distributedInfo.rank, else the manifest's, else the file name.
     """
 
@@ -171,7 +171,7 @@ class TraceStream:
         self.distributed_info: dict[str, Any] | None = None
         self.device_properties: list[dict[str, Any]] = []
         self.salvaged = False
-        self.events = 0
+        self.event_count = 0
         self._given_rank = rank
         self._manifest_rank = manifest_rank
         self._batch = batch_bytes
@@ -210,10 +210,10 @@ class TraceStream:
     # ---- events --------------------------------------------------------------------------------------
     def batches(self) -> Iterator[list[Event]]:
         """Lists of events in file order; each is safe to drop once reduced."""
-        self.events, self.salvaged = 0, False
+        self.event_count, self.salvaged = 0, False
         try:
             for batch in self._batches():
-                self.events += len(batch)
+                self.event_count += len(batch)
                 yield batch
         except msgspec.ValidationError as e:
             raise TraceError(f"{self.path}: not a Chrome/Kineto trace ({e})") from None
@@ -322,9 +322,9 @@ class TraceStream:
             self.salvaged = True
             yield events
             return
-        if self.events == 0 and buf.strip():
+        if self.event_count == 0 and buf.strip():
             raise TraceError(f"{self.path}: not valid JSON and nothing could be salvaged")
-        if buf.strip() or self.events == 0:
+        if buf.strip() or self.event_count == 0:
             logger.warning("%s: trace is truncated; salvaged the complete events", self.path)
             self.salvaged = True
 
