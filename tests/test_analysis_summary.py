@@ -169,3 +169,23 @@ def test_cli_summary_json_and_exit_codes(tmp_path):
     assert bad.returncode == 2 and "bad.json" in bad.stderr
     missing = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", str(tmp_path / "nope")], capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_progress_counts_bytes_as_well_as_files(tmp_path):
+    from dataclasses import replace
+
+    from distprof.analysis.load import map_traces
+
+    seen = []
+    results, errors = map_traces(DLRM, summarize_trace, workers=2, progress=lambda p: seen.append(replace(p)))
+    total = sum(os.path.getsize(os.path.join(DLRM, n)) for n in os.listdir(DLRM))
+    assert len(results) == 8 and not errors
+    assert (seen[-1].files_done, seen[-1].files_total, seen[-1].bytes_done, seen[-1].bytes_total) == (8, 8, total, total)
+    # One big file in this process: bytes move while the file is still being read.
+    big = tmp_path / "rank-0.json"
+    big.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": f"k{i % 50}", "ts": i, "dur": 1}
+                                               for i in range(200_000)]}))
+    seen.clear()
+    map_traces(str(big), summarize_trace, workers=1, progress=lambda p: seen.append(replace(p)))
+    during = [p.bytes_done for p in seen if p.files_done == 0]
+    assert len(during) > 2 and during == sorted(during) and seen[-1].bytes_done == big.stat().st_size

@@ -100,17 +100,20 @@ def check(
 
 def _read_all(path: str, reduce, workers: Optional[int], ray_address: Optional[str] = None):
     """Read every trace under ``path`` with a progress bar; errors are printed, not raised."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     from .analysis.load import map_traces
     from .analysis.reader import TraceError
 
-    with Progress(TextColumn("reading traces"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task("read", total=None)
+    with Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
+                  TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("read", total=None, files="")
+
+        def show(p):
+            bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
+
         try:
-            results, errors = map_traces(path, reduce, workers=workers, ray_address=ray_address,
-                                         progress=lambda done, total: bar.update(task, completed=done, total=total))
+            results, errors = map_traces(path, reduce, workers=workers, ray_address=ray_address, progress=show)
         except TraceError as e:
             err.print(f"[red]error:[/red] {e}", soft_wrap=True)
             raise typer.Exit(2)

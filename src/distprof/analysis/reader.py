@@ -20,7 +20,7 @@ import posixpath
 import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import msgspec
 
@@ -111,10 +111,11 @@ def _open(path: str):
     return open(path.removeprefix("file://"), "rb")
 
 
-def _byte_chunks(path: str, size: int) -> Iterator[bytes]:
+def _byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
     """The file's bytes in chunks of about ``size``, gunzipped on the fly when it is gzip.
 
-    A gzip stream that ends early yields what it holds, with a warning (the JSON is then salvaged).
+    ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip
+    stream that ends early yields what it holds, with a warning (the JSON is then salvaged).
     """
     try:
         f = _open(path)
@@ -122,12 +123,15 @@ def _byte_chunks(path: str, size: int) -> Iterator[bytes]:
         raise TraceError(f"{path}: no such file") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot be read ({e})") from None
+    note = on_read or (lambda n: None)
     with f:
         first = f.read(size)
+        note(len(first))
         if first[:2] != b"\x1f\x8b":
             while first:
                 yield first
                 first = f.read(size)
+                note(len(first))
             return
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         raw, produced = first, 0
@@ -148,6 +152,7 @@ def _byte_chunks(path: str, size: int) -> Iterator[bytes]:
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
                 continue
             raw = f.read(size // 4)
+            note(len(raw))
         if not d.eof:
             logger.warning("%s: gzip stream is truncated; reading the %d bytes it holds", path, produced)
 
@@ -161,8 +166,10 @@ class TraceStream:
     """
 
     def __init__(self, path: str, rank: int | None = None, manifest_rank: int | None = None,
-                 role: str | None = None, window: dict[str, Any] | None = None, batch_bytes: int = BATCH_BYTES):
+                 role: str | None = None, window: dict[str, Any] | None = None, batch_bytes: int = BATCH_BYTES,
+                 on_read: Callable[[int], None] | None = None):
         self.path = path
+        self._on_read = on_read
         self.window = window
         self.rank: int | None = None
         self.rank_source = "none"
@@ -219,7 +226,7 @@ class TraceStream:
             raise TraceError(f"{self.path}: not a Chrome/Kineto trace ({e})") from None
 
     def _batches(self) -> Iterator[list[Event]]:
-        chunks = _byte_chunks(self.path, self._batch)
+        chunks = _byte_chunks(self.path, self._batch, self._on_read)
         buf = b""
         for c in chunks:
             buf += c
@@ -340,9 +347,12 @@ class TraceStream:
 
 
 def open_trace(path: str, rank: int | None = None, manifest_rank: int | None = None, role: str | None = None,
-               window: dict[str, Any] | None = None) -> TraceStream:
-    """A :class:`TraceStream` over one file (nothing is read until :meth:`TraceStream.batches` runs)."""
-    return TraceStream(path, rank=rank, manifest_rank=manifest_rank, role=role, window=window)
+               window: dict[str, Any] | None = None, on_read: Callable[[int], None] | None = None) -> TraceStream:
+    """A :class:`TraceStream` over one file (nothing is read until :meth:`TraceStream.batches` runs).
+
+    ``on_read(n)`` is called as the file's bytes are read (for progress bars).
+    """
+    return TraceStream(path, rank=rank, manifest_rank=manifest_rank, role=role, window=window, on_read=on_read)
 
 
 @dataclass
