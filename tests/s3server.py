@@ -5,7 +5,6 @@ kernel stops it too if the test process dies first (PR_SET_PDEATHSIG).
 """
 
 import ctypes
-import os
 import signal
 import socket
 import subprocess

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import tempfile
 from typing import Optional
@@ -70,14 +69,12 @@ def check(
 
     Exit code 0 only when the run directory is complete.
     """
-    import msgspec
 
     from .check import check_run
 
     result = check_run(run_dir)
     if as_json:
-        sys.stdout.write(msgspec.json.encode(result.to_dict()).decode() + "\n")
-        raise typer.Exit(0 if result.ok else 1)
+        _print_json(result.to_dict(), 0 if result.ok else 1)
     table = Table(title=f"distprof check {result.run_dir}")
     for col in ("role", "rank", "steps", "status", "file", "detail"):
         table.add_column(col)
@@ -124,6 +121,14 @@ def _read_all(path: str, reduce, workers: Optional[int], ray_address: Optional[s
     return results, errors
 
 
+def _print_json(obj, code: int) -> None:
+    """--json: one JSON object on stdout, then exit with ``code``."""
+    import msgspec
+
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    raise typer.Exit(code)
+
+
 def _us(v: float) -> str:
     return f"{v / 1000:,.3f} ms" if v >= 1000 else f"{v:,.1f} us"
 
@@ -138,7 +143,6 @@ def summary(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks."),
 ) -> None:
     """Time by GPU kernel and by CPU op, per rank and overall; device busy time (overlap counted once) and idle share."""
-    import msgspec
 
     from .analysis.summary import summarize_ranks, summarize_trace
 
@@ -151,8 +155,7 @@ def summary(
     s = summarize_ranks(results, top=top)
     s["errors"] = errors
     if as_json:
-        sys.stdout.write(msgspec.json.encode(s).decode() + "\n")
-        raise typer.Exit(1 if errors else 0)
+        _print_json(s, 1 if errors else 0)
     for title, rows, extra in (("GPU kernels (all ranks)", s["kernels"], None), ("CPU ops (all ranks)", s["ops"], "self_us"),
                                ("Phases: annotations (all ranks; share of traced time)", s["phases"], None)):
         if not rows:
@@ -187,7 +190,6 @@ def stragglers(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched."),
 ) -> None:
     """Match collectives across ranks: who arrives last, how long the others wait for it."""
-    import msgspec
 
     from .analysis.stragglers import extract_collectives, match_stragglers
 
@@ -196,8 +198,7 @@ def stragglers(
     r["errors"] = errors
     r["worst"] = r["worst"][:top]
     if as_json:
-        sys.stdout.write(msgspec.json.encode(r).decode() + "\n")
-        raise typer.Exit(1 if errors else 0)
+        _print_json(r, 1 if errors else 0)
     if r["matched"] == 0:
         err.print("[yellow]no collective could be matched across ranks[/yellow] (need 2+ ranks with NCCL/RCCL kernels or c10d ops)")
     t = Table(title=f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])})")
@@ -230,7 +231,6 @@ def steps(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's breakdown."),
 ) -> None:
     """Per step and rank: duration, and its breakdown by phase (annotations) and category; the slowest rank."""
-    import msgspec
 
     from .analysis.steps import combine_steps, extract_steps
 
@@ -238,8 +238,7 @@ def steps(
     d = combine_steps(results)
     d["errors"] = errors
     if as_json:
-        sys.stdout.write(msgspec.json.encode(d).decode() + "\n")
-        raise typer.Exit(1 if errors else 0)
+        _print_json(d, 1 if errors else 0)
     if not d["steps"]:
         err.print("[yellow]no steps in these traces[/yellow]: no ProfilerStep#N ranges (torch writes them when "
                   "profiler.step() is called) and no distprof manifest window for these files")
@@ -263,7 +262,6 @@ def merge(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
     """One trace with every rank and role as its own process track, clocks aligned, every event kept."""
-    import msgspec
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from .analysis.merge import merge_traces
@@ -277,8 +275,7 @@ def merge(
             err.print(f"[red]error:[/red] {e}", soft_wrap=True)
             raise typer.Exit(2)
     if as_json:
-        sys.stdout.write(msgspec.json.encode(r).decode() + "\n")
-        raise typer.Exit(1 if r["errors"] else 0)
+        _print_json(r, 1 if r["errors"] else 0)
     for e in r["errors"]:
         err.print(f"[yellow]skipped:[/yellow] {e}", soft_wrap=True)
     console.print(f"merged {r['files']} traces, {r['events']:,} events -> {r['out']} (open in https://ui.perfetto.dev)",
@@ -304,7 +301,6 @@ def diff(
     """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""
     import functools
 
-    import msgspec
 
     from .analysis.diff import diff_summaries
     from .analysis.summary import summarize_trace
@@ -326,8 +322,7 @@ def diff(
         sides.append(results)
     d = diff_summaries(sides[0], sides[1], top=top)
     if as_json:
-        sys.stdout.write(msgspec.json.encode(d).decode() + "\n")
-        raise typer.Exit(0)
+        _print_json(d, 0)
     t = Table(title=f"B vs A: GPU kernel time {_us(d['kernel_total_a_us'])} -> {_us(d['kernel_total_b_us'])}")
     for col in ("kind", "name", "A", "B", "change", "ratio"):
         t.add_column(col, justify="left" if col in ("kind", "name") else "right", overflow="ellipsis",

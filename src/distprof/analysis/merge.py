@@ -20,7 +20,6 @@ from __future__ import annotations
 import gzip
 import logging
 from array import array
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 

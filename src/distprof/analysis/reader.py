@@ -272,24 +272,26 @@ class TraceStream:
         yield from self._finish(b"".join(pending), is_object)
 
     @staticmethod
-    def _cut(buf: bytes, tries: int = 8) -> tuple[list[Event], int] | None:
-        """The complete events at the front of ``buf`` (up to a ``},`` that closes an event), and where the rest starts.
+    def _cut(buf: bytes, tries: int = 8, then_comma: bool = True) -> tuple[list[Event], int] | None:
+        """The complete events at the front of ``buf`` (up to a ``}`` that closes an event), and where the rest starts.
 
-        A candidate ``},`` inside an event (nested args, or inside a string) leaves an unclosed object or
-        string, which msgspec refuses; the next candidate to the left is tried then.
+        With ``then_comma`` only a ``}`` followed by ``,`` is a candidate (more events follow); without,
+        any ``}`` is (salvaging a cut-off file). A candidate inside an event (nested args, or inside a
+        string) leaves an unclosed object or string, which msgspec refuses; the next one to the left is
+        tried then.
         """
         end = len(buf)
         while tries > 0:
             i = buf.rfind(b"}", 0, end)
             if i < 0:
                 return None
-            m = _COMMA.match(buf, i + 1)
             end = i
-            if m is None:
+            m = _COMMA.match(buf, i + 1)
+            if then_comma and m is None:
                 continue
             tries -= 1
             try:
-                return _list_decoder.decode(b"[" + buf[: i + 1] + b"]"), m.end()
+                return _list_decoder.decode(b"[" + buf[: i + 1] + b"]"), (m.end() if m else i + 1)
             except msgspec.DecodeError:
                 continue
         return None
@@ -315,19 +317,11 @@ class TraceStream:
             yield events
             return
         # No closing bracket that parses: the file was cut off. Keep every complete event.
-        end, tries = len(buf), 64
-        while tries > 0:
-            i = buf.rfind(b"}", 0, end)
-            if i < 0:
-                break
-            end, tries = i, tries - 1
-            try:
-                events = _list_decoder.decode(b"[" + buf[: i + 1] + b"]")
-            except msgspec.DecodeError:
-                continue
+        cut = self._cut(buf, tries=64, then_comma=False)
+        if cut is not None:
             logger.warning("%s: trace is truncated; salvaged the complete events", self.path)
             self.salvaged = True
-            yield events
+            yield cut[0]
             return
         if self.event_count == 0 and buf.strip():
             raise TraceError(f"{self.path}: not valid JSON and nothing could be salvaged")

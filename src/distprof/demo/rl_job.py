@@ -102,8 +102,6 @@ class Actor(ProfiledWorker):
         return self.rank
 
     def update(self, seqs, ref_lp):
-        import torch
-
         shard = slice(self.rank * len(seqs) // self.world_size, (self.rank + 1) * len(seqs) // self.world_size)
         seqs, ref_lp = seqs[shard], ref_lp[shard]
         with distprof.annotate("actor/update"):
