@@ -85,3 +85,17 @@ def s3(s3_server, monkeypatch):
     fsspec.config.conf.setdefault("s3", {})["endpoint_url"] = s3_server.endpoint
     yield s3_server.bucket()
     fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
+
+
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory):
+    """A real 2-process DDP job over gloo (small buckets: overlapping all-reduces), rank 1 sleeping 150 ms in
+    its train/data phase every step, profiled by distprof on steps 2-3 and 5-6 (two windows per rank).
+
+    The sleep (150 ms) is long enough that the other rank being slowed by a busy 2-core machine cannot
+    make it the late one: the tests assert structure, not the machine's speed."""
+    from distprof.demo import gloo_job
+
+    out = str(tmp_path_factory.mktemp("ddp") / "run")
+    gloo_job.run(out, steps=7, world_size=2, config={"steps": "2,3,5,6"}, slow_rank=1, slow_s=0.15, ddp=True)
+    return out

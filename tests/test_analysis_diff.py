@@ -3,14 +3,15 @@
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
 
-from distprof.analysis import read_trace, summarize_trace
-from distprof.analysis.diff import diff_summaries
+from distprof.analysis import diff, summary
 
 from conftest import SHARED
+from tracekit import cli, table
 
 TD = os.path.join(SHARED, "data", "traces", "hta", "trace-diff")
 DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
@@ -28,7 +29,7 @@ def _kernel_totals(path):
 
 def test_two_runs_match_independent_totals_and_sort_by_change():
     a, b = (os.path.join(TD, n) for n in ("control.json.gz", "test.json.gz"))
-    d = diff_summaries([summarize_trace(read_trace(a))], [summarize_trace(read_trace(b))])
+    d = diff.compare([summary.extract(table(a))], [summary.extract(table(b))])
     ka, kb = _kernel_totals(a), _kernel_totals(b)
     kernels = {r["name"]: r for r in d["rows"] if r["kind"] == "kernel"}
     assert set(kernels) == set(ka) | set(kb)
@@ -40,16 +41,24 @@ def test_two_runs_match_independent_totals_and_sort_by_change():
 
 
 def test_two_ranks_cli_json():
-    out = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", DLRM, DLRM, "--rank-a", "7", "--rank-b", "1",
-                          "--json", "--top", "5"], capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
-    assert len(d["rows"]) == 5 and {"kind", "name", "a_us", "b_us", "change_us", "ratio"} <= set(d["rows"][0])
+    code, d, _ = cli("diff", DLRM, DLRM, "--rank-a", "7", "--rank-b", "1", "--json", "--top", "5", "--workers", "2")
+    assert code == 0 and len(d["rows"]) == 5 and {"kind", "name", "a_us", "b_us", "change_us", "ratio"} <= set(d["rows"][0])
+    assert d["errors"] == [] and d["salvaged"] == []
     # Rank 1 spends far longer in NCCL than rank 7 (rank 7 is the straggler the others wait for).
     comm = next(r for r in d["rows"] if r["kind"] == "category" and r["name"] == "communication")
     assert comm["change_us"] > 0
-    same = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", DLRM, DLRM, "--json"], capture_output=True,
-                          text=True, check=True)
-    assert all(r["change_us"] == 0 for r in json.loads(same.stdout)["rows"])
+    code, same, _ = cli("diff", DLRM, DLRM, "--json")
+    assert code == 0 and all(r["change_us"] == 0 for r in same["rows"])
+
+
+def test_unreadable_files_are_errors_with_exit_1(tmp_path):
+    src = tmp_path / "in"
+    shutil.copytree(DLRM, src)
+    (src / "rank-9.json").write_text("{not json")
+    code, d, _ = cli("diff", DLRM, src, "--json")
+    assert code == 1 and [e["path"] for e in d["errors"]] == [str(src / "rank-9.json")]
+    code, text, err = cli("diff", DLRM, src)
+    assert code == 1 and "rank-9.json" in err
 
 
 def test_two_steps_of_one_run_by_phase(tmp_path):

@@ -1,29 +1,24 @@
-"""distprof steps on the real 8-rank set and on a run directory distprof wrote."""
+"""distprof steps on the real 8-rank set and on run directories distprof wrote."""
 
 import gzip
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from distprof import Profiler, ProfilerConfig
-from distprof.analysis import find_traces, read_trace
-from distprof.analysis.steps import combine_steps, extract_steps
+from distprof.analysis import analyze, find_traces
+from distprof.analysis import steps as steps_mod
 
-from conftest import SHARED
 from helpers import run
-
-DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+from tracekit import DLRM, cli, table
 
 
 def test_dlrm_step_durations_match_the_trace():
-    per_rank = [extract_steps(read_trace(f)) for f, *_ in find_traces(DLRM)]
-    d = combine_steps(per_rank)
+    d = analyze.steps(DLRM, workers=1)
     expected = {}
-    for f, *_ in find_traces(DLRM):
-        with gzip.open(f, "rt") as fh:
+    for f in find_traces(DLRM):
+        with gzip.open(f.path, "rt") as fh:
             doc = json.load(fh)
         for e in doc["traceEvents"]:
             if e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#"):
@@ -32,26 +27,37 @@ def test_dlrm_step_durations_match_the_trace():
     assert got == expected and len({s for _, s in got}) >= 1
     for row in d["steps"]:
         assert row["max_us"] == max(x["dur_us"] for x in row["ranks"])
-        assert row["slowest_rank"] == max(row["ranks"], key=lambda x: x["dur_us"])["rank"]
+        assert row["longest_rank"] == max(row["ranks"], key=lambda x: x["dur_us"])["rank"]
+        # The rank holding the others back: rank 7 starts the step ~7 ms after the others (its previous step
+        # ran long), so its own step is among the shortest, yet the others wait for it at the collectives.
+        assert row["slowest_rank"] == max(row["ranks"], key=lambda x: x["wait_caused_us"])["rank"] == 7
+        assert row["longest_rank"] != 7
+        for x in row["ranks"]:
+            assert x["busy_us"] == pytest.approx(x["dur_us"] - x["waited_us"])
+            assert 0 <= x["waited_us"] <= x["dur_us"]
 
 
 def test_phases_and_steps_of_a_distprof_run(tmp_path):
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[2, 3], torch={"activities": ["cpu"]})
     for rank in (0, 1):
         run(Profiler(cfg, role="actor", rank=rank, world_size=2), 5)
-    d = combine_steps([extract_steps(read_trace(f, manifest_rank=r, role=role)) for f, r, role, _ in find_traces(str(tmp_path / "r"))])
+    d = analyze.steps(str(tmp_path / "r"), workers=1)
     assert [(row["role"], row["step"], len(row["ranks"])) for row in d["steps"]] == [("actor", 2, 2), ("actor", 3, 2)]
     for row in d["steps"]:
         for x in row["ranks"]:
             assert {"train/forward", "train/backward"} <= set(x["phases"])
             assert sum(x["phases"].values()) <= x["dur_us"]
+            b = x["breakdown"]  # TensorBoard-style: every instant of the step in exactly one category
+            assert sum(b[k] for k in ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
+                                      "cpu_exec", "other")) == pytest.approx(b["dur_us"])
+            assert b["kernel"] == b["memcpy"] == b["runtime"] == 0.0 and b["cpu_exec"] > 0
 
 
 def test_cli_steps_json():
-    out = subprocess.run([sys.executable, "-m", "distprof.cli", "steps", DLRM, "--json"], capture_output=True, text=True, check=True)
-    d = json.loads(out.stdout)
-    assert d["steps"] and {"step", "ranks", "slowest_rank", "max_us"} <= set(d["steps"][0])
-    assert len(d["steps"][0]["ranks"]) == 8
+    code, d, _ = cli("steps", DLRM, "--json")
+    assert code == 0 and d["steps"] and {"step", "ranks", "slowest_rank", "max_us"} <= set(d["steps"][0])
+    assert len(d["steps"][0]["ranks"]) == 8 and {"rank", "dur_us", "phases"} <= set(d["steps"][0]["ranks"][0])
+    assert d["errors"] == [] and d["salvaged"] == []
 
 
 def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_path):
@@ -65,7 +71,8 @@ def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_pat
     doc["traceEvents"] = [e for e in doc["traceEvents"] if not e.get("name", "").startswith("ProfilerStep#")]
     with gzip.open(f.path, "wt") as fh:
         json.dump(doc, fh)
-    d = combine_steps([extract_steps(read_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window))])
+    d = steps_mod.combine([(tb.info, {"steps": steps_mod.extract(tb)})
+                           for tb in [table(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window)]])
     (row,) = d["steps"]
     assert row["step"] == 2 and row["window"] == [2, 3] and row["ranks"][0]["source"] == "manifest"
     assert row["max_us"] == (f.window["end_time"] - f.window["start_time"]) * 1e6

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distprof.analysis import find_traces, read_trace, summarize_ranks, summarize_trace
+from distprof.analysis import analyze, find_traces, read_trace, summary
 from distprof.analysis.reader import TraceError, rank_from_name
 from distprof.intervals import union_length
 
 from conftest import SHARED
+from tracekit import cli, table
 
 TRACES = os.path.join(SHARED, "data", "traces")
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
@@ -50,24 +51,26 @@ def _independent(path):
 def test_dlrm_8_ranks_match_independent_computation():
     files = find_traces(DLRM)
     assert len(files) == 8
-    per_rank = [summarize_trace(read_trace(f)) for f, *_ in files]
-    assert sorted(s["rank"] for s in per_rank) == list(range(8))
+    tables = [table(f.path) for f in files]
+    per_rank = [summary.extract(tb) for tb in tables]
+    assert sorted(tb.info.rank for tb in tables) == list(range(8))
     all_kernels = defaultdict(lambda: [0, 0.0])
-    for (f, *_), s in zip(files, per_rank):
-        kernels, busy, rank = _independent(f)
-        assert s["rank"] == rank and s["rank_source"] == "distributedInfo"
+    for f, tb, s in zip(files, tables, per_rank):
+        kernels, busy, rank = _independent(f.path)
+        assert tb.info.rank == rank and tb.info.rank_source == "distributedInfo"
         assert {n: (c, pytest.approx(t)) for n, (c, t) in kernels.items()} == s["kernels"]
         assert s["device_busy_us"] == pytest.approx(busy)
         assert 0 < s["idle_share"] < 1
         for n, (c, t) in kernels.items():
             all_kernels[n][0] += c
             all_kernels[n][1] += t
-    merged = summarize_ranks(per_rank)
+    merged = analyze.summary(DLRM, workers=1)
     assert [(r["name"], r["count"]) for r in merged["kernels"][:3]] == [
         (n, c) for n, (c, _) in sorted(all_kernels.items(), key=lambda kv: (-kv[1][1], kv[0]))[:3]]
     totals = [r["total_us"] for r in merged["kernels"]]
     assert totals == sorted(totals, reverse=True)
     assert merged["categories"]["communication"] > merged["categories"]["compute"] > 0
+    assert merged["errors"] == [] and merged["salvaged"] == [] and merged["files_read"] == 8
 
 
 def test_op_self_time_excludes_nested_ops(tmp_path):
@@ -80,8 +83,9 @@ def test_op_self_time_excludes_nested_ops(tmp_path):
     ]}
     p = tmp_path / "rank-2.json"
     p.write_text(json.dumps(doc))
-    s = summarize_trace(read_trace(str(p)))
-    assert s["rank"] == 2 and s["rank_source"] == "name"
+    tb = table(p)
+    s = summary.extract(tb)
+    assert tb.info.rank == 2 and tb.info.rank_source == "name"
     assert s["ops"] == {"outer": (1, 100.0, 50.0), "inner": (2, 50.0, 45.0), "leaf": (1, 5.0, 5.0),
                         "other_thread": (1, 80.0, 80.0)}
 
@@ -109,9 +113,10 @@ def test_run_directory_ranks_from_manifest(tmp_path):
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[1], torch={"activities": ["cpu"]})
     for rank in (0, 1):
         run(Profiler(cfg, role="actor", rank=rank, world_size=2), 3)
-    per_rank = [summarize_trace(read_trace(f, manifest_rank=r, role=role)) for f, r, role, _ in find_traces(str(tmp_path / "r"))]
-    assert sorted((s["role"], s["rank"]) for s in per_rank) == [("actor", 0), ("actor", 1)]
-    assert all(s["ops"] and not s["kernels"] and s["idle_share"] is None for s in per_rank)
+    s = analyze.summary(str(tmp_path / "r"), workers=1)
+    assert sorted((r["role"], r["rank"]) for r in s["ranks"]) == [("actor", 0), ("actor", 1)]
+    assert all(r["idle_share"] is None and r["temporal"]["device"] is None for r in s["ranks"])
+    assert s["ops"] and not s["kernels"]
 
 
 @pytest.mark.parametrize("content, words", [
@@ -153,39 +158,34 @@ def test_union_length_matches_unit_grid(spans):
 
 
 def test_cli_summary_json_and_exit_codes(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", DLRM, "--json", "--top", "5"],
-                         capture_output=True, text=True, check=True)
-    doc = json.loads(out.stdout)
-    assert {"kernels", "ops", "ranks"} <= set(doc)
+    code, doc, _ = cli("summary", DLRM, "--json", "--top", "5")
+    assert code == 0 and {"kernels", "ops", "ranks", "errors", "salvaged", "scope"} <= set(doc)
     for key in ("kernels", "ops"):
         assert all({"name", "count", "total_us"} <= set(r) for r in doc[key]) and len(doc[key]) == 5
         totals = [r["total_us"] for r in doc[key]]
         assert totals == sorted(totals, reverse=True)
-    one = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", DLRM, "--rank", "3", "--workers", "1"],
-                         capture_output=True, text=True)
-    assert one.returncode == 0 and "GPU kernels" in one.stdout
+    code, text, _ = cli("summary", DLRM, "--ranks", "3", "--workers", "1")
+    assert code == 0 and "Device kernels" in text
     (tmp_path / "bad.json").write_text("nope")
-    bad = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", str(tmp_path)], capture_output=True, text=True)
-    assert bad.returncode == 2 and "bad.json" in bad.stderr
-    missing = subprocess.run([sys.executable, "-m", "distprof.cli", "summary", str(tmp_path / "nope")], capture_output=True, text=True)
-    assert missing.returncode == 2 and "no such file" in missing.stderr
+    code, _, err = cli("summary", tmp_path)
+    assert code == 2 and "bad.json" in err
+    code, _, err = cli("summary", tmp_path / "nope")
+    assert code == 2 and "no such file" in err
 
 
 def test_progress_counts_bytes_as_well_as_files(tmp_path):
     from dataclasses import replace
 
-    from distprof.analysis.load import map_traces
-
     seen = []
-    results, errors = map_traces(DLRM, summarize_trace, workers=2, progress=lambda p: seen.append(replace(p)))
+    s = analyze.summary(DLRM, workers=2, progress=lambda p: seen.append(replace(p)))
     total = sum(os.path.getsize(os.path.join(DLRM, n)) for n in os.listdir(DLRM))
-    assert len(results) == 8 and not errors
+    assert s["files_read"] == 8 and not s["errors"]
     assert (seen[-1].files_done, seen[-1].files_total, seen[-1].bytes_done, seen[-1].bytes_total) == (8, 8, total, total)
     # One big file in this process: bytes move while the file is still being read.
     big = tmp_path / "rank-0.json"
     big.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": f"k{i % 50}", "ts": i, "dur": 1}
                                                for i in range(200_000)]}))
     seen.clear()
-    map_traces(str(big), summarize_trace, workers=1, progress=lambda p: seen.append(replace(p)))
+    analyze.summary(str(big), workers=1, progress=lambda p: seen.append(replace(p)))
     during = [p.bytes_done for p in seen if p.files_done == 0]
     assert len(during) > 2 and during == sorted(during) and seen[-1].bytes_done == big.stat().st_size

@@ -1,20 +1,32 @@
-"""The distprof command line: parses arguments, calls the library, renders with rich."""
+"""The distprof command line: parses arguments, calls the library, renders with rich.
+
+Exit codes (every verb, with or without ``--json``): 0 every file was read; 1 some files could not be
+read (each is named); 2 nothing could be read, or the arguments are wrong; 3 an internal error (a bug:
+one line, the traceback with ``--debug``).
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import tempfile
-from typing import Optional
+import traceback
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
+from rich.text import Text
+
+from . import render
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
 console = Console()
+if not console.is_terminal:
+    console.width = max(console.width, 200)  # a file or a pipe: no terminal to fit, so do not crop names
 err = Console(stderr=True)
 
 
@@ -23,12 +35,43 @@ def _setup_logging(verbose: int) -> None:
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)])
 
 
+EXIT_OK, EXIT_SOME_UNREADABLE, EXIT_NOTHING, EXIT_INTERNAL = 0, 1, 2, 3
+_debug = {"on": False}
+
+
 @app.callback()
-def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug).")) -> None:
+def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error.")) -> None:
+    _debug["on"] = debug
     _setup_logging(verbose)
 
 
+def _guarded(fn: Callable) -> Callable:
+    """A verb's body: unreadable input and bad arguments end in one line and exit 2; anything else is a
+    bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level)."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130)
+        except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
+            if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.reader":
+                err.print(Text.assemble(("error: ", "red"), str(e)), soft_wrap=True)
+                raise typer.Exit(EXIT_NOTHING)
+            logging.getLogger("distprof").debug("internal error", exc_info=True)
+            if _debug["on"]:
+                err.print(traceback.format_exc(), markup=False, highlight=False)
+            err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {e}"
+                                    f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
+            raise typer.Exit(EXIT_INTERNAL)
+    return run
+
+
 @app.command()
+@_guarded
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
     steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
@@ -61,6 +104,7 @@ def demo(
 
 
 @app.command()
+@_guarded
 def check(
     run_dir: str = typer.Argument(..., help="A run directory (the save_path of a run, or collect()'s dest)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
@@ -95,30 +139,75 @@ def check(
     raise typer.Exit(0 if result.ok else 1)
 
 
-def _read_all(path: str, reduce, workers: Optional[int], ray_address: Optional[str] = None):
-    """Read every trace under ``path`` with a progress bar; errors are printed, not raised."""
+# ---- shared options ---------------------------------------------------------------------------------------
+def _opt_ranks():
+    return typer.Option(None, "--ranks", help="Only these global ranks: 0,3-5.")
+
+
+def _opt_roles():
+    return typer.Option(None, "--roles", help="Only these roles (names or globs): actor,rollout*.")
+
+
+def _opt_steps():
+    return typer.Option(None, "--steps", help="Only work inside these steps (ProfilerStep#N): 3,5-7.")
+
+
+def _opt_steps_only():
+    return typer.Option(False, "--steps-only", help="Count only work inside ProfilerStep ranges (default: the whole trace).")
+
+
+def _opt_workers():
+    return typer.Option(None, "--workers", min=1, help="Processes reading files in parallel (default: CPU count).")
+
+
+def _opt_ray():
+    return typer.Option(None, "--ray", help="Read files as tasks on this Ray cluster ('local' starts one on loopback).")
+
+
+def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str], steps_only: bool,
+               rank: Optional[int] = None):
+    from .analysis.selection import Selection
+
+    if rank is not None:
+        ranks = str(rank) if ranks is None else f"{ranks},{rank}"
+    try:
+        return Selection.of(ranks=ranks, roles=roles, steps=steps, steps_only=steps_only)
+    except ValueError as e:
+        err.print(Text.assemble(("error: ", "red"), str(e)), soft_wrap=True)
+        raise typer.Exit(EXIT_NOTHING)
+
+
+def _progress():
+    """A progress bar on stderr counting bytes read and files finished (so one big file still moves it)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
-    from .analysis.load import map_traces
-    from .analysis.reader import TraceError
+    bar = Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
+                   TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True)
+    task = bar.add_task("read", total=None, files="")
 
-    with Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
-                  TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("read", total=None, files="")
+    def show(p) -> None:
+        bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
 
-        def show(p):
-            bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
+    return bar, show
 
-        try:
-            results, errors = map_traces(path, reduce, workers=workers, ray_address=ray_address, progress=show)
-        except TraceError as e:
-            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
-            raise typer.Exit(2)
-    for e in errors:
-        err.print(f"[red]cannot read[/red] {e}", soft_wrap=True)
-    if not results:
-        raise typer.Exit(2)
-    return results, errors
+
+def _run(call: Callable[..., dict], *args: Any, **kwargs: Any) -> dict:
+    bar, show = _progress()
+    with bar:
+        return call(*args, progress=show, **kwargs)
+
+
+def _done(result: dict, as_json: bool, draw: Callable[[], None]) -> None:
+    """Print ``result`` (--json: one object on stdout; else tables, problems on stderr) and exit with its code."""
+    from .analysis.analyze import exit_code
+
+    code = exit_code(result)
+    if as_json:
+        _print_json(result, code)
+    if result.get("files_read", 1):
+        draw()
+    render.problems(err, result)
+    raise typer.Exit(code)
 
 
 def _print_json(obj, code: int) -> None:
@@ -129,209 +218,115 @@ def _print_json(obj, code: int) -> None:
     raise typer.Exit(code)
 
 
-def _us(v: float) -> str:
-    return f"{v / 1000:,.3f} ms" if v >= 1000 else f"{v:,.1f} us"
+PATH_HELP = "A trace file, a folder of traces, or a run directory (local or fsspec URL)."
 
 
+# ---- verbs --------------------------------------------------------------------------------------------------
 @app.command()
+@_guarded
 def summary(
-    path: str = typer.Argument(..., help="A trace file, a folder of traces, or a run directory (local or fsspec URL)."),
+    path: str = typer.Argument(..., help=PATH_HELP),
     top: int = typer.Option(15, "--top", min=1, help="Rows per table."),
-    rank: Optional[int] = typer.Option(None, "--rank", help="Only this rank."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel (default: CPU count)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks."),
+    rank: Optional[int] = typer.Option(None, "--rank", hidden=True, help="Only this rank (same as --ranks R)."),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks, ..."),
 ) -> None:
-    """Time by GPU kernel and by CPU op, per rank and overall; device busy time (overlap counted once) and idle share."""
+    """Where the time goes: device kernels, CPU ops and phases over all ranks; per rank its device and host
+    breakdown (compute, exposed communication, memory, idle), comm/compute overlap and average step."""
+    from .analysis import analyze
 
-    from .analysis.summary import summarize_ranks, summarize_trace
-
-    results, errors = _read_all(path, summarize_trace, workers, ray_address)
-    if rank is not None:
-        results = [r for r in results if r["rank"] == rank]
-        if not results:
-            err.print(f"[red]error:[/red] no trace of rank {rank} under {path}", soft_wrap=True)
-            raise typer.Exit(2)
-    s = summarize_ranks(results, top=top)
-    s["errors"] = errors
-    if as_json:
-        _print_json(s, 1 if errors else 0)
-    for title, rows, extra in (("GPU kernels (all ranks)", s["kernels"], None), ("CPU ops (all ranks)", s["ops"], "self_us"),
-                               ("Phases: annotations (all ranks; share of traced time)", s["phases"], None)):
-        if not rows:
-            continue
-        t = Table(title=title)
-        for col in ("name", "count", "total", *(["self"] if extra else []), "share"):
-            t.add_column(col, justify="left" if col == "name" else "right", overflow="ellipsis", max_width=70 if col == "name" else None)
-        for r in rows:
-            t.add_row(r["name"], f"{r['count']:,}", _us(r["total_us"]), *([_us(r[extra])] if extra else []), f"{r['share']:.1%}")
-        console.print(t)
-    t = Table(title="Per rank")
-    for col in ("role", "rank", "device busy", "idle", "compute", "communication", "memcpy/memset"):
-        t.add_column(col, justify="left" if col == "role" else "right")
-    for r in s["ranks"]:
-        c = r["categories"]
-        t.add_row(r["role"] or "", "?" if r["rank"] is None else str(r["rank"]), _us(r["device_busy_us"]),
-                  "-" if r["idle_share"] is None else f"{r['idle_share']:.1%}", _us(c.get("compute", 0.0)),
-                  _us(c.get("communication", 0.0)), _us(c.get("memcpy", 0.0) + c.get("memset", 0.0)))
-    console.print(t)
-    unknown = [r["path"] for r in s["ranks"] if r["rank"] is None]
-    if unknown:
-        err.print(f"[yellow]warning:[/yellow] no rank in distributedInfo, manifest or name for: {', '.join(unknown)}", soft_wrap=True)
-    raise typer.Exit(1 if errors else 0)
+    sel = _selection(ranks, roles, steps, steps_only, rank)
+    s = _run(analyze.summary, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
+    _done(s, as_json, lambda: render.summary(console, s))
 
 
 @app.command()
+@_guarded
 def stragglers(
     path: str = typer.Argument(..., help="Traces of several ranks: a folder, or a run directory."),
     top: int = typer.Option(10, "--top", min=1, help="Worst collectives to list."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Processes reading ranks in parallel."),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched."),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched, waits."),
 ) -> None:
     """Match collectives across ranks: who arrives last, how long the others wait for it."""
+    from .analysis import analyze
 
-    from .analysis.stragglers import extract_collectives, match_stragglers
-
-    results, errors = _read_all(path, extract_collectives, workers, ray_address)
-    r = match_stragglers(results)
-    r["errors"] = errors
-    r["worst"] = r["worst"][:top]
-    if as_json:
-        _print_json(r, 1 if errors else 0)
-    if r["matched"] == 0:
-        err.print("[yellow]no collective could be matched across ranks[/yellow] (need 2+ ranks with NCCL/RCCL kernels or c10d ops)")
-    t = Table(title=f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])})")
-    for col in ("role", "rank", "wait caused", "late arrivals", "waited", "collectives"):
-        t.add_column(col, justify="left" if col == "role" else "right")
-    for row in r["ranks"]:
-        t.add_row(row["role"] or "", str(row["rank"]), _us(row["wait_caused_us"]), str(row["late_arrivals"]),
-                  _us(row["waited_us"]), str(row["collectives"]))
-    console.print(t)
-    if r["steps"]:
-        t = Table(title="Per step")
-        for col in ("role", "step", "collectives", "wait", "slowest rank"):
-            t.add_column(col, justify="left" if col == "role" else "right")
-        for s in r["steps"]:
-            t.add_row(s["role"] or "", "-" if s["step"] is None else str(s["step"]), str(s["collectives"]), _us(s["wait_us"]),
-                      "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
-        console.print(t)
-    for m in r["mismatched"]:
-        err.print(f"[yellow]warning:[/yellow] {m['kind']} in group {m['group']} has different counts per rank {m['counts']}: "
-                  "matched up to the smallest", soft_wrap=True)
-    raise typer.Exit(1 if errors else 0)
+    sel = _selection(ranks, roles, steps, steps_only)
+    r = _run(analyze.stragglers, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
+    _done(r, as_json, lambda: render.stragglers(console, err, r))
 
 
 @app.command()
+@_guarded
 def steps(
-    path: str = typer.Argument(..., help="A trace, a folder of traces or a run directory."),
-    phases: int = typer.Option(6, "--phases", min=1, help="Phases (annotations) to show per step."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1),
-    ray_address: Optional[str] = typer.Option(None, "--ray", help="Read ranks as tasks on this Ray cluster ('local' starts one on loopback)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's breakdown."),
+    path: str = typer.Argument(..., help=PATH_HELP),
+    phases: int = typer.Option(4, "--phases", min=1, help="Phases (annotations) to show per rank."),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's figures."),
 ) -> None:
-    """Per step and rank: duration, and its breakdown by phase (annotations) and category; the slowest rank."""
+    """Per step and rank: duration, time waiting for peers, phases; the rank that holds the others back."""
+    from .analysis import analyze
 
-    from .analysis.steps import combine_steps, extract_steps
-
-    results, errors = _read_all(path, extract_steps, workers, ray_address)
-    d = combine_steps(results)
-    d["errors"] = errors
-    if as_json:
-        _print_json(d, 1 if errors else 0)
-    if not d["steps"]:
-        err.print("[yellow]no steps in these traces[/yellow]: no ProfilerStep#N ranges (torch writes them when "
-                  "profiler.step() is called) and no distprof manifest window for these files")
-        raise typer.Exit(1)
-    t = Table(title="Steps")
-    for col in ("role", "step", "ranks", "slowest", "max", "min", "phases (mean over ranks)"):
-        t.add_column(col, justify="left" if col in ("role", "phases (mean over ranks)") else "right")
-    for row in d["steps"]:
-        ph = ", ".join(f"{k} {_us(v)}" for k, v in list(row["mean_phases"].items())[:phases])
-        label = f"{row['window'][0]}-{row['window'][1]} (window)" if row.get("window") else str(row["step"])
-        t.add_row(row["role"] or "", label, str(len(row["ranks"])), str(row["slowest_rank"]),
-                  _us(row["max_us"]), _us(row["min_us"]), ph)
-    console.print(t)
-    raise typer.Exit(1 if errors else 0)
+    sel = _selection(ranks, roles, steps, steps_only)
+    d = _run(analyze.steps, path, selection=sel, workers=workers, ray_address=ray_address)
+    if not d["steps"] and not as_json and d["files_read"]:
+        err.print("no steps in these traces: no ProfilerStep#N ranges (torch writes them when profiler.step() is "
+                  "called) and no distprof manifest window for these files", style="yellow", soft_wrap=True)
+    _done(d, as_json, lambda: render.steps(console, d, phases=phases))
 
 
 @app.command()
+@_guarded
 def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
     out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
     """One trace with every rank and role as its own process track, clocks aligned, every event kept."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from .analysis.merge import merge_traces
-    from .analysis.reader import TraceError
 
+    sel = _selection(ranks, roles, None, False)
     with Progress(TextColumn("merging"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
         task = bar.add_task("merge", total=None)
-        try:
-            r = merge_traces(path, out, progress=lambda done, total: bar.update(task, completed=done, total=total))
-        except TraceError as e:
-            err.print(f"[red]error:[/red] {e}", soft_wrap=True)
-            raise typer.Exit(2)
-    if as_json:
-        _print_json(r, 1 if r["errors"] else 0)
-    for e in r["errors"]:
-        err.print(f"[yellow]skipped:[/yellow] {e}", soft_wrap=True)
-    console.print(f"merged {r['files']} traces, {r['events']:,} events -> {r['out']} (open in https://ui.perfetto.dev)",
-                  soft_wrap=True)
-    if r["moved_to_lanes"]:
-        console.print(f"{r['moved_to_lanes']:,} events overlapped others on their thread (Perfetto would hide them): "
-                      "shown on '(overlaps, lane K)' threads", soft_wrap=True)
-    raise typer.Exit(1 if r["errors"] else 0)
+        r = merge_traces(path, out, selection=sel, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+    def draw() -> None:
+        console.print(Text(f"merged {r['files']} traces, {r['events']:,} events -> {r['out']} "
+                           "(open in https://ui.perfetto.dev)"), soft_wrap=True)
+        if r["moved_to_lanes"]:
+            console.print(f"{r['moved_to_lanes']:,} events overlapped others on their thread (Perfetto would hide "
+                          "them): shown on '(overlaps, lane K)' threads", soft_wrap=True)
+
+    _done(r, as_json, draw)
 
 
 @app.command()
+@_guarded
 def diff(
     a: str = typer.Argument(..., help="Baseline: a trace, a folder of traces or a run directory."),
-    b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b)."),
+    b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b or --step-b)."),
     rank_a: Optional[int] = typer.Option(None, "--rank-a", help="Only this rank of A."),
     rank_b: Optional[int] = typer.Option(None, "--rank-b", help="Only this rank of B."),
-    step_a: Optional[int] = typer.Option(None, "--step-a", help="Only events inside ProfilerStep#N of A."),
-    step_b: Optional[int] = typer.Option(None, "--step-b", help="Only events inside ProfilerStep#N of B."),
+    step_a: Optional[int] = typer.Option(None, "--step-a", help="Only work inside ProfilerStep#N of A."),
+    step_b: Optional[int] = typer.Option(None, "--step-b", help="Only work inside ProfilerStep#N of B."),
+    roles: Optional[str] = _opt_roles(), steps_only: bool = _opt_steps_only(),
     top: int = typer.Option(20, "--top", min=1, help="Rows to show."),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1),
+    workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: rows, totals, only_in_a, only_in_b."),
 ) -> None:
     """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""
-    import functools
+    from .analysis import analyze
 
-
-    from .analysis.diff import diff_summaries
-    from .analysis.summary import summarize_trace
-
-    sides = []
-    for path, rank, step in ((a, rank_a, step_a), (b, rank_b, step_b)):
-        reduce = summarize_trace if step is None else functools.partial(summarize_trace, step=step)
-        results, errors = _read_all(path, reduce, workers)
-        if rank is not None:
-            results = [r for r in results if r["rank"] == rank]
-            if not results:
-                err.print(f"[red]error:[/red] no trace of rank {rank} under {path}", soft_wrap=True)
-                raise typer.Exit(2)
-        if step is not None:
-            results = [r for r in results if r["step_found"]]
-            if not results:
-                err.print(f"[red]error:[/red] no ProfilerStep#{step} in the traces under {path}", soft_wrap=True)
-                raise typer.Exit(2)
-        sides.append(results)
-    d = diff_summaries(sides[0], sides[1], top=top)
-    if as_json:
-        _print_json(d, 0)
-    t = Table(title=f"B vs A: GPU kernel time {_us(d['kernel_total_a_us'])} -> {_us(d['kernel_total_b_us'])}")
-    for col in ("kind", "name", "A", "B", "change", "ratio"):
-        t.add_column(col, justify="left" if col in ("kind", "name") else "right", overflow="ellipsis",
-                     max_width=60 if col == "name" else None)
-    for r in d["rows"]:
-        color = "red" if r["change_us"] > 0 else "green"
-        t.add_row(r["kind"], r["name"], _us(r["a_us"]), _us(r["b_us"]), f"[{color}]{r['change_us']:+,.1f} us[/{color}]",
-                  "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
-    console.print(t)
+    sel_a = _selection(None, roles, None if step_a is None else str(step_a), steps_only, rank_a)
+    sel_b = _selection(None, roles, None if step_b is None else str(step_b), steps_only, rank_b)
+    d = _run(analyze.diff, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers, ray_address=ray_address)
+    _done(d, as_json, lambda: render.diff(console, d))
 
 
 def main() -> None:

@@ -17,8 +17,11 @@ What Perfetto's JSON importer needs, and real Kineto traces do not always give i
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
+import os
+import posixpath
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -27,6 +30,7 @@ import msgspec
 import numpy as np
 
 from .reader import Event, TraceError, TraceFile, find_traces, open_trace
+from .selection import Selection
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class _Scan:
     lanes: dict = field(default_factory=dict)  # event index -> lane (> 0) for X events moved off their thread
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
     max_tid: int = 0
+    salvaged: dict | None = None  # what was wrong with a file that could still be read
 
 
 def _label(role: str | None, rank: int | None, path: str) -> str:
@@ -124,6 +129,11 @@ def _scan(f: TraceFile) -> _Scan:
             index += 1
     first = first or 0.0
     scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid)
+    report = getattr(t, "report", None)
+    if report is not None and report.salvaged:
+        scan.salvaged = report.to_dict()
+    elif report is None and t.salvaged:
+        scan.salvaged = {"truncated": True}
     for (pid, tid), (ts, dur, idx) in cols.items():
         lanes = overlap_lanes(np.frombuffer(ts, dtype="d") - first, np.frombuffer(dur, dtype="d"))
         for k in np.nonzero(lanes)[0].tolist():
@@ -145,14 +155,14 @@ def _meta_name(e: Event) -> str | None:
 class _FileWriter:
     """Encodes one file's events for the merged output."""
 
-    def __init__(self, scan: _Scan, file_index: int, base_us: float):
+    def __init__(self, scan: _Scan, file_index: int, base_us: float, label: str):
         self.scan = scan
         self.i = file_index
         # Output ts = whole ns since the clock base: (ts - first) rounded to ns, plus this file's start in
         # whole ns. Rounding each event relative to `first` keeps nesting exactly as overlap_lanes saw it.
         self.first = scan.first
         self.start_ns = round((scan.first_us - base_us) * 1000.0)
-        self.label = _label(scan.role, scan.rank, scan.file.path)
+        self.label = label
         self.pids: dict[Any, int] = {}
         self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
         self.other_ids: dict[Any, int] = {}
@@ -252,53 +262,90 @@ class _FileWriter:
         return out
 
 
-def merge_traces(path: str, out: str, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Merge every trace under ``path`` into ``out`` (``.json`` or ``.json.gz``).
+def _check_out(out: str) -> None:
+    """Refuse, in one line, an output that cannot be written (before reading anything)."""
+    parent = os.path.dirname(os.path.abspath(out))
+    if os.path.isdir(out):
+        raise TraceError(f"{out}: is a directory; give a file name such as merged.json.gz")
+    if not os.path.isdir(parent):
+        raise TraceError(f"{out}: cannot write: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise TraceError(f"{out}: cannot write: folder {parent} is not writable")
 
-    Returns ``{"out", "files", "events", "base_time_us", "moved_to_lanes", "errors"}``; raises
-    TraceError when no file could be read.
+
+def merge_traces(path: str, out: str, selection: Selection | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Merge every trace under ``path`` (the ``selection``'s ranks and roles) into ``out`` (``.json`` or ``.json.gz``).
+
+    The output is written to a hidden temporary file beside ``out`` and renamed when complete, so ``out``
+    is never a torn file. Returns ``{"out", "files", "events", "base_time_us", "moved_to_lanes", "errors",
+    "salvaged", "files_read"}``; raises TraceError when no file could be read or ``out`` cannot be written.
     """
-    files = find_traces(path)
+    selection = selection or Selection()
+    _check_out(out)
+    files = [f for f in find_traces(path)
+             if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))]
     # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
     # names and overlapping events. It orders the tracks by role then rank and fixes the clock base.
     scans, errors = [], []
     for k, f in enumerate(files, 1):
         try:
-            scans.append(_scan(f))
+            scan = _scan(f)
+            if selection.rank_ok(scan.rank) and selection.role_ok(scan.role):
+                scans.append(scan)
         except TraceError as e:  # one unreadable rank is reported, the others are still merged
-            errors.append(str(e))
+            errors.append({"path": f.path, "message": str(e)})
         if progress:
             progress(k, 2 * len(files))
     scans.sort(key=lambda s: (s.role or "", -1 if s.rank is None else s.rank, s.file.path))
     if not scans:
-        raise TraceError(f"{path}: no readable trace ({'; '.join(errors) or 'no trace files found'})")
+        why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else "no trace files found")
+        raise TraceError(f"{path}: no readable trace ({why})")
     base = min(s.first_us for s in scans)
-    # Pass 2: stream every file into the output, one batch at a time.
+    labels = _labels(scans)
+    # Pass 2: stream every file into a temporary output, one batch at a time; rename it when complete.
     opener = gzip.open if out.endswith(".gz") else open
     events_out = moved = 0
-    with opener(out, "wb") as w:
-        w.write(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
-            {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
-        sep = b""
-        for i, scan in enumerate(scans):
-            writer = _FileWriter(scan, i, base)
-            f = scan.file
-            index = 0
-            for batch in open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window).batches():
-                chunk = []
-                for e in batch:
-                    chunk.append(writer.encode(e, index))
-                    index += 1
+    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+    try:
+        with opener(tmp, "wb") as w:
+            w.write(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
+                {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
+            sep = b""
+            for i, scan in enumerate(scans):
+                writer = _FileWriter(scan, i, base, labels[i])
+                f = scan.file
+                index = 0
+                for batch in open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window).batches():
+                    chunk = []
+                    for e in batch:
+                        chunk.append(writer.encode(e, index))
+                        index += 1
+                    if chunk:
+                        w.write(sep + b",".join(chunk))
+                        sep, events_out = b",", events_out + len(chunk)
+                chunk = writer.trailer()
                 if chunk:
                     w.write(sep + b",".join(chunk))
                     sep, events_out = b",", events_out + len(chunk)
-            chunk = writer.trailer()
-            if chunk:
-                w.write(sep + b",".join(chunk))
-                sep, events_out = b",", events_out + len(chunk)
-            moved += len(scan.lanes)
-            if progress:
-                progress(len(scans) + i + 1, 2 * len(scans))
-        w.write(b"]}")
+                moved += len(scan.lanes)
+                if progress:
+                    progress(len(scans) + i + 1, 2 * len(scans))
+            w.write(b"]}")
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return {"out": out, "files": len(scans), "events": events_out, "base_time_us": base, "moved_to_lanes": moved,
-            "errors": errors}
+            "errors": errors, "salvaged": [{"path": s.file.path, **s.salvaged} for s in scans if s.salvaged],
+            "files_read": len(scans)}
+
+
+def _labels(scans: list[_Scan]) -> list[str]:
+    """Track labels, unique across files: two files of one rank (or two unranked files) get their file name added."""
+    base = [_label(s.role, s.rank, s.file.path) for s in scans]
+    seen: dict[str, int] = {}
+    for b in base:
+        seen[b] = seen.get(b, 0) + 1
+    return [f"{b} ({posixpath.basename(s.file.path)})" if seen[b] > 1 else b for b, s in zip(base, scans)]

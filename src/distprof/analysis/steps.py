@@ -1,110 +1,133 @@
-"""Per step and per rank: duration, time by phase (user annotations such as actor/update) and by category.
+"""Per step and per rank: duration, time waiting for peers, phases, device categories; the rank that holds
+the others back.
 
-Steps are the ``ProfilerStep#N`` ranges torch records on the CPU (global step numbers under distprof).
-A trace without them that a distprof run directory lists in its manifest becomes one row for its
-capture window (``steps: [first, last]``, the window's wall time as its duration). An annotation or
-device event belongs to the step in which it starts (device work is launched from the CPU inside the
-step; a kernel still running past the step's end is counted where it started).
+Steps are torch's ``ProfilerStep#N`` ranges (global step numbers under distprof). A trace without them
+that a distprof run directory lists in its manifest is one row for its capture window (``window:
+[first, last]``, the window's wall time as its duration). An annotation belongs to the step it starts
+in (cut at the step's end); device work to the step that launched it.
+
+In a synchronous job every rank's step lasts about as long: the ranks that are ahead wait inside
+collectives for the one behind, so the longest step is often a rank that waited. ``slowest_rank`` is
+the rank that holds the others back: the one whose late arrivals at that step's collectives cost the
+others the most waiting (``wait_caused_us``, as ``stragglers`` charges it, each blocked instant once).
+A rank can be late because its step started late (its previous step ran long), so this, not the time
+inside the step, is the measure. Each rank's row also has ``waited_us`` (its own blocked time in the
+step: the union of its waits) and ``busy_us = dur_us - waited_us`` (its time outside waiting for
+peers). When no rank waited in a step (one rank, no collectives), the rank with the most busy time,
+that is the longest step, is the slowest.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
 from typing import Any, Iterable
 
 import numpy as np
 
-from .reader import RankTrace, TraceStream
-from .summary import ANNOTATION_CATS, DEVICE_CATS, category, profiler_step
+from .. import intervals as iv
+from .summary import CATEGORIES
+from .table import TraceTable
+from .vocab import Kind
 
-__all__ = ["extract_steps", "combine_steps"]
-
-_CATEGORIES = ("compute", "communication", "memcpy", "memset", "other")
-
-
-def _sum_by_step(starts: np.ndarray, ends: np.ndarray, ts: array, dur: array, key: array, keys: int) -> np.ndarray:
-    """``out[i, k]``: total ``dur`` of the events with key ``k`` that start inside step ``i``."""
-    t = np.frombuffer(ts, dtype="d")
-    idx = np.searchsorted(starts, t, side="right") - 1
-    inside = idx >= 0
-    inside[inside] &= t[inside] < ends[idx[inside]]
-    flat = idx[inside] * keys + np.frombuffer(key, dtype=key.typecode)[inside]
-    weights = np.frombuffer(dur, dtype="d")[inside]
-    return np.bincount(flat, weights=weights, minlength=len(starts) * keys).reshape(len(starts), keys)
+__all__ = ["extract", "combine"]
 
 
-def extract_steps(t: RankTrace | TraceStream) -> dict[str, Any]:
-    """Compact, picklable: this rank's steps, each with its duration, phases and categories (µs)."""
-    marks: list[tuple[float, float, int]] = []
-    names: dict[str, int] = {}
-    ann_ts, ann_dur, ann_id = array("d"), array("d"), array("q")
-    dev_ts, dev_dur, dev_cat = array("d"), array("d"), array("b")
-    cat_code = {c: i for i, c in enumerate(_CATEGORIES)}
-    first = last = None
-    for batch in t.batches():
-        for e in batch:
-            if e.ph != "X":
-                continue
-            if first is None or e.ts < first:
-                first = e.ts
-            if last is None or e.ts + e.dur > last:
-                last = e.ts + e.dur
-            if e.name.startswith("ProfilerStep#"):
-                n = profiler_step(e)
-                if n is not None:
-                    marks.append((e.ts, e.ts + e.dur, n))
-            elif e.cat in ANNOTATION_CATS:
-                ann_ts.append(e.ts)
-                ann_dur.append(e.dur)
-                ann_id.append(names.setdefault(e.name, len(names)))
-            elif e.cat in DEVICE_CATS:
-                dev_ts.append(e.ts)
-                dev_dur.append(e.dur)
-                dev_cat.append(cat_code[category(e)])
-    source = "ProfilerStep"
-    window_steps = None
-    if not marks and t.window and first is not None:
+def extract(tb: TraceTable) -> dict[str, Any]:
+    off = tb.info.offset_us
+    k = tb.kind
+    rows = []
+    index = tb.step_index()
+    ann = (k == Kind.ANNOTATION) & ~tb.comm
+    dev_kind = {Kind.KERNEL: None, Kind.MEMCPY: "memcpy", Kind.MEMSET: "memset"}
+    for i, (start, end, num) in enumerate(tb.steps.tolist()):
+        idx = index.get(i)
+        if idx is None or not idx.size:
+            continue  # a step outside the selection
+        phases: dict[str, float] = {}
+        a = idx[ann[idx]]
+        if a.size:
+            ids = tb.name[a]
+            order = np.argsort(ids, kind="stable")
+            for part in np.split(order, np.flatnonzero(np.diff(ids[order])) + 1):
+                sel = a[part]
+                phases[tb.names[tb.name[sel[0]]]] = iv.length(iv.merge(tb.ts[sel], np.minimum(tb.end[sel], end)))
+        cats: dict[str, float] = defaultdict(float)
+        for kind, cat in dev_kind.items():
+            m = idx[k[idx] == kind]
+            if kind == Kind.KERNEL:
+                cats["communication"] += float(tb.dur[m[tb.comm[m]]].sum())
+                cats["compute"] += float(tb.dur[m[~tb.comm[m]]].sum())
+            else:
+                cats[cat] += float(tb.dur[m].sum())
+        rows.append({"step": int(num), "start_us": start + off, "end_us": end + off, "dur_us": end - start,
+                     "source": "ProfilerStep",
+                     "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
+                     "categories": {c: v for c in CATEGORIES if (v := cats.get(c, 0.0))}})
+    window = tb.info.window
+    if not rows and window and tb.info.start_us is not None and not tb.by_step:
         # No step markers: the manifest's window is the unit (it may span several steps).
-        a, b = t.window["steps"]
-        marks, source, window_steps = [(first, last, a)], "manifest", [a, b]
-    marks.sort()
-    starts = np.array([m[0] for m in marks], dtype="d")
-    ends = np.array([m[1] for m in marks], dtype="d")
-    phases = _sum_by_step(starts, ends, ann_ts, ann_dur, ann_id, max(len(names), 1))
-    cats = _sum_by_step(starts, ends, dev_ts, dev_dur, dev_cat, len(_CATEGORIES))
-    id_names = list(names)
-    out = []
-    for i, (start, end, n) in enumerate(marks):
-        dur = end - start
-        if window_steps is not None and t.window.get("end_time") and t.window.get("start_time"):
-            dur = (t.window["end_time"] - t.window["start_time"]) * 1e6  # the window's wall time, as the profiler measured it
-        row = {"step": n, "dur_us": dur, "source": source,
-               "phases": {id_names[k]: float(v) for k, v in enumerate(phases[i]) if v and k < len(id_names)},
-               "categories": {_CATEGORIES[k]: float(v) for k, v in enumerate(cats[i]) if v}}
-        if window_steps is not None:
-            row["steps"] = window_steps
-        out.append(row)
-    return {"rank": t.rank, "role": t.role, "path": t.path, "steps": out}
+        w = getattr(tb, "window_record", None) or {}
+        dur = tb.info.end_us - tb.info.start_us
+        if w.get("end_time") and w.get("start_time"):
+            dur = (w["end_time"] - w["start_time"]) * 1e6  # the window's wall time, as the profiler measured it
+        ph_m = ann & tb.scope
+        phases = {}
+        if ph_m.any():
+            ids = tb.name[ph_m]
+            sel_all = np.flatnonzero(ph_m)
+            order = np.argsort(ids, kind="stable")
+            for part in np.split(order, np.flatnonzero(np.diff(ids[order])) + 1):
+                sel = sel_all[part]
+                phases[tb.names[tb.name[sel[0]]]] = iv.length(iv.merge(tb.ts[sel], tb.end[sel]))
+        rows.append({"step": window[0], "window": list(window), "start_us": tb.info.start_us, "end_us": tb.info.end_us,
+                     "dur_us": dur, "source": "manifest",
+                     "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "categories": {}})
+    return {"steps": rows}
 
 
-def combine_steps(per_rank: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """One row per (role, step): every rank's duration and breakdown, and the slowest rank."""
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One row per (role, step): every rank's figures, the rank holding the others back (``slowest_rank``)
+    and the rank with the longest step (``longest_rank``).
+
+    ``files`` are (FileInfo, parts) with ``parts["steps"]`` from :func:`extract` and, when present,
+    ``parts["breakdown"]``, ``parts["temporal"]``, ``parts["overlap"]`` (their per-step figures are
+    attached to each rank's row); ``waits`` are ``stragglers.combine(...)["waits"]``.
+    """
+    waited = {(w["role"] or "", w["rank"], w["step"] if not isinstance(w["step"], list) else tuple(w["step"])):
+              (w["waited_us"], w["wait_caused_us"]) for w in waits}
     table: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for r in per_rank:
-        for s in r["steps"]:
-            table[(r["role"] or "", s["step"])].append(
-                {"rank": r["rank"], **{k: s[k] for k in ("dur_us", "phases", "categories", "source", "steps") if k in s}})
+    for info, parts in files:
+        extra = {name: parts.get(name, {}).get("steps", {}) for name in ("breakdown", "temporal", "overlap")}
+        for s in parts["steps"]["steps"]:
+            role = info.role or ""
+            key = s["step"] if "window" not in s else tuple(s["window"])
+            w, caused = waited.get((role, info.rank, key), (0.0, 0.0))
+            row = {"rank": info.rank, "path": info.path, "dur_us": s["dur_us"], "waited_us": w,
+                   "busy_us": max(s["dur_us"] - w, 0.0), "wait_caused_us": caused,
+                   "phases": s["phases"], "categories": s["categories"],
+                   "source": s["source"], "start_us": s["start_us"]}
+            if "window" in s:
+                row["window"] = s["window"]
+            for name, per_step in extra.items():
+                fig = per_step.get(s["step"]) if "window" not in s else None
+                if fig is not None:
+                    row[name] = fig
+            table[(role, s["step"])].append(row)
     rows = []
     for (role, step), ranks in sorted(table.items()):
-        ranks.sort(key=lambda x: (-1 if x["rank"] is None else x["rank"]))
-        slowest = max(ranks, key=lambda x: x["dur_us"])
+        ranks.sort(key=lambda x: (-1 if x["rank"] is None else x["rank"], x["path"]))
+        if any(x["wait_caused_us"] > 0 for x in ranks):
+            slowest = max(ranks, key=lambda x: (x["wait_caused_us"], -(x["rank"] or 0)))
+        else:
+            slowest = max(ranks, key=lambda x: (x["busy_us"], -(x["rank"] or 0)))
+        longest = max(ranks, key=lambda x: (x["dur_us"], -(x["rank"] or 0)))
         phases: dict[str, float] = defaultdict(float)
         for x in ranks:
-            for k, v in x["phases"].items():
-                phases[k] += v / len(ranks)
-        rows.append({"role": role or None, "step": step, "window": slowest.get("steps"), "ranks": ranks,
-                     "slowest_rank": slowest["rank"],
-                     "max_us": slowest["dur_us"], "min_us": min(x["dur_us"] for x in ranks),
+            for name, v in x["phases"].items():
+                phases[name] += v / len(ranks)
+        rows.append({"role": role or None, "step": step, "window": ranks[0].get("window"), "ranks": ranks,
+                     "slowest_rank": slowest["rank"], "longest_rank": longest["rank"],
+                     "max_us": longest["dur_us"], "min_us": min(x["dur_us"] for x in ranks),
+                     "waited_us": sum(x["waited_us"] for x in ranks),
                      "mean_phases": dict(sorted(phases.items(), key=lambda kv: -kv[1]))})
     return {"steps": rows}

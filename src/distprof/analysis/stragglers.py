@@ -1,169 +1,195 @@
 """Which rank does everyone wait for? Collectives matched across ranks, last arrivals, waits.
 
-Each rank's collectives are taken in time order: NCCL/RCCL kernels on the GPU when the trace has
-them, else gloo's ``c10d::*`` ops on the CPU. They are grouped by process group (the kernel's
-``Process Group Name`` when the trace records it, else the default group) and by kind (the
-``Collective name`` when recorded, else from the kernel or op name), and the k-th collective of a
-group on one rank is matched with the k-th on every other rank of the same role: each role of a
-run (actor, rollout, ...) is its own torch.distributed world, whose group names can repeat in
-another role, so collectives are never matched across roles. A rank
-*arrives* when its collective starts (its kernel is launched onto the stream, or its c10d op is
-called); the collective cannot finish before the last rank arrives, so every other rank waits
-``last_arrival - its_arrival``: that time is the wait the last rank *caused*.
+Each rank's collectives are taken in time order: collective kernels on the device when the trace has
+them, else c10d collective ops on the host (gloo, CPU-only jobs). They are grouped by process group
+(recorded ``Process Group Name``, else the default group), kind (recorded ``Collective name``, else
+from the name) and step (``ProfilerStep#N``, else the manifest's capture window), and the k-th
+collective of a group in a step on one rank is matched with the k-th on every other rank of the
+same role. Roles (actor, rollout, ...) are separate torch.distributed worlds whose group names
+repeat, so collectives are never matched across roles; matching within a step lets a rank that has
+several files (several windows, a resumed run) count every one of them.
+
+A rank *arrives* when its collective starts (its kernel starts on the device, or its c10d op is
+called). The collective cannot finish before the last rank arrives, so every other rank is blocked
+from its own arrival until that last arrival (on the device, until its kernel ends, if sooner).
+
+Collectives overlap in time (DDP's gradient buckets, async ops), so a rank is often blocked in
+several at once. Its **waited** time is the union of its blocked intervals: the time it actually spent
+blocked, never more than its traced time. Each instant of it is charged to one rank, the last arrival
+of the *oldest* collective blocking it then (a stream runs its collectives in order, so the oldest one
+is what holds it); a rank's **wait caused** is the sum of what is charged to it, so the waits caused
+by all ranks add up to the time all ranks waited, and no interval is counted twice.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
+import math
 from collections import defaultdict
 from typing import Any, Iterable
 
-import msgspec
+import numpy as np
 
-from .reader import RankTrace, TraceStream
-from .summary import KERNEL_CATS, OP_CATS, profiler_step
+from .table import TraceTable
+from .vocab import Kind, is_collective_op
 
-__all__ = ["extract_collectives", "match_stragglers"]
-
-_GPU_COLL = re.compile(r"(nccl|rccl)", re.I)
-_KIND = re.compile(r"(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)|c10d::([a-z_]+?)_*$|(?:nccl|rccl):([a-z_]+)", re.I)
+__all__ = ["extract", "combine"]
 
 
-class _CollArgs(msgspec.Struct):
-    pg: str | None = msgspec.field(default=None, name="Process Group Name")
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    external_id: int | None = msgspec.field(default=None, name="External id")
+def extract(tb: TraceTable) -> dict[str, Any]:
+    """This rank's collectives in time order: ``(group, kind, start_us, end_us, step)``, absolute µs.
 
-
-_args_decoder = msgspec.json.Decoder(_CollArgs)
-
-
-def _args(e) -> _CollArgs:
-    if not e.args:
-        return _CollArgs()
-    try:
-        return _args_decoder.decode(e.args)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return _CollArgs()
-
-
-def _kind(name: str, collective: str | None = None) -> str:
-    if collective:
-        return collective.lower().replace("_", "")
-    m = _KIND.search(name)
-    if not m:
-        return name.split("(")[0]
-    return next(g for g in m.groups() if g).lower().replace("_", "")
-
-
-def _step_of(steps: list[tuple[float, float, int]], ts: float) -> int | None:
-    for s, e, n in steps:
-        if s <= ts < e:
-            return n
-    return None
-
-
-def extract_collectives(t: RankTrace | TraceStream) -> dict[str, Any]:
-    """Compact, picklable: this rank's collectives in order, with absolute start times (µs).
-
-    The process group and collective come from the kernel's own args when the trace records them
-    there, else from the ``record_param_comms`` op that launched it (same ``External id``) or, for
-    gloo's ``c10d::*`` ops on the CPU, the one nested inside the op on the same thread.
+    ``end_us`` is NaN for host-side c10d ops, whose duration is the call, not the collective (gloo
+    runs it on another thread), so it bounds nothing.
     """
-    gpu, cpu, steps = [], [], []
-    comms_by_ext: dict[int, _CollArgs] = {}
-    comms_by_thread: dict[tuple[Any, Any], list[tuple[float, _CollArgs]]] = defaultdict(list)
-    for batch in t.batches():
-        for e in batch:
-            if e.ph != "X":
-                continue
-            if e.cat in KERNEL_CATS and _GPU_COLL.search(e.name):
-                gpu.append((_args(e), e.name, e.ts, e.dur))
-            elif e.cat in OP_CATS and e.name.startswith("c10d::"):
-                cpu.append((e.pid, e.tid, e.name, e.ts, e.dur))
-            elif e.name == "record_param_comms":
-                a = _args(e)
-                if a.pg is not None or a.collective is not None:
-                    if a.external_id is not None:
-                        comms_by_ext[a.external_id] = a
-                    comms_by_thread[(e.pid, e.tid)].append((e.ts, a))
-            elif e.name.startswith("ProfilerStep#") and (n := profiler_step(e)) is not None:
-                steps.append((e.ts, e.ts + e.dur, n))
-    off = t.offset_us  # known once the stream is read (Kineto writes it after the events)
-    colls = []
-    if gpu:
+    off = tb.info.offset_us
+    k = tb.kind
+    steps = tb.steps[:, 2]
+    window = tuple(tb.info.window) if tb.info.window else None
+
+    def step_of(j: int) -> Any:
+        s = int(tb.step[j])
+        return int(steps[s]) if s >= 0 else (list(window) if window else None)
+
+    gpu = np.flatnonzero((k == Kind.KERNEL) & tb.comm & tb.scope)
+    out = []
+    if gpu.size:
         source = "gpu"
-        for a, name, ts, dur in gpu:
-            meta = a if a.pg is not None else comms_by_ext.get(a.external_id, a)
-            colls.append((meta.pg or "default", _kind(name, meta.collective or a.collective), ts, dur))
+        for j in gpu[np.argsort(tb.ts[gpu], kind="stable")].tolist():
+            g, kind = tb.collective_label(j)
+            out.append((g, kind, float(tb.ts[j]) + off, float(tb.end[j]) + off, step_of(j)))
     else:
         source = "cpu"
-        for th in comms_by_thread.values():
-            th.sort(key=lambda x: x[0])
-        for pid, tid, name, ts, dur in cpu:
-            inner = comms_by_thread.get((pid, tid), [])
-            i = bisect.bisect_left(inner, ts, key=lambda x: x[0])
-            meta = inner[i][1] if i < len(inner) and inner[i][0] < ts + dur else _CollArgs()
-            colls.append((meta.pg or "default", _kind(name), ts, dur))
-    colls.sort(key=lambda c: c[2])
-    steps = [(s + off, e + off, n) for s, e, n in steps]
-    return {"rank": t.rank, "role": t.role, "path": t.path, "source": source,
-            "collectives": [(g, k, ts + off, d, _step_of(steps, ts + off)) for g, k, ts, d in colls]}
+        ops = np.flatnonzero((k == Kind.CPU_OP) & tb.scope)
+        coll = [j for j in ops.tolist() if is_collective_op(tb.names[tb.name[j]])]
+        # Metadata for a c10d op: the record_param_comms op nested inside it on the same thread.
+        rpc: dict[int, list[tuple[float, int]]] = defaultdict(list)
+        for j in tb.meta:
+            if k[j] == Kind.CPU_OP:
+                rpc[int(tb.track[j])].append((float(tb.ts[j]), j))
+        for v in rpc.values():
+            v.sort()
+        for j in sorted(coll, key=lambda j: tb.ts[j]):
+            inner = rpc.get(int(tb.track[j]), [])
+            p = bisect.bisect_left(inner, (float(tb.ts[j]), -1))
+            if p < len(inner) and inner[p][0] < tb.end[j]:
+                g, c = tb.meta[inner[p][1]]
+                _, kind = tb.collective_label(j)
+                kind = c.lower().replace("_", "") if c else kind
+                g = g if g is not None else "default"
+            else:
+                g, kind = tb.collective_label(j)
+            out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j)))
+    return {"source": source, "collectives": out}
 
 
-def match_stragglers(per_rank: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """Match collectives across ranks; per rank the wait it caused, its late arrivals and its own waiting."""
-    ranks = [r for r in per_rank if r["rank"] is not None]
-    by_rank = {(r["role"], r["rank"]): r for r in ranks}
-    stats = {key: {"rank": key[1], "role": key[0], "wait_caused_us": 0.0, "late_arrivals": 0, "waited_us": 0.0,
-                   "collectives": 0} for key in by_rank}
-    per_step: dict[Any, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "collectives": 0, "late": defaultdict(float)})
-    mismatched = []
-    matched = 0
-    worst = []
-    roles = sorted({r["role"] or "" for r in ranks})
-    for role in roles:
-        members = {k: v for k, v in by_rank.items() if (k[0] or "") == role}
-        if len(members) < 2:
+def _key(step: Any) -> Any:
+    return tuple(step) if isinstance(step, list) else step
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -> dict[str, Any]:
+    """Match collectives across the ranks of each role; waits per rank and step (see the module docstring).
+
+    ``files`` are (FileInfo, extract result) pairs, several per rank allowed (their collectives are
+    matched step by step). Files without a rank are listed in ``unranked``.
+    """
+    members: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    ends: dict[tuple[str, int], float] = {}
+    sources, unranked = set(), []
+    for info, p in files:
+        if info.rank is None:
+            unranked.append(info.path)
             continue
-        queues: dict[tuple[str, str], dict[Any, list]] = defaultdict(dict)
-        for key, r in members.items():
-            for c in r["collectives"]:
-                queues[(c[0], c[1])].setdefault(key, []).append(c)
-        for (pg, kind), lists in sorted(queues.items()):
-            counts = {k: len(v) for k, v in lists.items()}
-            if len(lists) < len(members) or len(set(counts.values())) > 1:
-                mismatched.append({"role": role or None, "group": pg, "kind": kind,
-                                   "counts": {str(k[1]): n for k, n in sorted(counts.items(), key=lambda kv: kv[0][1])}})
-            n = min(counts.values()) if len(lists) == len(members) else 0
+        role = info.role or ""
+        members[role][info.rank].extend(p["collectives"])
+        sources.add(p["source"])
+        if info.end_us is not None:
+            ends[(role, info.rank)] = max(ends.get((role, info.rank), -math.inf), info.end_us)
+    stats: dict[tuple[str, int], dict[str, Any]] = {}
+    blocked: dict[tuple[str, int], list] = defaultdict(list)  # (role, rank) -> [(start, end, instance)]
+    instances: list[dict[str, Any]] = []
+    mismatched = []
+    for role in sorted(members):
+        ranks = members[role]
+        for r, colls in ranks.items():
+            colls.sort(key=lambda c: c[2])
+            stats[(role, r)] = {"role": role or None, "rank": r, "wait_caused_us": 0.0, "late_arrivals": 0,
+                                "waited_us": 0.0, "collectives": 0}
+        if len(ranks) < 2:
+            continue
+        queues: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+        for r, colls in ranks.items():
+            for c in colls:
+                queues[(_key(c[4]), c[0], c[1])][r].append(c)
+        for (step, group, kind), lists in sorted(queues.items(), key=lambda kv: repr(kv[0])):
+            counts = {r: len(v) for r, v in lists.items()}
+            if len(lists) < len(ranks) or len(set(counts.values())) > 1:
+                mismatched.append({"role": role or None, "step": list(step) if isinstance(step, tuple) else step,
+                                   "group": group, "kind": kind,
+                                   "counts": {str(r): n for r, n in sorted(counts.items())}})
+            n = min(counts.values()) if len(lists) == len(ranks) else 0
             for i in range(n):
-                arrivals = {k: lists[k][i][2] for k in lists}
-                last_key = max(arrivals, key=lambda k: (arrivals[k], k[1]))
-                last = arrivals[last_key]
-                waits = {k: last - a for k, a in arrivals.items()}
-                caused = sum(waits.values())
-                matched += 1
-                step = lists[last_key][i][4]
-                for k, w in waits.items():
-                    stats[k]["waited_us"] += w
-                    stats[k]["collectives"] += 1
-                if caused > 0:
-                    stats[last_key]["wait_caused_us"] += caused
-                    stats[last_key]["late_arrivals"] += 1
-                s = per_step[(role or None, step)]
-                s["wait_us"] += caused
-                s["collectives"] += 1
-                s["late"][last_key[1]] += caused
-                worst.append({"role": role or None, "group": pg, "kind": kind, "index": i, "step": step,
-                              "last_rank": last_key[1], "wait_caused_us": caused,
-                              "max_wait_us": max(waits.values())})
+                arrivals = {r: lists[r][i][2] for r in lists}
+                last_rank = max(arrivals, key=lambda r: (arrivals[r], r))
+                last = arrivals[last_rank]
+                inst = {"role": role or None, "group": group, "kind": kind, "index": i,
+                        "step": list(step) if isinstance(step, tuple) else step, "last_rank": last_rank,
+                        "wait_caused_us": 0.0, "max_wait_us": 0.0, "late": False}
+                k = len(instances)
+                instances.append(inst)
+                for r, a in arrivals.items():
+                    stats[(role, r)]["collectives"] += 1
+                    end = lists[r][i][3]
+                    stop = min(last, end) if not math.isnan(end) else last
+                    stop = min(stop, ends.get((role, r), stop))
+                    if stop > a:
+                        blocked[(role, r)].append((a, stop, k, lists[r][i][4]))
+                        inst["max_wait_us"] = max(inst["max_wait_us"], stop - a)
+    # Charge each rank's blocked time, instant by instant, to the oldest collective blocking it.
+    per_step: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "by": defaultdict(float), "collectives": set()})
+    waited_at: dict[tuple, float] = {}
+    for (role, r), spans in blocked.items():
+        spans.sort()
+        reach = -math.inf
+        by_step: dict[Any, float] = defaultdict(float)
+        for a, b, k, step in spans:
+            lo = max(a, reach)
+            if b > lo:
+                part = b - lo
+                inst = instances[k]
+                inst["wait_caused_us"] += part
+                inst["late"] = True
+                culprit = stats[(role, inst["last_rank"])]
+                culprit["wait_caused_us"] += part
+                stats[(role, r)]["waited_us"] += part
+                s = per_step[(role, _key(step))]
+                s["wait_us"] += part
+                s["by"][inst["last_rank"]] += part
+                by_step[_key(step)] += part
+            reach = max(reach, b)
+        for step, us in by_step.items():
+            waited_at[(role, r, step)] = us
+    for inst in instances:
+        if inst["late"]:
+            stats[(inst["role"] or "", inst["last_rank"])]["late_arrivals"] += 1
+        per_step[(inst["role"] or "", _key(inst["step"]))]["collectives"].add(id(inst))
     rank_rows = sorted(stats.values(), key=lambda r: (-r["wait_caused_us"], r["role"] or "", r["rank"]))
     steps = []
-    for (role, step), s in sorted(per_step.items(), key=lambda kv: (kv[0][0] or "", -1 if kv[0][1] is None else kv[0][1])):
-        slowest = max(s["late"].items(), key=lambda kv: kv[1])[0] if s["late"] else None
-        steps.append({"role": role, "step": step, "collectives": s["collectives"], "wait_us": s["wait_us"],
-                      "slowest_rank": slowest})
-    worst.sort(key=lambda w: -w["wait_caused_us"])
-    return {"ranks": rank_rows, "matched": matched, "mismatched": mismatched, "steps": steps, "worst": worst[:20],
-            "sources": sorted({r["source"] for r in ranks}), "unranked": [r["path"] for r in per_rank if r["rank"] is None]}
+    for (role, step), s in sorted(per_step.items(), key=lambda kv: (kv[0][0], repr(kv[0][1]))):
+        slowest = max(sorted(s["by"].items()), key=lambda kv: kv[1])[0] if s["by"] else None
+        steps.append({"role": role or None, "step": list(step) if isinstance(step, tuple) else step,
+                      "collectives": len(s["collectives"]), "wait_us": s["wait_us"], "slowest_rank": slowest})
+    worst = sorted((dict(i) for i in instances if i["late"]), key=lambda w: (-w["wait_caused_us"], w["index"]))
+    for w in worst:
+        w.pop("late")
+    # Per rank and step: the time it waited, and the waiting of others it caused (what ``steps`` ranks by).
+    cells = set(waited_at)
+    for (role, step), s in per_step.items():
+        cells.update((role, r, step) for r in s["by"])
+    waits = [{"role": role or None, "rank": r, "step": list(step) if isinstance(step, tuple) else step,
+              "waited_us": waited_at.get((role, r, step), 0.0),
+              "wait_caused_us": per_step[(role, step)]["by"].get(r, 0.0) if (role, step) in per_step else 0.0}
+             for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
+    return {"ranks": rank_rows, "matched": len(instances), "mismatched": mismatched, "steps": steps,
+            "worst": worst[:top] if top else worst, "waits": waits, "sources": sorted(sources),
+            "unranked": unranked}

@@ -1,73 +1,48 @@
-"""Time by GPU kernel and by CPU op, per rank and overall; device busy time with overlap counted once."""
+"""Where the time goes, by name: device kernels, CPU ops (total and self time) and phases (user
+annotations), per rank and over all ranks.
+
+Definitions (the README repeats them):
+
+- **kernels**: device events (kernels, memcpy, memset) by name: count and the sum of their durations.
+  Share: of all device event time over the ranks shown.
+- **ops**: CPU ops by name: count, total and self time (total minus the ops nested directly inside,
+  on the same thread). Share: of all ops' self time, which adds up to 1.
+- **phases**: user annotations (``record_function`` / ``distprof.annotate`` ranges, not the
+  ``ProfilerStep`` markers, and not the ``nccl:`` / ``gloo:`` ranges collectives record: those are
+  communication). ``total_us`` sums durations; ``wall_us`` is the time the phase was open on the rank
+  (overlapping ranges of one name, on any thread, counted once); ``self_us`` is the time it was the
+  innermost annotation of its thread. Share: ``wall_us`` over the ranks' traced time, so each is at
+  most 1; phases nest, so shares of different phases do not add up.
+- **categories**: device time by category: compute, communication (collective kernels), memcpy, memset.
+"""
 
 from __future__ import annotations
 
-from array import array
 from collections import defaultdict
 from typing import Any, Iterable
 
 import numpy as np
 
-from ..intervals import covered_length
-from .reader import Event, RankTrace, TraceStream
+from .. import intervals as iv
+from .ranks import group
+from .table import TraceTable
+from .vocab import Kind
 
-__all__ = ["summarize_trace", "summarize_ranks", "category", "is_communication", "profiler_step", "step_range"]
+__all__ = ["extract", "combine", "self_times", "CATEGORIES"]
 
-KERNEL_CATS = {"kernel", "Kernel"}
-MEMCPY_CATS = {"gpu_memcpy", "Memcpy"}
-MEMSET_CATS = {"gpu_memset", "Memset"}
-DEVICE_CATS = KERNEL_CATS | MEMCPY_CATS | MEMSET_CATS
-OP_CATS = {"cpu_op", "Operator"}
-ANNOTATION_CATS = {"user_annotation"}  # record_function / distprof.annotate ranges on the CPU (phases)
-_COMM_MARKERS = ("nccl", "rccl", "c10d::", "gloo:", "record_param_comms", "allreduce", "all_reduce", "allgather",
-                 "reducescatter", "reduce_scatter", "alltoall", "all_to_all", "broadcast", "sendrecv")
+CATEGORIES = ("compute", "communication", "memcpy", "memset")
 
 
-def is_communication(name: str) -> bool:
-    low = name.lower()
-    return any(m in low for m in _COMM_MARKERS)
-
-
-_STEP_CATS = {"user_annotation", "cpu_op", "Operator", ""}
-_STEP_PREFIX = "ProfilerStep#"
-
-
-def profiler_step(e: Event) -> int | None:
-    """N for torch's ``ProfilerStep#N`` range (a global step under distprof), else None."""
-    if not e.name.startswith(_STEP_PREFIX) or e.cat not in _STEP_CATS or e.ph != "X":
-        return None
-    n = e.name[len(_STEP_PREFIX):]
-    return int(n) if n.isdigit() else None
-
-
-def step_range(t: RankTrace | TraceStream, step: int) -> tuple[float, float] | None:
-    """Start and end of ``ProfilerStep#step`` in ``t`` (a pass over the trace), or None."""
-    for batch in t.batches():
-        for e in batch:
-            if e.name.startswith(_STEP_PREFIX) and profiler_step(e) == step:
-                return e.ts, e.ts + e.dur
-    return None
-
-
-def category(e: Event) -> str:
-    """compute | communication | memcpy | memset | other, for device events."""
-    if e.cat in MEMCPY_CATS:
-        return "memcpy"
-    if e.cat in MEMSET_CATS:
-        return "memset"
-    if e.cat in KERNEL_CATS:
-        return "communication" if is_communication(e.name) else "compute"
-    return "other"
-
-
-def _self_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Self time of each op of one thread: its duration minus that of the ops nested directly inside it."""
-    order = np.lexsort((-dur, ts))  # by start, the enclosing (longer) op first
-    self_t = dur.copy()
+def self_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Self time of each range of one thread: its duration minus that of the ranges nested directly in it."""
+    n = ts.size
+    if n == 0:
+        return dur.copy()
+    order = np.lexsort((-dur, ts))  # by start, the enclosing (longer) range first
     starts, durs = ts[order].tolist(), dur[order].tolist()
-    stack: list[int] = []  # positions in sorted order whose op is still open
+    stack: list[int] = []  # positions in sorted order whose range is still open
     ends: list[float] = []
-    parent = np.full(len(order), -1, dtype=np.int64)
+    parent = np.full(n, -1, dtype=np.int64)
     for k, (s, d) in enumerate(zip(starts, durs)):
         while ends and ends[-1] <= s:
             stack.pop()
@@ -77,133 +52,129 @@ def _self_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
         stack.append(k)
         ends.append(s + d)
     has = parent >= 0
-    # subtract each child's duration from its parent (bincount sums children of the same parent)
-    children = np.bincount(parent[has], weights=dur[order][has], minlength=len(order))
-    self_t[order] -= children
-    return self_t
+    children = np.bincount(parent[has], weights=dur[order][has], minlength=n)
+    out = dur.copy()
+    out[order] -= children
+    return out
 
 
-class _Ops:
-    """CPU ops kept as compact columns per thread until self times can be computed."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.threads: dict[tuple[Any, Any], tuple[array, array, array]] = {}
-
-    def add(self, e: Event) -> None:
-        cols = self.threads.get((e.pid, e.tid))
-        if cols is None:
-            cols = self.threads[(e.pid, e.tid)] = (array("d"), array("d"), array("q"))
-        cols[0].append(e.ts)
-        cols[1].append(e.dur)
-        cols[2].append(self.names.setdefault(e.name, len(self.names)))
-
-    def rows(self) -> dict[str, tuple[int, float, float]]:
-        n = len(self.names)
-        count, total, self_total = np.zeros(n), np.zeros(n), np.zeros(n)
-        for ts, dur, ids in self.threads.values():
-            t, d, i = (np.frombuffer(c, dtype=c.typecode) for c in (ts, dur, ids))
-            count += np.bincount(i, minlength=n)
-            total += np.bincount(i, weights=d, minlength=n)
-            self_total += np.bincount(i, weights=_self_times(t, d), minlength=n)
-        return {name: (int(count[k]), float(total[k]), float(self_total[k])) for name, k in self.names.items()}
+def _by_track(tb: TraceTable, m: np.ndarray) -> np.ndarray:
+    """Self times of the events in mask ``m`` (nesting judged per thread), aligned with ``np.flatnonzero(m)``."""
+    idx = np.flatnonzero(m)
+    out = np.zeros(idx.size)
+    if idx.size == 0:
+        return out
+    tracks = tb.track[idx]
+    order = np.argsort(tracks, kind="stable")
+    bounds = np.flatnonzero(np.diff(tracks[order])) + 1
+    for part in np.split(order, bounds):
+        sel = idx[part]
+        out[part] = self_times(tb.ts[sel], tb.dur[sel])
+    return out
 
 
-def summarize_trace(t: RankTrace | TraceStream, step: int | None = None) -> dict[str, Any]:
-    """A compact, picklable summary of one rank (what a worker process sends back).
+def _table(names: list[str], ids: np.ndarray, *weights: np.ndarray) -> dict[str, tuple]:
+    """name -> (count, sum of each weight), over the events whose name ids are ``ids``."""
+    if ids.size == 0:
+        return {}
+    uniq, inv = np.unique(ids, return_inverse=True)
+    count = np.bincount(inv)
+    sums = [np.bincount(inv, weights=w) for w in weights]
+    return {names[u]: (int(count[j]), *(float(s[j]) for s in sums)) for j, u in enumerate(uniq.tolist())}
 
-    The trace is reduced batch by batch: kernels and categories are summed as they pass, device
-    spans and CPU ops are kept as numeric columns (a few bytes per event, not the events). With
-    ``step``, only events that start inside ``ProfilerStep#step`` count (one more pass finds it);
-    a trace without that step summarizes to nothing (``"step_found": False``).
-    """
-    window = step_range(t, step) if step is not None else None
-    lo, hi = window if window else (float("-inf"), float("inf"))
-    if step is not None and window is None:
-        lo = hi = 0.0  # nothing is inside a step this trace does not have
-    kernels: dict[str, list[float]] = {}
-    phases: dict[str, list[float]] = {}
-    categories: dict[str, float] = defaultdict(float)
-    dev_start, dev_end = array("d"), array("d")
-    ops = _Ops()
-    first = last = None
-    n_events = 0
-    for batch in t.batches():
-        n_events += len(batch)
-        for e in batch:
-            if e.ph != "X":
-                continue
-            ts, end = e.ts, e.ts + e.dur
-            if not lo <= ts < hi:
-                continue
-            if first is None or ts < first:
-                first = ts
-            if last is None or end > last:
-                last = end
-            cat = e.cat
-            if cat in DEVICE_CATS:
-                k = kernels.get(e.name)
-                if k is None:
-                    k = kernels[e.name] = [0, 0.0]
-                k[0] += 1
-                k[1] += e.dur
-                categories[category(e)] += e.dur
-                dev_start.append(ts)
-                dev_end.append(end)
-            elif cat in OP_CATS:
-                ops.add(e)
-            elif cat in ANNOTATION_CATS and not e.name.startswith(_STEP_PREFIX):
-                p = phases.get(e.name)
-                if p is None:
-                    p = phases[e.name] = [0, 0.0]
-                p[0] += 1
-                p[1] += e.dur
-    busy = covered_length(dev_start, dev_end)
-    dev_span = (max(dev_end) - min(dev_start)) if dev_start else 0.0
+
+def extract(tb: TraceTable) -> dict[str, Any]:
+    """Per file: kernels, ops, phases and device categories in scope (compact: one row per name)."""
+    k, scope = tb.kind, tb.scope
+    dev = ((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET)) & scope
+    kernels = _table(tb.names, tb.name[dev], tb.dur[dev])
+    ops_m = (k == Kind.CPU_OP) & scope
+    ops = _table(tb.names, tb.name[ops_m], tb.dur[ops_m], _by_track(tb, ops_m))
+    ph_m = (k == Kind.ANNOTATION) & ~tb.comm & scope
+    phases = _table(tb.names, tb.name[ph_m], tb.dur[ph_m], _by_track(tb, ph_m))
+    s = tb.sets()
+    traced_set = s.host_span if s.host_span[0].size else s.device_span
+    wall = {}
+    if ph_m.any():
+        idx = np.flatnonzero(ph_m)
+        ids = tb.name[idx]
+        order = np.argsort(ids, kind="stable")
+        bounds = np.flatnonzero(np.diff(ids[order])) + 1
+        for part in np.split(order, bounds):
+            sel = idx[part]
+            # Cut to the traced time, so a phase's share of it is at most 1 whatever its ranges do.
+            wall[tb.names[tb.name[sel[0]]]] = iv.length(iv.intersect(iv.merge(tb.ts[sel], tb.end[sel]), traced_set))
+    phases = {n: (c, tot, wall.get(n, 0.0), self_us) for n, (c, tot, self_us) in phases.items()}
+    cats = {"compute": float(tb.dur[dev & (k == Kind.KERNEL) & ~tb.comm].sum()),
+            "communication": float(tb.dur[dev & (k == Kind.KERNEL) & tb.comm].sum()),
+            "memcpy": float(tb.dur[dev & (k == Kind.MEMCPY)].sum()),
+            "memset": float(tb.dur[dev & (k == Kind.MEMSET)].sum())}
+    busy = iv.length(iv.union(s.compute, s.comm, s.memory))
+    dev_span = iv.length(s.device_span)
+    traced = iv.length(traced_set)
+    # Outside the steps: what a whole-trace figure holds that a --steps-only one would not.
+    outside = {}
+    if not tb.scope.all() or tb.steps.shape[0]:
+        out_dev = ((k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET)) & (tb.step < 0) & scope
+        out_ops = (k == Kind.CPU_OP) & (tb.step < 0) & scope
+        outside = {"device_us": float(tb.dur[out_dev].sum()), "op_us": float(tb.dur[out_ops].sum())}
     return {
-        "path": t.path, "rank": t.rank, "rank_source": t.rank_source, "role": t.role,
-        "kernels": {n: (int(c), tot) for n, (c, tot) in kernels.items()},
-        "ops": ops.rows(),
-        "phases": {n: (int(c), tot) for n, (c, tot) in phases.items()},
-        "categories": dict(categories),
-        "device_busy_us": busy,
-        "device_span_us": dev_span,
+        "kernels": kernels, "ops": ops, "phases": phases, "categories": {c: v for c, v in cats.items() if v},
+        "device_busy_us": busy, "device_span_us": dev_span,
         "idle_share": (1.0 - busy / dev_span) if dev_span > 0 else None,
-        "trace_span_us": (last - first) if first is not None else 0.0,
-        "start_us": (first or 0.0) + t.offset_us,
-        "events": n_events,
-        "salvaged": t.salvaged,
-        "step": step,
-        "step_found": step is None or window is not None,
+        "traced_us": traced, "outside_steps": outside,
     }
 
 
-def _rows(table: dict[str, list[float]], top: int | None, total: float, with_self: bool = False) -> list[dict[str, Any]]:
+def _rows(table: dict[str, list[float]], top: int | None, total: float, share_of: int = 1,
+          extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     rows = []
     for name, v in table.items():
-        row = {"name": name, "count": int(v[0]), "total_us": v[1], "share": (v[1] / total) if total else 0.0}
-        if with_self:  # ops nest: their shares are of total self time, which adds up to 1
-            row["self_us"] = v[2]
-            row["share"] = (v[2] / total) if total else 0.0
+        row = {"name": name, "count": int(v[0]), "total_us": v[1]}
+        for j, key in enumerate(extra, start=2):
+            row[key] = v[j]
+        row["share"] = (v[share_of] / total) if total else 0.0
         rows.append(row)
     rows.sort(key=lambda r: (-r["total_us"], r["name"]))
     return rows[:top] if top else rows
 
 
-def summarize_ranks(per_rank: Iterable[dict[str, Any]], top: int | None = None) -> dict[str, Any]:
-    """Merge per-rank summaries: the fixed --json keys ``kernels`` and ``ops`` (over all ranks) and ``ranks``,
-    plus ``phases`` (user annotations) and ``categories``."""
+def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One rank's files as one: names and figures summed (its windows are different steps)."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {"kernels": defaultdict(lambda: [0, 0.0]), "ops": defaultdict(lambda: [0, 0.0, 0.0]),
+           "phases": defaultdict(lambda: [0, 0.0, 0.0, 0.0]), "categories": defaultdict(float),
+           "outside_steps": defaultdict(float), "device_busy_us": 0.0, "device_span_us": 0.0, "traced_us": 0.0}
+    for p in parts:
+        for key in ("kernels", "ops", "phases"):
+            for n, vals in p[key].items():
+                acc = out[key][n]
+                for j, v in enumerate(vals):
+                    acc[j] += v
+        for key in ("categories", "outside_steps"):
+            for n, v in p[key].items():
+                out[key][n] += v
+        for key in ("device_busy_us", "device_span_us", "traced_us"):
+            out[key] += p[key]
+    span = out["device_span_us"]
+    out["idle_share"] = (1.0 - out["device_busy_us"] / span) if span > 0 else None
+    return {k: (dict(v) if isinstance(v, defaultdict) else v) for k, v in out.items()}
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None) -> dict[str, Any]:
+    """Over all ranks: ``kernels`` and ``ops`` (the fixed --json keys, by total_us descending),
+    ``phases``, ``categories``, and per rank its own figures (``ranks``; a rank's files are summed)."""
     kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ops: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    phases: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    phases: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
     categories: dict[str, float] = defaultdict(float)
+    outside: dict[str, float] = defaultdict(float)
     ranks = []
-    span_total = 0.0
-    for s in per_rank:
-        span_total += s["trace_span_us"]
-        for n, (c, tot) in s.get("phases", {}).items():
-            phases[n][0] += c
-            phases[n][1] += tot
+    traced = 0.0
+    for info, parts in group(files):
+        s = _merge(parts)
+        traced += s["traced_us"]
         for n, (c, tot) in s["kernels"].items():
             kernels[n][0] += c
             kernels[n][1] += tot
@@ -212,24 +183,32 @@ def summarize_ranks(per_rank: Iterable[dict[str, Any]], top: int | None = None) 
             o[0] += c
             o[1] += tot
             o[2] += self_us
-        for k, v in s["categories"].items():
-            categories[k] += v
+        for n, (c, tot, wall, self_us) in s["phases"].items():
+            p = phases[n]
+            p[0] += c
+            p[1] += tot
+            p[2] += wall
+            p[3] += self_us
+        for key, v in s["categories"].items():
+            categories[key] += v
+        for key, v in s["outside_steps"].items():
+            outside[key] += v
         kern_total = sum(t for _, t in s["kernels"].values())
         ranks.append({
-            "rank": s["rank"], "role": s["role"], "path": s["path"], "rank_source": s["rank_source"],
+            "rank": info.rank, "role": info.role, "path": info.path, "files": len(parts), "rank_source": info.rank_source,
             "device_busy_us": s["device_busy_us"], "device_span_us": s["device_span_us"], "idle_share": s["idle_share"],
-            "categories": s["categories"], "kernel_total_us": kern_total,
+            "traced_us": s["traced_us"], "categories": s["categories"], "kernel_total_us": kern_total,
             "top_kernels": _rows({n: list(v) for n, v in s["kernels"].items()}, 5, kern_total),
         })
-    ranks.sort(key=lambda r: (r["role"] or "", -1 if r["rank"] is None else r["rank"], r["path"]))
     kern_total = sum(v[1] for v in kernels.values())
-    op_total = sum(v[2] for v in ops.values())
+    op_self = sum(v[2] for v in ops.values())
     return {
         "kernels": _rows(kernels, top, kern_total),
-        "ops": _rows(ops, top, op_total, with_self=True),
-        # phases nest (rollout/generate holds its own annotations), so their share is of the traced wall time
-        "phases": _rows(phases, top, span_total),
+        "ops": _rows(ops, top, op_self, share_of=2, extra=("self_us",)),
+        "phases": _rows(phases, top, traced, share_of=2, extra=("wall_us", "self_us")),
         "categories": dict(categories),
         "ranks": ranks,
         "device_busy_us": sum(r["device_busy_us"] for r in ranks),
+        "traced_us": traced,
+        "outside_steps": dict(outside),
     }

@@ -47,7 +47,7 @@ def _plain_torch_profiler(out: str, first: int, last: int):
 
 
 def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int, slow_rank: int | None = None,
-            slow_s: float = 0.0, plain_torch: bool = False) -> None:
+            slow_s: float = 0.0, plain_torch: bool = False, ddp: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -56,7 +56,14 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         torch.manual_seed(rank)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        if ddp:
+            # Wider layers in small buckets: several all-reduces per backward, running on gloo's threads
+            # while backward goes on, as in real DDP jobs.
+            model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                        torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+            model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
+        else:
+            model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         if plain_torch:
             prof = _plain_torch_profiler(config["save_path"], min(config["steps"]), max(config["steps"]))
@@ -66,17 +73,19 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
             annotate = distprof.annotate
         with prof:
             for _ in range(steps):
-                x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+                with annotate("train/data"):
+                    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+                    if rank == slow_rank:
+                        time.sleep(slow_s)  # a straggler (slow data): the others wait for it in the all-reduce
                 with annotate("train/forward"):
                     loss = torch.nn.functional.cross_entropy(model(x), y)
                 with annotate("train/backward"):
-                    loss.backward()
-                if rank == slow_rank:
-                    time.sleep(slow_s)  # a straggler: the others wait for it in the all-reduce
-                with annotate("train/allreduce"):
-                    for p in model.parameters():
-                        dist.all_reduce(p.grad)
-                        p.grad /= world_size
+                    loss.backward()  # with DDP, the gradient all-reduces run here
+                if not ddp:
+                    with annotate("train/allreduce"):
+                        for p in model.parameters():
+                            dist.all_reduce(p.grad)
+                            p.grad /= world_size
                 with annotate("train/optimizer"):
                     opt.step()
                     opt.zero_grad()
@@ -93,12 +102,14 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
 
 
 def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = None,
-        slow_rank: int | None = None, slow_s: float = 0.0, plain_torch: bool = False) -> DemoResult:
+        slow_rank: int | None = None, slow_s: float = 0.0, plain_torch: bool = False, ddp: bool = False) -> DemoResult:
     """Run the job in ``world_size`` fresh processes and return what it wrote under ``out``.
 
     ``config`` entries override the demo's profiler config (all ranks, two steps near the end). With
     ``plain_torch``, each rank profiles those steps with torch.profiler and tensorboard_trace_handler
     instead (traces named ``{host}_{pid}.{time}.pt.trace.json``, no manifest), as a job without distprof.
+    ``slow_rank`` sleeps ``slow_s`` in its ``train/data`` phase every step. With ``ddp``, the model is wrapped
+    in DistributedDataParallel (small buckets: several overlapping all-reduces per backward).
     """
     import torch.multiprocessing as mp
 
@@ -108,7 +119,7 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
               "torch": {"activities": ["cpu"]}, **(config or {})}
     scratch = tempfile.mkdtemp(prefix="distprof-rdzv-")
     try:
-        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s, plain_torch),
+        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s, plain_torch, ddp),
                            nprocs=world_size, join=True, start_method="spawn")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -1,4 +1,11 @@
-"""Read and reduce many ranks in parallel: one compact result per file comes back, never the events."""
+"""A parallel map over trace files: one compact result per file comes back, never the events.
+
+Files are read in a process pool (``workers``), in this process (``workers=1``), or as Ray tasks
+(``ray_address``; "local" starts a loopback cluster). Results come back **in file order**, whatever
+finishes first, so every analysis sees the same input for any number of workers. A file that cannot
+be read is one error (path and message), not a failure of the rest; any other exception is a bug and
+propagates.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,13 @@ import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from .reader import TraceError, TraceFile, find_traces, open_trace
+from .reader import TraceError, TraceFile
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["map_traces", "Progress"]
+__all__ = ["map_files", "Progress", "FileError"]
 
 
 @dataclass
@@ -23,6 +30,16 @@ class Progress:
     files_total: int
     bytes_done: int
     bytes_total: int
+
+
+@dataclass
+class FileError:
+    """A file that could not be read, and why (one line)."""
+    path: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
 
 
 _counter = None  # in pool workers: the shared count of bytes read, set by _init_worker
@@ -38,18 +55,13 @@ def _count(n: int) -> None:
         _counter.value += n
 
 
-def _one(args: tuple[TraceFile, Callable[[Any], Any]], on_read: Callable[[int], None] | None = None) -> Any:
-    f, reduce = args
-    return reduce(open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read))
+def _in_pool(fn: Callable, f: TraceFile) -> Any:
+    return fn(f, _count if _counter is not None else None)
 
 
-def _one_in_pool(job) -> Any:
-    return _one(job, _count if _counter is not None else None)
-
-
-def _one_or_error(job):
+def _or_error(fn: Callable, f: TraceFile) -> tuple[bool, Any]:
     try:
-        return True, _one(job)
+        return True, fn(f, None)
     except TraceError as e:
         return False, str(e)
 
@@ -66,7 +78,7 @@ def _size(path: str) -> int:
         return 0  # unreadable files are reported when read
 
 
-def _map_ray(jobs: list, address: str, report: Callable[[int], None]) -> tuple[list[Any], list[str]]:
+def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
     """Per-file tasks on a Ray cluster (the files must be readable there: a shared path or an fsspec URL)."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local cluster stays on loopback
     import ray
@@ -79,35 +91,30 @@ def _map_ray(jobs: list, address: str, report: Callable[[int], None]) -> tuple[l
         else:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     try:
-        task = ray.remote(num_cpus=1)(_one_or_error)
-        pending = {task.remote(j): k for k, j in enumerate(jobs)}
-        results, errors = [], []
+        task = ray.remote(num_cpus=1)(_or_error)
+        pending = {task.remote(fn, f): k for k, f in enumerate(files)}
+        out: list = [None] * len(files)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(ready[0])
             ok, value = ray.get(ready[0])
-            (results if ok else errors).append(value)
-            report(k)
-        return results, errors
+            out[k] = value if ok else FileError(files[k].path, value)
+            done(k)
+        return out
     finally:
         if started:
             ray.shutdown()
 
 
-def map_traces(path: str, reduce: Callable[[Any], Any], workers: int | None = None,
-               progress: Callable[[Progress], None] | None = None, ray_address: str | None = None
-               ) -> tuple[list[Any], list[str]]:
-    """Apply ``reduce`` (a module-level function of a TraceStream) to every trace under ``path``.
+def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], files: Sequence[TraceFile],
+              workers: int | None = None, progress: Callable[[Progress], None] | None = None,
+              ray_address: str | None = None) -> list[Any]:
+    """``fn(file, on_read)`` for every file; a list in file order of its results or :class:`FileError`.
 
-    Returns (results, errors). Files are read in a process pool (``workers``, default: CPU count,
-    1 = in this process), or as Ray tasks with ``ray_address`` ("local" starts a loopback cluster);
-    only the compact per-file results come back. A file that cannot be read is one error message,
-    not a failure of the rest. ``progress`` is called with a :class:`Progress` as files finish and,
-    locally, as bytes are read (so one big file still shows movement).
+    ``fn`` must be picklable (a module-level function or a ``functools.partial`` of one); ``on_read(n)``
+    is to be called as bytes are read. ``progress`` is called with a :class:`Progress` as files finish
+    and, locally, as bytes are read (so one big file still shows movement).
     """
-    files = find_traces(path)
-    if not files:
-        raise TraceError(f"{path}: no trace files (*.json, *.json.gz) found")
     workers = workers or min(len(files), os.cpu_count() or 1)
     sizes = [_size(f.path) for f in files]
     state = Progress(0, len(files), 0, sum(sizes))
@@ -118,38 +125,40 @@ def map_traces(path: str, reduce: Callable[[Any], Any], workers: int | None = No
         if progress:
             progress(state)
 
-    def bytes_read(n: int) -> None:  # a reduction may read a file twice (diff --step): never show over 100%
+    def bytes_read(n: int) -> None:  # never show over 100% (a reduction may read a file twice)
         state.bytes_done = min(state.bytes_done + n, state.bytes_total)
         if progress:
             progress(state)
 
-    jobs = [(f, reduce) for f in files]
+    if not files:
+        return []
     if ray_address:
-        return _map_ray(jobs, ray_address, file_done)
-    results, errors = [], []
+        return _map_ray(fn, files, ray_address, file_done)
+    out: list = [None] * len(files)
     if workers <= 1 or len(files) == 1:
-        for job in jobs:
+        for k, f in enumerate(files):
             try:
-                results.append(_one(job, bytes_read))
+                out[k] = fn(f, bytes_read)
             except TraceError as e:
-                errors.append(str(e))
+                out[k] = FileError(f.path, str(e))
             state.files_done += 1
             if progress:
                 progress(state)
-        return results, errors
+        return out
     counter = multiprocessing.get_context().Value("q", 0)
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as pool:
-        pending = {pool.submit(_one_in_pool, job) for job in jobs}
+        pending = {pool.submit(_in_pool, fn, f): k for k, f in enumerate(files)}
         while pending:
             # Wake up now and then to show bytes read by the workers, not only finished files.
-            done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
             for fut in done:
+                k = pending.pop(fut)
                 try:
-                    results.append(fut.result())
+                    out[k] = fut.result()
                 except TraceError as e:
-                    errors.append(str(e))
+                    out[k] = FileError(files[k].path, str(e))
             state.files_done += len(done)
             state.bytes_done = min(counter.value, state.bytes_total)
             if progress:
                 progress(state)
-    return results, errors
+    return out

@@ -1,0 +1,202 @@
+"""The analysis verbs as library calls: read a path once, run the analyses a verb needs, combine.
+
+Each verb (``summary``, ``steps``, ``stragglers``, ``diff``) returns one plain dict, the object its
+``--json`` prints: the verb's own keys plus the keys every verb shares:
+
+- ``scope``: the selection (ranks, roles, steps, steps_only) the figures are restricted to;
+- ``errors``: ``[{"path", "message"}]``, files that could not be read (exit code 1; 2 when none could);
+- ``salvaged``: ``[{"path", ...}]``, files read only in part (truncated, events skipped), with what was lost;
+- ``conflicts``: files that claim a rank another file already speaks for (see :mod:`.ranks`);
+- ``warnings``: one line each (unknown device-like event categories, ...);
+- ``skipped``: how many files the selection left out.
+
+Per file, one pass builds a :class:`~.table.TraceTable` and every analysis the verb needs extracts its
+compact part from it (in a worker process, or a Ray task); the driver combines the parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
+from . import temporal
+from .parallel import FileError, Progress, map_files
+from .ranks import resolve
+from .reader import TraceError, TraceFile, find_traces, open_trace
+from .selection import Selection
+from .table import FileInfo, TraceTable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code"]
+
+ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
+            "steps": steps_mod, "stragglers": stragglers_mod}
+
+
+@dataclass
+class FileResult:
+    """One file's identity and the parts its analyses extracted."""
+    info: FileInfo
+    parts: dict[str, Any]
+
+
+@dataclass
+class Skipped:
+    path: str
+
+
+def extract_file(f: TraceFile, on_read: Callable[[int], None] | None, names: tuple[str, ...],
+                 selection: Selection) -> FileResult | Skipped:
+    """Read one file once and run the named analyses' extracts on it (runs in a worker)."""
+    t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read)
+    tb = TraceTable.read(t, selection)
+    if tb is None:
+        return Skipped(f.path)
+    return FileResult(tb.info, {n: ANALYSES[n].extract(tb) for n in names})
+
+
+@dataclass
+class Run:
+    """What reading a path gave: the selected files' parts (conflict-free, in path order) and what went wrong."""
+    path: str
+    selection: Selection
+    files: list[FileResult] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    skipped: int = 0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+
+    def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
+        return [(r.info, r.parts[name]) for r in self.files]
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "scope": self.selection.to_dict(),
+            "errors": [e.to_dict() for e in self.errors],
+            "salvaged": [{"path": r.info.path, **r.info.salvaged} for r in self.files if r.info.salvaged],
+            "conflicts": self.conflicts,
+            "warnings": [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
+            "skipped": self.skipped,
+        }
+
+
+def exit_code(result: dict[str, Any]) -> int:
+    """0: every file read; 1: some files could not be read; 2: none could (see the module docstring)."""
+    if result.get("errors"):
+        return 1 if result.get("files_read", 0) else 2
+    return 0
+
+
+def read(path: str, names: Iterable[str], selection: Selection | None = None, workers: int | None = None,
+         ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Run:
+    """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel."""
+    selection = selection or Selection()
+    names = tuple(names)
+    found = find_traces(path)
+    if not found:
+        raise TraceError(f"{path}: no trace files (*.json, *.json.gz) found")
+    run = Run(path, selection)
+    files = []
+    for f in found:
+        # What the run directory's manifest says rules a file out before it is opened.
+        if (f.manifest_rank is not None and not selection.rank_ok(f.manifest_rank)) or \
+                (f.role is not None and not selection.role_ok(f.role)) or \
+                not selection.window_ok((f.window or {}).get("steps")):
+            run.skipped += 1
+            continue
+        files.append(f)
+    fn = functools.partial(extract_file, names=names, selection=selection)
+    results = map_files(fn, files, workers=workers, progress=progress, ray_address=ray_address)
+    read_ok = []
+    for r in results:
+        if isinstance(r, FileError):
+            run.errors.append(r)
+        elif isinstance(r, Skipped):
+            run.skipped += 1
+        else:
+            read_ok.append(r)
+    run.files, run.conflicts = resolve(read_ok)
+    if not run.files and not run.errors:
+        raise TraceError(f"{path}: no trace matches the selection ({_describe(selection)})")
+    for c in run.conflicts:
+        logger.warning("%s: %s", c["path"], c["reason"])
+    return run
+
+
+def _describe(sel: Selection) -> str:
+    parts = []
+    if sel.ranks is not None:
+        parts.append("ranks " + ",".join(map(str, sorted(sel.ranks))))
+    if sel.roles is not None:
+        parts.append("roles " + ",".join(sel.roles))
+    if sel.steps is not None:
+        parts.append("steps " + ", ".join(f"ProfilerStep#{n}" for n in sorted(sel.steps)[:10]))
+    elif sel.steps_only:
+        parts.append("work inside steps only")
+    return "; ".join(parts) or "everything"
+
+
+def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
+    result.update(run.envelope())
+    result["files_read"] = len(run.files)
+    return result
+
+
+def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
+            ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
+    run = read(path, ("summary", "temporal", "overlap", "breakdown"), selection, workers, ray_address, progress)
+    out = summary_mod.combine(run.pairs("summary"), top=top)
+    per_rank = {(r["role"], r["rank"], r["path"]): r for r in out["ranks"]}
+    for name, rows in (("temporal", temporal.combine(run.pairs("temporal"))),
+                       ("overlap", overlap.combine(run.pairs("overlap")))):
+        for row in rows:
+            target = per_rank.get((row["role"], row["rank"], row["path"]))
+            if target is not None:
+                target[name] = {"device": row["device"], "host": row["host"]}
+    b = breakdown.combine(run.pairs("breakdown"))
+    for row in b["ranks"]:
+        target = per_rank.get((row["role"], row["rank"], row["path"]))
+        if target is not None:
+            target["step_breakdown"] = row["average"]
+    out["step_breakdown"] = b["average"]
+    return _finish(run, out)
+
+
+def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
+          progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back."""
+    run = read(path, ("steps", "stragglers", "temporal", "overlap", "breakdown"), selection, workers, ray_address,
+               progress)
+    waits = stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"]
+    out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
+    out["step_breakdown"] = breakdown.combine(run.pairs("breakdown"))["average"]
+    return _finish(run, out)
+
+
+def stragglers(path: str, selection: Selection | None = None, top: int | None = 10, workers: int | None = None,
+               ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof stragglers``: collectives matched across ranks; who arrives last, who waits how long."""
+    run = read(path, ("stragglers",), selection, workers, ray_address, progress)
+    return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
+
+
+def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,
+         top: int | None = None, workers: int | None = None, ray_address: str | None = None,
+         progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof diff``: per kernel, op, phase and category, A's time, B's time and the change."""
+    runs = [read(p, ("summary",), sel, workers, ray_address, progress) for p, sel in ((a, selection_a), (b, selection_b))]
+    for run, label in zip(runs, "AB"):
+        if not run.files:
+            raise TraceError(f"{run.path}: nothing to compare on side {label} "
+                             f"({'; '.join(e.message for e in run.errors) or 'no trace matches the selection'})")
+    out = diff_mod.compare([p for _, p in runs[0].pairs("summary")], [p for _, p in runs[1].pairs("summary")], top=top)
+    ea, eb = runs[0].envelope(), runs[1].envelope()
+    out.update({k: ea[k] + eb[k] for k in ("errors", "salvaged", "conflicts", "warnings")})
+    out["skipped"] = ea["skipped"] + eb["skipped"]
+    out["scope"] = {"a": ea["scope"], "b": eb["scope"]}
+    out["files_read"] = len(runs[0].files) + len(runs[1].files)
+    return out

@@ -1,0 +1,60 @@
+"""Communication / computation overlap: how much of the time a rank communicates it also computes.
+
+``share`` = (time a collective and a compute run at once) / (time a collective runs), on the device
+(collective kernels against compute kernels; HolisticTraceAnalysis's ``get_comm_comp_overlap``) and on
+the host (c10d / gloo ranges against CPU ops, for CPU-only jobs, where gloo runs on its own threads).
+Per rank over the whole selection, and per step. A rank that does not communicate has no figure.
+
+A collective kernel also runs while it waits for late peers (it spins), so a low share on a rank that
+``stragglers`` shows waiting is the wait, not a lack of overlap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .. import intervals as iv
+from .ranks import add, group
+from .table import Sets, TraceTable
+
+__all__ = ["extract", "combine", "figures"]
+
+
+def _one(comm: iv.IntervalSet, compute: iv.IntervalSet) -> dict[str, float] | None:
+    total = iv.length(comm)
+    if total <= 0:
+        return None
+    both = iv.length(iv.intersect(comm, compute))
+    return {"communication_us": total, "overlapped_us": both, "share": both / total}
+
+
+def figures(s: Sets) -> dict[str, Any]:
+    t = s.host_span
+    # Host overlap only means something where collectives run on their own threads (gloo on CPU-only
+    # jobs); on a GPU job every host-side collective call sits inside the op that issued it.
+    host = _one(iv.intersect(s.host_comm, t), iv.intersect(s.host_compute, t)) \
+        if t[0].size and not s.device_span[0].size else None
+    return {"device": _one(s.comm, s.compute), "host": host}
+
+
+def extract(tb: TraceTable) -> dict[str, Any]:
+    steps = {int(num): figures(tb.sets(i)) for i, num in enumerate(tb.steps[:, 2].tolist())
+             if len(tb.step_index().get(i, ()))}
+    return {**figures(tb.sets()), "steps": steps}
+
+
+def _share(fig: dict[str, float] | None) -> dict[str, float] | None:
+    if fig is None:
+        return None
+    return {**fig, "share": fig["overlapped_us"] / fig["communication_us"] if fig["communication_us"] else 0.0}
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per rank (its files summed): device and host overlap."""
+    out = []
+    for info, parts in group(files):
+        dev = host = None
+        for p in parts:
+            dev, host = add(dev, p["device"]), add(host, p["host"])
+        out.append({"role": info.role, "rank": info.rank, "path": info.path, "device": _share(dev), "host": _share(host)})
+    return out

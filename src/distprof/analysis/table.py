@@ -1,0 +1,506 @@
+"""One pass over a trace into compact numeric columns that every analysis reads.
+
+Reading a trace is the expensive part of any analysis (JSON decoding is most of it), so it happens once
+per file: :meth:`TraceTable.read` streams the file batch by batch and keeps, for every complete (``X``)
+event, its kind, start, duration, name and thread as numpy columns (a few dozen bytes per event, a
+fraction of the JSON), plus the few ``args`` the analyses need (correlation and External ids, stream,
+collective metadata). Analyses are then vectorised passes over the columns; several analyses of one
+verb share one read (``steps`` uses the collectives ``stragglers`` extracts, and so on).
+
+Times in the table are µs since the file's first event; ``info.offset_us`` turns them into epoch µs
+(Kineto writes ``baseTimeNanoseconds`` after the events, so absolute times are known at the end).
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .. import intervals as iv
+from .selection import Selection
+from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
+                    is_dataloader, looks_like_device, profiler_step, thread_kind)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TraceTable", "FileInfo", "Sets", "read_table"]
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The args analyses use; every other key is skipped by the decoder without building it."""
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    stream: int | str | None = None
+    pg: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+
+
+class _MetaArgs(msgspec.Struct):
+    name: str | None = None
+
+
+_args_decoder = msgspec.json.Decoder(_Args)
+_meta_decoder = msgspec.json.Decoder(_MetaArgs)
+_NO_ARGS = _Args()
+
+# Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
+_NEEDS_ARGS = [False] * 16
+for _k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME, Kind.DEVICE_SYNC, Kind.GPU_ANNOTATION):
+    _NEEDS_ARGS[_k] = True
+
+
+def _decode_args(raw: msgspec.Raw) -> _Args:
+    if not raw:
+        return _NO_ARGS
+    try:
+        return _args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NO_ARGS  # args of the wrong shape: the event still counts, without its links
+
+
+@dataclass
+class FileInfo:
+    """Who a trace file is and what reading it found (small: it travels with every per-file result)."""
+    path: str
+    rank: int | None
+    rank_source: str
+    role: str | None
+    world_size: int | None = None
+    window: list[int] | None = None  # the manifest's [first, last] capture window, when a run directory lists it
+    offset_us: float = 0.0
+    start_us: float | None = None  # absolute (epoch µs) start and end of the file's events
+    end_us: float | None = None
+    steps: list[int] = field(default_factory=list)  # ProfilerStep numbers present
+    events: int = 0
+    salvaged: dict[str, Any] | None = None  # what was wrong with a file that could still be read
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Track:
+    pid: Any
+    tid: Any
+    name: str | None = None  # thread name from the trace's metadata events
+    kind: str = ThreadKind.OTHER  # main | autograd | communication | other | device
+
+
+class TraceTable:
+    """Columns of one trace's complete events (see the module docstring). Built by :meth:`read`."""
+
+    def __init__(self) -> None:
+        self.info: FileInfo
+        self.names: list[str] = []
+        self.tracks: list[Track] = []
+        n0 = np.empty(0)
+        self.kind = np.empty(0, dtype=np.int8)
+        self.ts = self.dur = self.end = n0
+        self.name = self.track = np.empty(0, dtype=np.int32)
+        self.corr = self.ext = np.empty(0, dtype=np.int64)
+        self.stream = np.empty(0, dtype=np.int64)
+        self.comm = np.empty(0, dtype=bool)  # collectives: device kernels and host-side ranges
+        self.step = np.empty(0, dtype=np.int32)  # index into steps, -1 outside every step
+        self.scope = np.empty(0, dtype=bool)  # inside the selection's steps (all True without one)
+        self.steps = np.empty((0, 3))  # rows (start, end, number), by start
+        self.meta: dict[int, tuple[str | None, str | None]] = {}  # event index -> (group, collective) of comm events
+        self.by_step = False  # the selection counts only work inside steps
+
+    # ---- building ------------------------------------------------------------------------------------
+    @classmethod
+    def read(cls, t, sel: Selection | None = None) -> "TraceTable | None":
+        """Read a :class:`~distprof.analysis.reader.TraceStream` (or RankTrace) into columns.
+
+        Returns None, having stopped reading, when the file's rank or role is not selected.
+        """
+        sel = sel or Selection()
+        self = cls()
+        kinds = KIND_OF_CATEGORY
+        needs_args = _NEEDS_ARGS
+        name_ids: dict[str, int] = {}
+        track_ids: dict[Any, int] = {}
+        ts_a, dur_a, kind_a = array("d"), array("d"), array("b")
+        name_a, track_a = array("i"), array("i")
+        arg_i, arg_corr, arg_ext, arg_stream = array("q"), array("q"), array("q"), array("q")
+        streams: dict[Any, int] = {}
+        meta: dict[int, tuple[Any, Any]] = {}
+        rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
+        step_rows: list[tuple[int, int]] = []  # (event index, step number)
+        thread_names: dict[Any, str] = {}
+        unknown: Counter = Counter()
+        checked = False
+        i = 0
+        last_key: Any = None
+        last_track = -1
+        for batch in t.batches():
+            if not checked:
+                checked = True
+                if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
+                    return None  # leaving the loop closes the file: nothing more is read
+            for e in batch:
+                if e.ph != "X":
+                    if e.ph == "M" and e.name == "thread_name" and e.args:
+                        try:
+                            nm = _meta_decoder.decode(e.args).name
+                        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                            nm = None
+                        if nm:
+                            thread_names[(e.pid, e.tid)] = nm
+                    continue
+                k = kinds.get(e.cat)
+                if k is None:
+                    k = Kind.UNKNOWN
+                    unknown[e.cat] += 1
+                name = e.name
+                if (k == Kind.ANNOTATION or k == Kind.CPU_OP) and name.startswith("ProfilerStep#"):
+                    n = profiler_step(name)
+                    if n is not None:
+                        k = Kind.STEP
+                        step_rows.append((i, n))
+                nid = name_ids.get(name)
+                if nid is None:
+                    nid = name_ids[name] = len(name_ids)
+                key = (e.pid, e.tid)
+                if key != last_key:
+                    last_track = track_ids.get(key, -1)
+                    if last_track < 0:
+                        last_track = track_ids[key] = len(track_ids)
+                    last_key = key
+                ts_a.append(e.ts)
+                dur_a.append(e.dur)
+                kind_a.append(k)
+                name_a.append(nid)
+                track_a.append(last_track)
+                if needs_args[k]:
+                    a = _decode_args(e.args)
+                    arg_i.append(i)
+                    arg_corr.append(a.correlation if a.correlation is not None else -1)
+                    arg_ext.append(a.external_id if a.external_id is not None else -1)
+                    s = a.stream if a.stream is not None else e.tid
+                    sid = streams.get(s)
+                    if sid is None:
+                        sid = streams[s] = s if isinstance(s, int) and s >= 0 else 10**15 + len(streams)
+                    arg_stream.append(sid)
+                    if a.pg is not None or a.collective is not None:
+                        meta[i] = (a.pg, a.collective)
+                elif name == "record_param_comms":
+                    a = _decode_args(e.args)
+                    if a.pg is not None or a.collective is not None:
+                        meta[i] = (a.pg, a.collective)
+                        if a.external_id is not None:
+                            rpc_ext[a.external_id] = (a.pg, a.collective)
+                i += 1
+        if not checked and not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
+            return None
+        if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
+            return None  # the rank was only known from the trailer (distributedInfo after the events)
+        if sel.by_step and not any(sel.step_ok(n) for _, n in step_rows):
+            return None  # none of the selected steps is in this file: it has nothing to count
+        self._finish(t, sel, name_ids, track_ids, thread_names, ts_a, dur_a, kind_a, name_a, track_a,
+                     arg_i, arg_corr, arg_ext, arg_stream, meta, rpc_ext, step_rows, unknown)
+        return self
+
+    def _finish(self, t, sel, name_ids, track_ids, thread_names, ts_a, dur_a, kind_a, name_a, track_a,
+                arg_i, arg_corr, arg_ext, arg_stream, meta, rpc_ext, step_rows, unknown) -> None:
+        n = len(ts_a)
+        self.names = list(name_ids)
+        ts = np.frombuffer(ts_a, dtype=np.float64) if n else np.empty(0)
+        # Times relative to the file's first event: epoch-µs timestamps (~1e15) leave float64 no room for
+        # the sub-µs parts, so ends and interval lengths are computed on small numbers.
+        self.t0 = float(ts.min()) if n else 0.0
+        self.ts = ts - self.t0
+        self.dur = np.frombuffer(dur_a, dtype=np.float64) if n else np.empty(0)
+        self.end = self.ts + self.dur
+        self.kind = np.frombuffer(kind_a, dtype=np.int8) if n else np.empty(0, dtype=np.int8)
+        self.name = np.frombuffer(name_a, dtype=np.int32) if n else np.empty(0, dtype=np.int32)
+        self.track = np.frombuffer(track_a, dtype=np.int32) if n else np.empty(0, dtype=np.int32)
+        idx = np.frombuffer(arg_i, dtype=np.int64) if len(arg_i) else np.empty(0, dtype=np.int64)
+        self.corr = np.full(n, -1, dtype=np.int64)
+        self.ext = np.full(n, -1, dtype=np.int64)
+        self.stream = np.full(n, -1, dtype=np.int64)
+        if idx.size:
+            self.corr[idx] = np.frombuffer(arg_corr, dtype=np.int64)
+            self.ext[idx] = np.frombuffer(arg_ext, dtype=np.int64)
+            self.stream[idx] = np.frombuffer(arg_stream, dtype=np.int64)
+
+        # Communication: kernels by family name, by their own collective metadata, or by the
+        # record_param_comms op that launched them (same External id); host ranges by name.
+        names = self.names
+        comm_name = np.array([is_comm_kernel(nm) for nm in names], dtype=bool) if names else np.empty(0, dtype=bool)
+        host_comm = np.array([is_comm_host_event(nm) for nm in names], dtype=bool) if names else np.empty(0, dtype=bool)
+        kernel = self.kind == Kind.KERNEL
+        comm = np.zeros(n, dtype=bool)
+        if n:
+            comm[kernel] = comm_name[self.name[kernel]]
+            host = (self.kind == Kind.CPU_OP) | (self.kind == Kind.ANNOTATION)
+            comm[host] = host_comm[self.name[host]]
+        for j, m in meta.items():
+            if self.kind[j] == Kind.KERNEL:
+                comm[j] = True
+        if rpc_ext and kernel.any():
+            # Kernels without metadata of their own take the launching record_param_comms op's.
+            kidx = np.flatnonzero(kernel & (self.ext >= 0))
+            for j in kidx.tolist():
+                m = rpc_ext.get(int(self.ext[j]))
+                if m is not None and j not in meta:
+                    comm[j] = True
+                    meta[j] = m
+        self.comm = comm
+        self.meta = {j: (None if g is None else str(g), c) for j, (g, c) in meta.items()}
+
+        # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range).
+        rows, seen = [], set()
+        for j, num in step_rows:
+            if num not in seen:
+                seen.add(num)
+                rows.append((self.ts[j], self.end[j], float(num)))
+        rows.sort()
+        self.steps = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        self.step = self._locate_steps()
+        self.by_step = sel.by_step
+        if sel.by_step:
+            if sel.steps is None:
+                self.scope = self.step >= 0
+            else:
+                chosen = np.array([sel.step_ok(int(s)) for s in self.steps[:, 2]], dtype=bool)
+                self.scope = (self.step >= 0) & np.append(chosen, False)[self.step]
+        else:
+            self.scope = np.ones(n, dtype=bool)
+
+        # Threads: names from metadata, kinds from the name or from what the thread runs.
+        self.tracks = [Track(pid, tid, thread_names.get((pid, tid))) for (pid, tid) in track_ids]
+        self._classify_tracks()
+
+        # Identity and what reading found.
+        info = getattr(t, "distributed_info", None) or {}
+        ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
+        window = getattr(t, "window", None)
+        self.window_record = window if isinstance(window, dict) else None  # the manifest line (wall times)
+        win = None
+        if isinstance(window, dict) and isinstance(window.get("steps"), list) and len(window["steps"]) == 2:
+            win = [int(x) for x in window["steps"]]
+        warnings = []
+        for cat, count in sorted(unknown.items()):
+            if looks_like_device(cat):
+                warnings.append(f"{count:,} events of unknown category {cat!r} look like device work; not counted")
+        for w in warnings:
+            logger.warning("%s: %s", t.path, w)
+        report = getattr(t, "report", None)
+        salvaged = report.to_dict() if report is not None and getattr(report, "salvaged", False) else (
+            {"truncated": True} if getattr(t, "salvaged", False) and report is None else None)
+        off = float(t.offset_us) + self.t0  # table time + off = absolute epoch µs
+        self.info = FileInfo(
+            path=t.path, rank=t.rank, rank_source=t.rank_source, role=t.role, world_size=ws, window=win,
+            offset_us=off, start_us=float(self.ts.min()) + off if n else None,
+            end_us=float(self.end.max()) + off if n else None,
+            steps=[int(s) for s in self.steps[:, 2]], events=n, salvaged=salvaged, warnings=warnings)
+
+    def _locate_steps(self) -> np.ndarray:
+        """Index of each event's step: host events by where they start, device work by the runtime call
+        that launched it (same correlation id), falling back to where it starts."""
+        n = self.ts.size
+        if self.steps.shape[0] == 0 or n == 0:
+            return np.full(n, -1, dtype=np.int32)
+        starts, ends = self.steps[:, 0], self.steps[:, 1]
+        at = self.ts.copy()
+        device = (self.kind == Kind.KERNEL) | (self.kind == Kind.MEMCPY) | (self.kind == Kind.MEMSET) | \
+            (self.kind == Kind.GPU_ANNOTATION) | (self.kind == Kind.DEVICE_SYNC)
+        runtime = (self.kind == Kind.RUNTIME) & (self.corr >= 0)
+        dev = np.flatnonzero(device & (self.corr >= 0))
+        if dev.size and runtime.any():
+            ridx = np.flatnonzero(runtime)
+            order = np.argsort(self.corr[ridx], kind="stable")
+            rc, rts = self.corr[ridx][order], self.ts[ridx][order]
+            pos = np.searchsorted(rc, self.corr[dev])
+            pos_ok = pos < rc.size
+            hit = np.zeros(dev.size, dtype=bool)
+            hit[pos_ok] = rc[pos[pos_ok]] == self.corr[dev][pos_ok]
+            at[dev[hit]] = rts[pos[hit]]
+        k = np.searchsorted(starts, at, side="right") - 1
+        inside = k >= 0
+        inside[inside] &= at[inside] < ends[k[inside]]
+        # The step marker itself belongs to its own step.
+        k = np.where(inside, k, -1).astype(np.int32)
+        return k
+
+    def _classify_tracks(self) -> None:
+        n_tracks = len(self.tracks)
+        if not n_tracks:
+            return
+        kinds = self.kind
+        device = (kinds == Kind.KERNEL) | (kinds == Kind.MEMCPY) | (kinds == Kind.MEMSET) | \
+            (kinds == Kind.GPU_ANNOTATION) | (kinds == Kind.DEVICE_SYNC)
+        dev_tracks = set(np.unique(self.track[device]).tolist())
+        step_tracks = set(np.unique(self.track[kinds == Kind.STEP]).tolist())
+        ann = kinds == Kind.ANNOTATION
+        op = kinds == Kind.CPU_OP
+        # A thread whose annotations and ops are all communication (gloo's run loop) is a communication thread.
+        per_track_total = np.bincount(self.track[ann | op], minlength=n_tracks)
+        per_track_comm = np.bincount(self.track[(ann | op) & self.comm], minlength=n_tracks)
+        host_counts = np.bincount(self.track[op], minlength=n_tracks)
+        for j, tr in enumerate(self.tracks):
+            if j in dev_tracks:
+                tr.kind = "device"
+                continue
+            named = thread_kind(tr.name)
+            if named is not None:
+                tr.kind = named
+            elif j in step_tracks:
+                tr.kind = ThreadKind.MAIN
+            elif per_track_total[j] and per_track_comm[j] == per_track_total[j]:
+                tr.kind = ThreadKind.COMMUNICATION
+        if not any(tr.kind == ThreadKind.MAIN for tr in self.tracks):
+            # No step markers: the process's own thread (tid == pid), else the busiest op thread.
+            cands = [j for j, tr in enumerate(self.tracks) if tr.kind == ThreadKind.OTHER and host_counts[j]]
+            own = [j for j in cands if self.tracks[j].pid == self.tracks[j].tid]
+            pick = own or sorted(cands, key=lambda j: -host_counts[j])[:1]
+            for j in pick:
+                self.tracks[j].kind = ThreadKind.MAIN
+
+    # ---- views ---------------------------------------------------------------------------------------
+    def mask(self, *kinds: int, scoped: bool = True) -> np.ndarray:
+        m = np.isin(self.kind, kinds) if len(kinds) > 1 else (self.kind == kinds[0])
+        return m & self.scope if scoped else m
+
+    def track_kinds(self) -> np.ndarray:
+        """Per event: its thread's kind (as an array of str)."""
+        return np.array([tr.kind for tr in self.tracks], dtype=object)[self.track] if self.tracks else \
+            np.empty(0, dtype=object)
+
+    @property
+    def has_device(self) -> bool:
+        return bool(np.isin(self.kind, (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET)).any())
+
+    # ---- interval sets shared by the analyses (computed once per table) -----------------------------
+    def sets(self, step: int | None = None) -> "Sets":
+        """The merged interval sets of this trace's work in scope, or of one step (index into ``steps``).
+
+        Device work belongs to the step that launched it and is not cut at the step's end; host work
+        belongs to the step it starts in and is cut at the step's end.
+        """
+        key = ("sets", step)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = Sets.of(self, step)
+        return cached
+
+    def step_index(self) -> dict[int, np.ndarray]:
+        """Step index -> indices of its events in scope (one argsort, shared by per-step analyses)."""
+        cached = self._cache.get("step_index")
+        if cached is None:
+            idx = np.flatnonzero((self.step >= 0) & self.scope)
+            order = idx[np.argsort(self.step[idx], kind="stable")]
+            bounds = np.searchsorted(self.step[order], np.arange(self.steps.shape[0] + 1))
+            cached = self._cache["step_index"] = {i: order[bounds[i]:bounds[i + 1]] for i in range(self.steps.shape[0])}
+        return cached
+
+    @property
+    def _cache(self) -> dict:
+        c = self.__dict__.get("_cache_d")
+        if c is None:
+            c = self.__dict__["_cache_d"] = {}
+        return c
+
+    def thread_kind_of_event(self) -> np.ndarray:
+        """Per event: the index of its thread's kind in ThreadKind.ALL (+ 'device' as len(ALL))."""
+        cached = self._cache.get("tk")
+        if cached is None:
+            codes = {k: i for i, k in enumerate(ThreadKind.ALL)}
+            per_track = np.array([codes.get(tr.kind, len(ThreadKind.ALL)) for tr in self.tracks] or [0], dtype=np.int8)
+            cached = self._cache["tk"] = per_track[self.track] if self.track.size else np.empty(0, dtype=np.int8)
+        return cached
+
+    def collective_label(self, j: int) -> tuple[str, str]:
+        """(process group, kind) of comm event ``j``: recorded metadata first, else from the name."""
+        g, c = self.meta.get(j, (None, None))
+        return (g if g is not None else "default"), collective_kind(self.names[self.name[j]], c)
+
+
+@dataclass
+class Sets:
+    """Merged interval sets (see :mod:`distprof.intervals`) of one trace or one step of it.
+
+    Device: ``compute`` (kernels that are not collectives), ``comm`` (collective kernels), ``memory``
+    (memcpy and memset), ``device_span`` (first device start to last device end, as a set of one).
+    Host: ``host_compute`` (CPU ops that are not communication, on every thread but communication
+    threads), ``host_comm`` (c10d ops, record_param_comms, nccl:/gloo: ranges, on any thread),
+    ``host_span`` (the selected steps' ranges with --steps/--steps-only, else the first to the last host
+    event on any thread; for one step, its range), ``runtime``,
+    ``dataloader``, ``host_other`` (other CPU ops and annotations).
+    """
+    compute: iv.IntervalSet
+    comm: iv.IntervalSet
+    memory: iv.IntervalSet
+    memcpy: iv.IntervalSet
+    memset: iv.IntervalSet
+    device_span: iv.IntervalSet
+    host_compute: iv.IntervalSet
+    host_comm: iv.IntervalSet
+    host_span: iv.IntervalSet
+    runtime: iv.IntervalSet
+    dataloader: iv.IntervalSet
+    host_ops: iv.IntervalSet  # every CPU op, annotation (not steps) and python function: the TB plugin's "CpuOp"
+    threads: dict[str, iv.IntervalSet]  # thread kind -> its CPU ops
+
+    @classmethod
+    def of(cls, tb: TraceTable, step: int | None) -> "Sets":
+        n = tb.ts.size
+        if step is None:
+            sel = tb.scope
+            lo, hi = -np.inf, np.inf
+        else:
+            sel = np.zeros(n, dtype=bool)
+            sel[tb.step_index().get(step, np.empty(0, dtype=np.int64))] = True
+            lo, hi = tb.steps[step, 0], tb.steps[step, 1]
+        k = tb.kind
+        ts, end = tb.ts, tb.end
+        host_end = np.minimum(end, hi)  # host work is cut at its step's end; device work is not
+
+        def dev(m):
+            m = m & sel
+            return iv.merge(ts[m], end[m])
+
+        def host(m):
+            m = m & sel
+            return iv.merge(ts[m], host_end[m])
+
+        kernel = k == Kind.KERNEL
+        memcpy, memset = k == Kind.MEMCPY, k == Kind.MEMSET
+        compute, comm = dev(kernel & ~tb.comm), dev(kernel & tb.comm)
+        mcp, mst = dev(memcpy), dev(memset)
+        devm = (kernel | memcpy | memset) & sel
+        device_span = (np.array([ts[devm].min()]), np.array([end[devm].max()])) if devm.any() else iv.empty()
+        tk = tb.thread_kind_of_event()
+        comm_thread = tk == ThreadKind.ALL.index(ThreadKind.COMMUNICATION)
+        op = k == Kind.CPU_OP
+        ann = k == Kind.ANNOTATION
+        host_compute = host(op & ~tb.comm & ~comm_thread)
+        host_comm = host((op | ann) & tb.comm)
+        # Thread busy time: CPU ops; on communication threads also their collective ranges (gloo's
+        # run loop records its work as gloo:* annotations, not ops).
+        threads = {name: host((op | (ann & comm_thread & tb.comm)) & (tk == i)) for i, name in enumerate(ThreadKind.ALL)}
+        names_dl = np.array([is_dataloader(nm) for nm in tb.names], dtype=bool) if tb.names else np.empty(0, dtype=bool)
+        dl = (op | ann) & (names_dl[tb.name] if n else np.zeros(0, dtype=bool))
+        if step is not None:
+            host_span = (np.array([lo]), np.array([hi]))
+        elif tb.by_step:
+            chosen = np.unique(tb.step[tb.scope & (tb.step >= 0)])
+            host_span = iv.merge(tb.steps[chosen, 0], tb.steps[chosen, 1])
+        else:  # the whole trace: first to last host event, on any thread
+            hm = sel & (op | ann | (k == Kind.RUNTIME) | (k == Kind.PYTHON) | (k == Kind.STEP))
+            host_span = (np.array([ts[hm].min()]), np.array([end[hm].max()])) if hm.any() else iv.empty()
+        return cls(compute=compute, comm=comm, memory=iv.union(mcp, mst), memcpy=mcp, memset=mst,
+                   device_span=device_span, host_compute=host_compute, host_comm=host_comm, host_span=host_span,
+                   runtime=host(k == Kind.RUNTIME), dataloader=host(dl),
+                   host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads)
+
+
+def read_table(t, sel: Selection | None = None) -> TraceTable | None:
+    return TraceTable.read(t, sel)

@@ -1,0 +1,90 @@
+"""Temporal breakdown: where a rank's time goes, on the device and on the host, per rank and per step.
+
+Device (a rank with GPU/accelerator events), over its device span (first device event start to last
+device event end; for a step, of the device work that step launched):
+
+- ``compute_us``: time some compute kernel runs (kernels that are not collectives), overlaps counted once;
+- ``communication_us``: time a collective kernel runs and no compute kernel does (communication not hidden);
+- ``memory_us``: time a memcpy/memset runs and neither of the above does;
+- ``idle_us``: the rest of the span: the device runs nothing.
+
+They add up to ``span_us``. This is HolisticTraceAnalysis's temporal breakdown (where communication or
+memory overlapping compute counts as compute), with the memory part reported on its own.
+
+Host (every rank; the only one on CPU-only jobs), over the traced host time (the selected steps'
+ranges, or the first to the last host event; for a step, its range):
+
+- ``compute_us``: time some CPU op that is not communication runs on a thread that is not a
+  communication thread (gloo's run loop);
+- ``communication_us``: time a collective runs on the host (c10d ops, ``gloo:``/``nccl:`` ranges,
+  ``record_param_comms``) and no compute does;
+- ``idle_us``: the rest: no op runs (the main thread blocked in a wait, Python between ops, sleeping);
+- ``threads``: CPU-op busy time per thread kind (main, autograd, communication, other).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from .. import intervals as iv
+from .ranks import add, group
+from .table import Sets, TraceTable
+
+__all__ = ["extract", "combine", "device_figures", "host_figures"]
+
+
+def device_figures(s: Sets) -> dict[str, float] | None:
+    span = iv.length(s.device_span)
+    if span <= 0 and not s.device_span[0].size:
+        return None
+    busy = iv.union(s.compute, s.comm, s.memory)
+    comm = iv.subtract(s.comm, s.compute)
+    mem = iv.subtract(iv.subtract(s.memory, s.compute), s.comm)
+    return {"span_us": span, "compute_us": iv.length(s.compute), "communication_us": iv.length(comm),
+            "memory_us": iv.length(mem), "idle_us": max(span - iv.length(busy), 0.0)}
+
+
+def host_figures(s: Sets) -> dict[str, Any] | None:
+    t = s.host_span
+    span = iv.length(t)
+    if span <= 0:
+        return None
+    compute = iv.intersect(s.host_compute, t)
+    comm = iv.subtract(iv.intersect(s.host_comm, t), compute)
+    busy = iv.union(compute, comm)
+    return {"span_us": span, "compute_us": iv.length(compute), "communication_us": iv.length(comm),
+            "idle_us": max(span - iv.length(busy), 0.0),
+            "threads": {k: iv.length(iv.intersect(v, t)) for k, v in s.threads.items() if v[0].size}}
+
+
+def extract(tb: TraceTable) -> dict[str, Any]:
+    s = tb.sets()
+    steps = {}
+    for i, num in enumerate(tb.steps[:, 2].tolist()):
+        if not tb.step_index().get(i, ()).__len__():
+            continue  # a step outside the selection
+        si = tb.sets(i)
+        steps[int(num)] = {"device": device_figures(si), "host": host_figures(si)}
+    return {"device": device_figures(s), "host": host_figures(s), "steps": steps}
+
+
+def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
+    if fig is None:
+        return None
+    span = fig["span_us"]
+    out = dict(fig)
+    for key in ("compute_us", "communication_us", "memory_us", "idle_us"):
+        if key in fig:
+            out[key.replace("_us", "_share")] = fig[key] / span if span else 0.0
+    return out
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per rank (its files summed): device and host breakdowns with their shares of the span."""
+    out = []
+    for info, parts in group(files):
+        dev = host = None
+        for p in parts:
+            dev, host = add(dev, p["device"]), add(host, p["host"])
+        out.append({"role": info.role, "rank": info.rank, "path": info.path, "device": _shares(dev), "host": _shares(host)})
+    return out

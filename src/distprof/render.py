@@ -1,0 +1,195 @@
+"""Terminal rendering of the analysis verbs' results (rich). Only the CLI calls this.
+
+Every string that comes from a trace (kernel, op, annotation, role, file name) is put in a table as a
+``rich.text.Text``, never as markup, so ``[param|cuda]`` prints as written and ``[/x]`` cannot break
+or restyle the output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "problems", "scope_note"]
+
+
+def us(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1e6:,.2f} s" if abs(v) >= 1e6 else f"{v / 1000:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} us"
+
+
+def share(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def _t(s: Any, limit: int = 120) -> Text:
+    """A trace string as plain text (no markup), cut to ``limit`` characters (C++ kernel names run to thousands)."""
+    s = "" if s is None else str(s)
+    return Text(s if len(s) <= limit else s[:limit - 1] + "…")
+
+
+def _rank(r: Any) -> str:
+    return "?" if r is None else str(r)
+
+
+def _table(title: str, cols: list[str], left: tuple[str, ...] = ("name", "role")) -> Table:
+    t = Table(title=title, title_justify="left")
+    for c in cols:
+        wide = c in ("name", "phases")
+        # Names and phases fold to fit the terminal; numbers keep their width.
+        t.add_column(c, justify="left" if c in left else "right", overflow="fold" if wide else "ellipsis",
+                     no_wrap=not wide, max_width=70 if wide else None, min_width=None if wide else len(c))
+    return t
+
+
+def problems(err: Console, result: dict[str, Any]) -> None:
+    """Errors, salvaged files, conflicts and warnings, one line each, on stderr."""
+    for e in result.get("errors", []):
+        err.print(Text.assemble(("cannot read ", "red"), f"{e['message']}"), soft_wrap=True)
+    for s in result.get("salvaged", []):
+        notes = "; ".join(s.get("notes") or []) or "truncated"
+        err.print(Text.assemble(("salvaged ", "yellow"), f"{s['path']}: read in part ({notes}); "
+                                "its figures cover only what could be read"), soft_wrap=True)
+    for c in result.get("conflicts", []):
+        err.print(Text.assemble(("conflict ", "yellow"), f"{c['path']}: {c['reason']}"), soft_wrap=True)
+    for w in result.get("warnings", []):
+        err.print(Text.assemble(("warning ", "yellow"), w), soft_wrap=True)
+
+
+def scope_note(result: dict[str, Any]) -> Text | None:
+    """Which time the figures cover, and how much work lies outside the steps."""
+    scope = result.get("scope") or {}
+    outside = result.get("outside_steps") or {}
+    if scope.get("steps_only"):
+        which = f"steps {','.join(map(str, scope['steps']))}" if scope.get("steps") else "work inside ProfilerStep ranges"
+        return Text(f"Figures cover {which} only.")
+    if outside.get("device_us") or outside.get("op_us"):
+        total_dev = sum(result.get("categories", {}).values())
+        part = f"{outside['device_us'] / total_dev:.1%} of device time" if total_dev and outside.get("device_us") else \
+            f"{us(outside.get('op_us'))} of CPU op time"
+        return Text(f"Figures cover the whole trace; {part} lies outside ProfilerStep ranges "
+                    "(--steps-only leaves it out, as HolisticTraceAnalysis does).")
+    return None
+
+
+def summary(console: Console, s: dict[str, Any]) -> None:
+    note = scope_note(s)
+    if note is not None:
+        console.print(note, soft_wrap=True)
+    if s["kernels"]:
+        t = _table("Device kernels, memcpy, memset (all ranks; share of device time)", ["name", "count", "total", "share"])
+        for r in s["kernels"]:
+            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), share(r["share"]))
+        console.print(t)
+    if s["ops"]:
+        t = _table("CPU ops (all ranks; share of self time)", ["name", "count", "total", "self", "share"])
+        for r in s["ops"]:
+            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), us(r["self_us"]), share(r["share"]))
+        console.print(t)
+    if s["phases"]:
+        t = _table("Phases: annotations (all ranks; wall = time open; share of traced time; phases nest)",
+                   ["name", "count", "wall", "self", "share"])
+        for r in s["phases"]:
+            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["wall_us"]), us(r["self_us"]), share(r["share"]))
+        console.print(t)
+    ranks = s["ranks"]
+    if any((r.get("temporal") or {}).get("device") for r in ranks):
+        t = _table("Per rank: device time (share of the device span)",
+                   ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
+        for r in ranks:
+            d = (r.get("temporal") or {}).get("device")
+            o = (r.get("overlap") or {}).get("device")
+            if d is None:
+                t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
+                continue
+            t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
+                      share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
+                      share(o["share"]) if o else "-")
+        console.print(t)
+    t = _table("Per rank: host time (share of the traced host time)",
+               ["role", "rank", "traced", "compute", "communication", "idle", "main thread busy",
+                "comm threads busy", "comm overlapped"])
+    for r in ranks:
+        h = (r.get("temporal") or {}).get("host")
+        o = (r.get("overlap") or {}).get("host")
+        if h is None:
+            t.add_row(_t(r["role"]), _rank(r["rank"]), "no host events", *[""] * 6)
+            continue
+        th = h.get("threads") or {}
+        t.add_row(_t(r["role"]), _rank(r["rank"]), us(h["span_us"]), share(h["compute_share"]),
+                  share(h["communication_share"]), share(h["idle_share"]), us(th.get("main")),
+                  us(th.get("communication")), share(o["share"]) if o else "-")
+    console.print(t)
+    b = s.get("step_breakdown")
+    if b:
+        t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
+                   ["step", "kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu exec", "other"])
+        t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-"
+                                     for k in ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
+                                               "cpu_exec", "other")])
+        console.print(t)
+
+
+def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int = 16) -> None:
+    t = _table("Steps: per rank (busy = duration - time waiting for peers; * holds the others back: "
+               "caused the most waiting)",
+               ["role", "step", "rank", "duration", "waited", "busy", "caused", "phases"], left=("role", "phases"))
+    for row in d["steps"]:
+        label = f"{row['window'][0]}-{row['window'][1]} (window)" if row.get("window") else str(row["step"])
+        ranks = row["ranks"]
+        shown = ranks if len(ranks) <= max_ranks else \
+            sorted(ranks, key=lambda x: (-x["wait_caused_us"], -x["busy_us"]))[:max_ranks // 2]
+        for j, x in enumerate(shown):
+            mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
+            ph = Text(", ").join([Text(f"{k} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
+            t.add_row(_t(row["role"]) if j == 0 else "", label if j == 0 else "", _rank(x["rank"]) + mark,
+                      us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), ph)
+        if len(shown) < len(ranks):
+            t.add_row("", "", f"... {len(ranks) - len(shown)} more", "", "", "", "", "")
+        t.add_section()
+    console.print(t)
+
+
+def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
+    if r["matched"] == 0:
+        err.print("no collective could be matched across ranks (need 2+ ranks of one role with collective kernels "
+                  "or c10d ops in the same steps)", style="yellow", soft_wrap=True)
+    t = _table(f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])}); "
+               "waits are unions: overlapping collectives count once",
+               ["role", "rank", "wait caused", "late arrivals", "waited", "collectives"])
+    for row in r["ranks"]:
+        t.add_row(_t(row["role"]), str(row["rank"]), us(row["wait_caused_us"]), str(row["late_arrivals"]),
+                  us(row["waited_us"]), str(row["collectives"]))
+    console.print(t)
+    if r["steps"]:
+        t = _table("Per step", ["role", "step", "collectives", "wait (all ranks)", "slowest rank"])
+        for s in r["steps"]:
+            step = "-" if s["step"] is None else (f"{s['step'][0]}-{s['step'][1]} (window)" if isinstance(s["step"], list)
+                                                  else str(s["step"]))
+            t.add_row(_t(s["role"]), step, str(s["collectives"]), us(s["wait_us"]),
+                      "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
+        console.print(t)
+    if r["worst"]:
+        t = _table("Collectives that cost the most waiting", ["role", "step", "group", "kind", "index", "last rank",
+                                                               "wait caused", "longest wait"], left=("role", "group", "kind"))
+        for w in r["worst"]:
+            t.add_row(_t(w["role"]), str(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]), str(w["last_rank"]),
+                      us(w["wait_caused_us"]), us(w["max_wait_us"]))
+        console.print(t)
+    for m in r["mismatched"]:
+        err.print(Text(f"warning: {m['kind']} in group {m['group']} (step {m['step']}) has different counts per rank "
+                       f"{m['counts']}: matched up to the smallest"), style="yellow", soft_wrap=True)
+
+
+def diff(console: Console, d: dict[str, Any]) -> None:
+    t = _table(f"B vs A: device kernel time {us(d['kernel_total_a_us'])} -> {us(d['kernel_total_b_us'])}",
+               ["kind", "name", "A", "B", "change", "ratio"], left=("kind", "name"))
+    for r in d["rows"]:
+        color = "red" if r["change_us"] > 0 else "green"
+        t.add_row(r["kind"], _t(r["name"]), us(r["a_us"]), us(r["b_us"]), Text(f"{r['change_us']:+,.1f} us", style=color),
+                  "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
+    console.print(t)
