@@ -4,7 +4,9 @@ The trace is made by tiling a real GPU trace from shared/data in time (each copy
 previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 
 - floor: read the file and msgspec-decode it into the reader's typed events (nothing else),
-- distprof summary: `open_trace` + `summarize_trace` (streamed batch by batch) (kernel/op breakdown, busy time, self times),
+- distprof summary: `analyze.summary` in one process, what `distprof summary` computes: the trace streamed
+  batch by batch into compact columns, then kernel/op/phase tables with self times, device busy time,
+  temporal breakdown, comm/compute overlap and the step breakdown,
 - HolisticTraceAnalysis 0.5.0: `TraceAnalysis(trace_dir)` + `get_gpu_kernel_breakdown()`, when an
   interpreter with it is given (`--hta-python`); it is not a dependency of distprof.
 
@@ -35,8 +37,8 @@ print(len(doc.traceEvents))
 """
 OURS = """
 import sys
-from distprof.analysis import open_trace, summarize_trace, summarize_ranks
-s = summarize_ranks([summarize_trace(open_trace(sys.argv[1]))], top=10)
+from distprof.analysis import analyze
+s = analyze.summary(sys.argv[1], top=10, workers=1)
 print(len(s['kernels']))
 """
 HTA = """

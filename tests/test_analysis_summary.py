@@ -3,17 +3,12 @@
 import gzip
 import json
 import os
-import subprocess
-import sys
 from collections import defaultdict
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from distprof.analysis import analyze, find_traces, read_trace, summary
 from distprof.analysis.reader import TraceError, rank_from_name
-from distprof.intervals import union_length
 
 from conftest import SHARED
 from tracekit import cli, table
@@ -145,16 +140,6 @@ def test_truncated_gzip_is_salvaged(tmp_path):
     p.write_bytes(raw[: len(raw) * 2 // 3])
     t = read_trace(str(p))
     assert t.salvaged and 0 < len(t.events) < 5000
-
-
-@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200)), max_size=60))
-def test_union_length_matches_unit_grid(spans):
-    intervals = [(s, s + d) for s, d in spans]
-    covered = set()
-    for s, e in intervals:
-        covered.update(range(s, e))
-    assert union_length(intervals) == len(covered)
-    assert union_length(intervals) <= sum(e - s for s, e in intervals)
 
 
 def test_cli_summary_json_and_exit_codes(tmp_path):
