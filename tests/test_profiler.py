@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
 import msgspec
 import pytest
@@ -315,3 +316,33 @@ print(sorted(os.listdir({str(tmp_path / 'o' / 'main' / 'rank00000')!r})))
 """
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
     assert "step00000001-00000001.pt.trace.json.gz" in out.stdout and "manifest.jsonl" in out.stdout
+
+
+def test_held_export_ends_the_step_now_and_writes_later(tmp_path):
+    """step(export=False): ProfilerStep#N closes in that call, the files appear only at export() (or the next
+    step()/stop()), and the next window opens once the held one is written. What step_all relies on."""
+    trainer = Trainer()
+    p = Profiler(cfg(tmp_path, steps=[1, 2, 4]), role="actor")
+    p.start()
+    for step in range(3):  # steps 0, 1, 2: the window 1-2 closes at the end of step 2
+        trainer.train_step()
+        p.step(export=False)
+    assert trace_files(tmp_path / "run") == [] and not p.capturing
+    t_held = time.time()
+    assert p.export() is True and p.export() is False  # written once; nothing more to write
+    (f,) = trace_files(tmp_path / "run")
+    assert steps_in(f) == [1, 2]
+    (m,) = manifest(tmp_path, "actor")
+    assert m["steps"] == [1, 2] and m["end_time"] <= t_held <= m["written_time"]  # ended before it was written
+    # Trace: the last step's range ends before the window's files were written.
+    t = load_trace(f)
+    (last,) = [e for e in t["traceEvents"] if e.get("name") == "ProfilerStep#2"]
+    assert (t.get("baseTimeNanoseconds", 0) / 1e3 + last["ts"] + last["dur"]) / 1e6 <= m["written_time"]
+    # Window 4 (warm-up at 3) opens as usual; one held at stop() is written by stop().
+    for step in range(3, 5):
+        trainer.train_step()
+        p.step(export=False)
+    assert len(trace_files(tmp_path / "run")) == 1
+    p.stop()
+    assert [steps_in(f) for f in trace_files(tmp_path / "run")] == [[1, 2], [4]]
+    assert [m["steps"] for m in manifest(tmp_path, "actor")] == [[1, 2], [4, 4]]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
 
-from distprof.ray import ProfiledGroup, ProfiledWorker, collect, runtime_env  # noqa: E402
+from distprof.ray import ProfiledGroup, ProfiledWorker, collect, profiling, runtime_env, step_all  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -68,7 +68,7 @@ class Worker(ProfiledWorker):
 
 
 class BrokenRPC(Worker):
-    def profile_step(self):
+    def profile_step(self, export=True):
         raise RuntimeError("this worker's profile_step is broken")
 
 
@@ -106,6 +106,89 @@ def test_group_rpcs_capture_every_rank_and_collect_through_ray(cluster, tmp_path
     assert check_run(str(tmp_path / "dest")).ok
     again = collect([g], str(tmp_path / "dest"))  # idempotent: unchanged files are not copied again
     assert {f["path"] for f in again.copied} <= {"actor/rank00000/manifest.jsonl", "actor/rank00001/manifest.jsonl"}
+
+
+def written_times(run_dir):
+    """role -> ``written_time`` of each window's manifest line: when that worker had written its trace."""
+    out = {}
+    for d, _, names in os.walk(run_dir):
+        if "manifest.jsonl" in names:
+            with open(os.path.join(d, "manifest.jsonl")) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    out.setdefault(rec["role"], []).append(rec["written_time"])
+    return out
+
+
+def assert_no_export_inside_another_groups_step(step_ends, export_ends):
+    """Each role's last profiled ProfilerStep (every rank) ended before any other role finished exporting.
+
+    Both ways round this is causal, not a race: step_all writes traces only in a second round, sent after
+    every worker's step has ended; stepping groups one after another sends the next group's step only
+    after the previous group's call, export included, returned.
+    """
+    assert set(step_ends) == set(export_ends) and len(step_ends) >= 2
+    for role, ends in step_ends.items():
+        for other, exports in export_ends.items():
+            if other != role:
+                assert max(ends) < min(exports), (
+                    f"{role}'s last profiled step ended at {max(ends):.6f}, after {other} finished exporting "
+                    f"at {min(exports):.6f}: {other}'s export is inside {role}'s step")
+
+
+def test_groups_step_together_so_no_export_lands_in_another_groups_step(cluster, tmp_path):
+    from conftest import load_trace
+
+    config = cfg(tmp_path)  # window 1-2: it closes, and each worker exports, in the step() that ends step 2
+    workers = {"rollout": make(n=1), "ref": make(n=1), "actor": make(n=2)}
+    groups = [ProfiledGroup(ws, config, role) for role, ws in workers.items()]
+    everyone = [w for ws in workers.values() for w in ws]
+    with profiling(groups):
+        for step in range(4):
+            assert sum(ray.get([w.work.remote() for w in everyone])) == len(everyone)
+            assert step_all(groups) == [{0: step + 1}, {0: step + 1}, {0: step + 1, 1: step + 1}]
+    assert not any(g.failed for g in groups)
+    step_ends = {}
+    for d, _, names in os.walk(tmp_path / "scratch"):
+        for n in names:
+            if n.endswith(".pt.trace.json.gz"):
+                trace = load_trace(os.path.join(d, n))
+                base_us = trace.get("baseTimeNanoseconds", 0) / 1e3  # newer Kineto: ts relative to it
+                (last,) = [e for e in trace["traceEvents"] if e.get("name") == "ProfilerStep#2"]
+                step_ends.setdefault(trace["distprof"]["role"], []).append((base_us + last["ts"] + last["dur"]) / 1e6)
+    assert {k: len(v) for k, v in step_ends.items()} == {"rollout": 1, "ref": 1, "actor": 2}
+    assert_no_export_inside_another_groups_step(step_ends, written_times(tmp_path / "scratch"))
+
+
+def test_dead_worker_in_one_group_does_not_stop_the_other_groups(cluster, tmp_path, caplog):
+    caplog.set_level(logging.ERROR, logger="distprof")
+    rollout, actor = make(n=1), make(n=2)
+    groups = [ProfiledGroup(rollout, cfg(tmp_path), "rollout"), ProfiledGroup(actor, cfg(tmp_path), "actor")]
+    with profiling(groups):
+        for step in range(4):
+            if step == 1:  # actor rank 1 dies with the window open; its next RPC fails
+                with pytest.raises(ray.exceptions.RayActorError):
+                    ray.get(actor[1].exit.remote())
+            assert sum(ray.get([w.work.remote() for w in rollout + actor[:1]])) == 2
+            assert step_all(groups) == [{0: step + 1}, {0: step + 1} if step else {0: 1, 1: 1}]
+    assert groups[0].failed == {} and list(groups[1].failed) == [1]
+    assert [r.message for r in caplog.records if "rank 1 failed" in r.message] == [
+        "distprof: profile_step on actor rank 1 failed; profiling of that worker is off from now on: "
+        + groups[1].failed[1]]
+    s = [g.summary() for g in groups]
+    assert [(x["role"], x["rank"], x["windows"], x["global_step"]) for x in s[0] + s[1]] == [
+        ("rollout", 0, 1, 4), ("actor", 0, 1, 4)]
+
+
+def test_multi_group_calls_reject_what_is_not_a_list_of_groups(tmp_path):
+    off = ProfiledGroup([object()], cfg(tmp_path, enable=False), "rollout")  # off: no RPC, no Ray needed
+    assert step_all([off]) == [{}]
+    with pytest.raises(ValueError, match=r"got one ProfiledGroup \(role 'rollout'\); pass \[group\]"):
+        step_all(off)
+    with pytest.raises(ValueError, match="same ProfiledGroup more than once"):
+        step_all([off, off])
+    with pytest.raises(ValueError, match="must hold ProfiledGroup objects, got list"):
+        step_all([[object()]])
 
 
 def test_only_selected_ranks_and_roles_get_rpcs(cluster, tmp_path):
@@ -273,6 +356,9 @@ def test_demo_end_to_end(tmp_path):
     assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "ref", "rollout") for s in (1, 2)}
     actor = next(r for r in rows if r["role"] == "actor")
     assert len(actor["ranks"]) == 2 and "actor/update" in actor["mean_phases"]
+    # The groups are stepped together: no group's last profiled step holds another group's export.
+    last = {r["role"]: [(k["start_us"] + k["dur_us"]) / 1e6 for k in r["ranks"]] for r in rows if r["step"] == 2}
+    assert_no_export_inside_another_groups_step(last, written_times(out))
     strag = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", str(out), "--json", "--workers", "1"],
                            capture_output=True, text=True, check=True)
     assert json.loads(strag.stdout)["matched"] > 0  # the actor ranks' gloo all-reduces

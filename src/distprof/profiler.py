@@ -67,6 +67,7 @@ class Profiler:
         self._open: Window | None = None  # the window being captured
         self._backend: Any = None
         self._windows_closed = 0
+        self._held: tuple[Window, int, float] | None = None  # a closed window whose files are not written yet
         self._last_summary: dict[str, Any] | None = None
         self._annotations: dict[str, list[int]] = {}  # name -> [count, total ns] of the open / last window
         self._annotations_total: dict[str, list[int]] = {}
@@ -95,15 +96,29 @@ class Profiler:
         self._guard("start", self._start)
         return self
 
-    def step(self) -> None:
-        """End the current global step. Call once at the end of every step at this profiler's granularity."""
+    def step(self, export: bool = True) -> None:
+        """End the current global step. Call once at the end of every step at this profiler's granularity.
+
+        When this step closes a capture window, its trace is written inside this call. With
+        ``export=False`` the step still ends here (``ProfilerStep#N`` closes now) but writing is
+        held until :meth:`export` (or the next ``step()`` / ``stop()``): a driver ending the step
+        of several worker groups ends every group's step first, then lets them write, so no
+        group's export lands inside another group's step.
+        """
         if self._started:
-            self._guard("step", self._step)
+            self._guard("step", self._step if export else self._step_held)
             return
         self.global_step += 1
         if not self._stopped:
             logger.warning("distprof: %s step() called before start(); starting now at step %d", self._who(), self.global_step)
             self.start()
+
+    def export(self) -> bool:
+        """Write the window a ``step(export=False)`` closed; True if there was one (else a no-op)."""
+        if self._held is None or not self._started:
+            return False
+        self._guard("export", self._export_held)
+        return True
 
     def stop(self) -> None:
         """End profiling. A window still open keeps the steps that finished."""
@@ -157,7 +172,7 @@ class Profiler:
         # Instance attributes shadow the methods: an inert step() is one increment.
         self.step = self._inert_step  # type: ignore[method-assign]
 
-    def _inert_step(self) -> None:
+    def _inert_step(self, export: bool = True) -> None:
         self.global_step += 1
 
     # ---- state machine ----------------------------------------------------------------------------------------
@@ -173,18 +188,41 @@ class Profiler:
                            self._who(), self.global_step, self._plan.describe())
         self._maybe_open()
 
-    def _step(self) -> None:
+    def _step(self, hold: bool = False) -> None:
+        if self._held is not None:
+            self._export_held()
         self.global_step += 1
         g = self.global_step
         w = self._open
         if w is not None:
             self._backend.advance(g)
             if g > w.end:
+                if hold:
+                    # The step has ended (torch closed ProfilerStep#N and stopped tracing); the files are
+                    # written by export(). The next window opens then too, so its warm-up starts after.
+                    self._open = None
+                    window_closed(self)
+                    self._held = (w, w.end, time.time())
+                    return
                 self._close(w, last=w.end)
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
 
+    def _step_held(self) -> None:
+        self._step(hold=True)
+
+    def _export_held(self) -> None:
+        w, last, t1 = self._held
+        self._held = None
+        self._close(w, last=last, t1=t1)
+        if self._next is not None and self.global_step >= self._next.warmup_start:
+            self._maybe_open()
+
     def _stop(self, crashed: bool) -> None:
+        if self._held is not None:
+            w, last, t1 = self._held
+            self._held = None
+            self._close(w, last=last, t1=t1)
         w = self._open
         if w is not None:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
@@ -214,10 +252,11 @@ class Profiler:
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
 
-    def _close(self, w: Window, last: int) -> None:
+    def _close(self, w: Window, last: int, t1: float | None = None) -> None:
+        """Publish the window's files and its manifest line; ``t1``: when its last step ended (default now)."""
         self._open = None
         window_closed(self)
-        t1 = time.time()
+        t1 = time.time() if t1 is None else t1
         result = self._backend.finish(w.start, last)
         self._last_summary = result.summary
         published = []
@@ -234,7 +273,7 @@ class Profiler:
             record = {
                 "role": self.role, "rank": self.rank, "world_size": self.world_size,
                 "steps": [w.start, last], "complete": last >= w.end,
-                "start_time": self._window_t0, "end_time": t1,
+                "start_time": self._window_t0, "end_time": t1, "written_time": time.time(),
                 "files": [{"path": p.path, "bytes": p.bytes} for p in published],
                 "file": published[0].path, "bytes": published[0].bytes,
                 "host": host_name(), "pid": os.getpid(),
@@ -259,7 +298,7 @@ class Profiler:
         logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",
                      self._who(), where, self.global_step, exc_info=True)
         window_closed(self)
-        self._open = self._next = None
+        self._open = self._next = self._held = None
         if self._backend is not None:
             try:
                 self._backend.abort()

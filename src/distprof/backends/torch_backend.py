@@ -6,7 +6,9 @@ at a global step: torch numbers ProfilerStep#N from ``step_num``, so we set it
 to the global step before ``start()``. The schedule we pass maps global steps
 to torch's actions (warm-up, record, record-and-save), and torch calls our
 ``on_trace_ready`` when the window's last step ends, exactly as with its own
-schedules.
+schedules. The callback only marks the window ready: the files are written in
+``finish()``, so the profiler decides when writing happens (after the step has
+ended everywhere, for a driver stepping several worker groups).
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ class TorchBackend:
         self._ctx: WindowContext | None = None
         self._exported: dict[str, str] = {}
         self._summary: dict[str, Any] | None = None
+        self._ready: Any = None  # the profile whose trace torch has stopped, not yet written
 
     # ---- window lifecycle ---------------------------------------------------------------------------
     def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
         import torch
         from torch.profiler import ProfilerAction, profile
 
-        self._ctx, self._exported, self._summary = ctx, {}, None
+        self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
 
         def schedule(s: int) -> ProfilerAction:
             if s < window.warmup_start or s > window.end:
@@ -103,21 +106,20 @@ class TorchBackend:
     def finish(self, first: int, last: int) -> WindowFiles:
         p, self._prof = self._prof, None
         if p is not None:
-            p.stop()  # exports here if the window was cut short (torch calls on_trace_ready)
+            p.stop()  # a window cut short: torch stops tracing here and calls on_trace_ready
+        ready, self._ready = self._ready, None
         from ..output import window_file_name
 
         files: dict[str, str] = {}
-        if last >= first:
+        if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
+            self._write(ready)
             for suffix, tmp in self._exported.items():
                 files[window_file_name(first, last, suffix)] = tmp
-        else:
-            for tmp in self._exported.values():
-                _unlink(tmp)
         self._exported = {}
         return WindowFiles(files=files, summary=self._summary)
 
     def abort(self) -> None:
-        p, self._prof = self._prof, None
+        p, self._prof, self._ready = self._prof, None, None
         if p is not None:
             try:
                 p.stop()
@@ -129,6 +131,9 @@ class TorchBackend:
 
     # ---- torch callbacks ------------------------------------------------------------------------------
     def _on_trace_ready(self, prof: Any) -> None:
+        self._ready = prof  # written by finish(); torch keeps the results on the object until then
+
+    def _write(self, prof: Any) -> None:
         ctx = self._ctx
         if self.opts.export_chrome_trace:
             suffix = trace_suffix(self.opts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import distprof
-from distprof.ray import ProfiledGroup, ProfiledWorker
+from distprof.ray import ProfiledGroup, ProfiledWorker, profiling, step_all
 
 logger = logging.getLogger(__name__)
 
@@ -187,19 +187,17 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         ray.get([a.init_process_group.remote() for a in actors])
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]
-        for g in groups:
-            g.start()
         rewards = []
-        for step in range(steps):
-            say(f"step {step}: generate, score, update, sync")
-            seqs = rollout[0].generate.remote(step)
-            ref_lp = ref[0].log_probs.remote(seqs)
-            rewards.append(sum(ray.get([a.update.remote(seqs, ref_lp) for a in actors])) / len(actors))
-            ray.get(rollout[0].load_weights.remote(actors[0].sync_weights.remote()))
-            for g in groups:
-                g.step()
-        for g in groups:
-            g.stop()
+        with profiling(groups):
+            for step in range(steps):
+                say(f"step {step}: generate, score, update, sync")
+                seqs = rollout[0].generate.remote(step)
+                ref_lp = ref[0].log_probs.remote(seqs)
+                rewards.append(sum(ray.get([a.update.remote(seqs, ref_lp) for a in actors])) / len(actors))
+                ray.get(rollout[0].load_weights.remote(actors[0].sync_weights.remote()))
+                # All groups end the step together: one group's trace export (when a window
+                # closes here) runs while the others have already ended theirs, not inside them.
+                step_all(groups)
         ray.get([a.shutdown.remote() for a in actors])
         say("collecting traces through Ray")
         report = collect(groups, out)

@@ -5,6 +5,10 @@
   and ``collect_profile``.
 - ``ProfiledGroup``: the driver side; calls them on a whole worker group, logs
   a failing worker and goes on, and dispatches nothing when profiling is off.
+- ``step_all(groups)``, ``start_all(groups)``, ``stop_all(groups)`` and
+  ``with profiling(groups):``: drive several groups together, every RPC sent
+  before any is waited for, so one group's trace export never lands inside
+  another group's step.
 - ``runtime_env(config, group=...)``: the runtime_env that wraps a group's
   worker processes with nsys / rocprof-sys / py-spy / memray.
 - ``collect(workers, dest)``: brings every file the workers wrote, on whatever
@@ -15,6 +19,7 @@ Ray itself is imported lazily, by the functions that need it.
 
 from .collect import CollectReport, collect
 from .runtime_env import runtime_env
-from .workers import ProfiledGroup, ProfiledWorker
+from .workers import ProfiledGroup, ProfiledWorker, profiling, start_all, step_all, stop_all
 
-__all__ = ["ProfiledWorker", "ProfiledGroup", "runtime_env", "collect", "CollectReport"]
+__all__ = ["ProfiledWorker", "ProfiledGroup", "step_all", "start_all", "stop_all", "profiling", "runtime_env",
+           "collect", "CollectReport"]

@@ -1,10 +1,12 @@
-"""Worker-side RPCs (a mixin for Ray actor classes) and their driver-side group."""
+"""Worker-side RPCs (a mixin for Ray actor classes), their driver-side group, and several groups driven at once."""
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Sequence
+import time
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..config import ProfilerConfig
 from ..plan import rank_selected, role_selected
@@ -12,7 +14,7 @@ from ..profiler import Profiler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProfiledWorker", "ProfiledGroup"]
+__all__ = ["ProfiledWorker", "ProfiledGroup", "start_all", "step_all", "stop_all", "profiling"]
 
 
 class ProfiledWorker:
@@ -35,10 +37,15 @@ class ProfiledWorker:
         p.start()
         return p.global_step
 
-    def profile_step(self) -> int:
+    def profile_step(self, export: bool = True) -> int:
+        """End the step (``Profiler.step``); ``export=False`` holds a closing window's writing for ``profile_export``."""
         p = self._profiler()
-        p.step()
+        p.step(export=export)
         return p.global_step
+
+    def profile_export(self) -> bool:
+        """Write the window a ``profile_step(export=False)`` closed (``Profiler.export``); False if none."""
+        return self._profiler().export()
 
     def stop_profile(self) -> int:
         p = self._profiler()
@@ -81,6 +88,10 @@ class ProfiledGroup:
     Calls go only to the ranks the config selects, and not at all when profiling is off
     or the role is not selected. A worker whose RPC fails is logged (once per worker) and
     skipped from then on; the training step is never failed by the profiler.
+
+    A job with several groups drives them together with ``step_all(groups)`` (and
+    ``start_all`` / ``stop_all`` / ``with profiling(groups):``): the methods here are the
+    one-group case of the same calls.
     """
 
     def __init__(self, workers: Sequence[Any], config: ProfilerConfig | dict, role: str,
@@ -95,15 +106,16 @@ class ProfiledGroup:
         if on:
             self.config.check_world_size(len(self.workers))
         self.active = {r: w for r, w in enumerate(self.workers) if on and rank_selected(self.config.ranks, r)}
+        self._plan = self.config.plan() if self.active else None  # which steps close a window (step_all)
         if self.active:
-            results = self._call("setup_profiler", self.config, role, None, len(self.workers), global_step)
+            results = self._call("setup_profiler", self.config, role, _OWN_RANK, len(self.workers), global_step)
             self.where.update({r: v for r, v in results.items() if isinstance(v, dict)})
 
     def start(self) -> dict[int, Any]:
         return self._call("start_profile")
 
     def step(self) -> dict[int, Any]:
-        return self._call("profile_step")
+        return step_all([self])[0]
 
     def stop(self) -> dict[int, Any]:
         return self._call("stop_profile")
@@ -121,22 +133,125 @@ class ProfiledGroup:
 
     def _call(self, method: str, *args: Any) -> dict[int, Any]:
         """Call ``method`` on every live selected worker; per-rank results, failures logged and dropped."""
+        return _call_all([self], method, *args)[0]
+
+    def _closes_window(self, step: int) -> bool:
+        """Does the plan close a capture window at the end of global step ``step``?"""
+        w = self._plan.next_window(step) if self._plan is not None else None
+        return w is not None and w.start <= step == w.end
+
+    def _submit(self, method: str, args: tuple, only: set[int] | None = None) -> dict[int, Any]:
+        """Send ``method`` to every live selected worker (of ``only``, if given) without waiting: rank -> ObjectRef."""
+        refs = {}
+        for r, w in self.active.items():
+            if r in self.failed or (only is not None and r not in only):
+                continue
+            call_args = tuple(r if a is _OWN_RANK else a for a in args)
+            try:
+                refs[r] = getattr(w, method).remote(*call_args)
+            except Exception as e:  # a handle that cannot take calls any more
+                self._fail(method, r, e)
+        return refs
+
+    def _gather(self, method: str, refs: dict[int, Any], deadline: float) -> dict[int, Any]:
+        """Wait for the refs ``_submit`` returned until ``deadline`` (monotonic); failures logged and dropped."""
         import ray
 
-        live = {r: w for r, w in self.active.items() if r not in self.failed}
-        if not live:
-            return {}
-        refs = {}
-        for r, w in live.items():
-            # setup_profiler gets each worker's own rank in place of the None placeholder.
-            call_args = tuple(r if (method == "setup_profiler" and i == 2) else a for i, a in enumerate(args))
-            refs[r] = getattr(w, method).remote(*call_args)
         out: dict[int, Any] = {}
         for r, ref in refs.items():
             try:
-                out[r] = ray.get(ref, timeout=self.timeout_s)
+                out[r] = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
             except Exception as e:  # a dead actor, a timeout, or the worker's own error
-                self.failed[r] = f"{type(e).__name__}: {e}"
-                logger.error("distprof: %s on %s rank %d failed; profiling of that worker is off from now on: %s",
-                             method, self.role, r, self.failed[r])
+                self._fail(method, r, e)
         return out
+
+    def _fail(self, method: str, rank: int, e: Exception) -> None:
+        self.failed[rank] = f"{type(e).__name__}: {e}"
+        logger.error("distprof: %s on %s rank %d failed; profiling of that worker is off from now on: %s",
+                     method, self.role, rank, self.failed[rank])
+
+
+# Stands for "each worker's own rank" in _call's arguments (setup_profiler takes it).
+_OWN_RANK = object()
+
+
+def start_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
+    """Start profiling on every selected worker of every group, all at once.
+
+    Every ``start_profile`` RPC is sent before any is waited for, so no group's start
+    (which opens a capture window when the plan says so) waits for another group's.
+    Returns, per group in the order given, ``{rank: global_step}`` of the workers that
+    answered; a failing worker is logged once and skipped from then on.
+    """
+    return _call_all(groups, "start_profile")
+
+
+def step_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
+    """End the current step on every selected worker of every group, together.
+
+    Call once per training step, after the step's work, in place of one ``group.step()``
+    per group. Two rounds: every worker ends its step (``ProfilerStep#N`` closes) without
+    writing anything, all RPCs sent before any is waited for; only then do the workers whose
+    capture window closed at this step write their traces, in parallel. So a trace export
+    never lands inside another group's step, which stepping groups one after another would
+    do (each export inside the next group's ``ProfilerStep``). Returns, per group in the order
+    given, ``{rank: global_step}`` of the workers that answered; a failing worker is logged
+    once and skipped from then on, and the training step is never failed.
+    """
+    groups = _as_groups(groups)
+    ended = _call_all(groups, "profile_step", False)
+    # Second round only to the workers whose plan closed a window at the step that just ended.
+    _call_all(groups, "profile_export", only=[{r for r, g in e.items() if grp._closes_window(g - 1)}
+                                               for grp, e in zip(groups, ended)])
+    return ended
+
+
+def stop_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
+    """Stop profiling on every selected worker of every group, all at once.
+
+    A window still open is closed and exported by each worker in parallel, none waiting
+    for another group's export. Returns per group ``{rank: global_step}``, as ``step_all``.
+    """
+    return _call_all(groups, "stop_profile")
+
+
+@contextmanager
+def profiling(groups: Iterable[ProfiledGroup]) -> Iterator[list[ProfiledGroup]]:
+    """``with profiling(groups):`` runs ``start_all(groups)`` on entry and ``stop_all(groups)``
+    on exit (an exception included); call ``step_all(groups)`` at the end of every step inside.
+    Yields the groups as a list.
+    """
+    groups = _as_groups(groups)
+    start_all(groups)
+    try:
+        yield groups
+    finally:
+        stop_all(groups)
+
+
+def _call_all(groups: Iterable[ProfiledGroup], method: str, *args: Any,
+              only: list[set[int]] | None = None) -> list[dict[int, Any]]:
+    """Send ``method`` to every group's live selected workers (per group, those in ``only``), then wait:
+    per group, ``{rank: result}``."""
+    groups = _as_groups(groups)
+    # Every RPC goes out before the first wait: a slow worker delays only its own answer, never the
+    # moment another worker's call runs.
+    sent = [(g, g._submit(method, args, only[k] if only is not None else None), time.monotonic() + g.timeout_s)
+            for k, g in enumerate(groups)]
+    return [g._gather(method, refs, deadline) for g, refs, deadline in sent]
+
+
+def _as_groups(groups: Iterable[ProfiledGroup]) -> list[ProfiledGroup]:
+    if isinstance(groups, ProfiledGroup):
+        raise ValueError(f"groups must be a list of ProfiledGroup, got one ProfiledGroup (role {groups.role!r}); "
+                         "pass [group], or call group.step() / start() / stop()")
+    out = list(groups)
+    for g in out:
+        if not isinstance(g, ProfiledGroup):
+            raise ValueError(f"groups must hold ProfiledGroup objects, got {type(g).__name__} {g!r}; "
+                             "wrap each worker list in ProfiledGroup(workers, config, role)")
+    if len({id(g) for g in out}) != len(out):
+        roles = [g.role for g in out]
+        raise ValueError(f"groups lists the same ProfiledGroup more than once (roles {roles}); "
+                         "pass each group once, or every worker would step twice")
+    return out
