@@ -124,6 +124,8 @@ def summary(console: Console, s: dict[str, Any]) -> None:
                   share(h["communication_share"]), share(h["idle_share"]), us(th.get("main")),
                   us(th.get("communication")), share(o["share"]) if o else "-")
     console.print(t)
+    _idle_table(console, s)
+    _launch_table(console, s)
     b = s.get("step_breakdown")
     if b:
         t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
@@ -134,10 +136,77 @@ def summary(console: Console, s: dict[str, Any]) -> None:
         console.print(t)
 
 
+def _not_applicable(fig: dict[str, Any] | None) -> str | None:
+    """The table's words for a figure that means nothing here (None when it does)."""
+    if fig is None:
+        return "-"
+    return None if fig.get("applicable") else f"not applicable ({fig.get('reason', 'no device events')})"
+
+
+def _idle_table(console: Console, s: dict[str, Any]) -> None:
+    """Per rank: device idle time split by cause (HolisticTraceAnalysis's idle time breakdown)."""
+    overall = s.get("idle")
+    if overall is None:
+        return
+    if not overall.get("applicable"):
+        console.print(Text(f"Device idle by cause: {_not_applicable(overall)}"))
+        return
+    t = _table(f"Per rank: device idle by cause (idle: share of the device span; causes: share of idle; "
+               f"kernel wait: gaps < {overall['kernel_wait_below_us']:g} us)",
+               ["role", "rank", "idle", "host wait", "kernel wait", "other", "most host wait"])
+    for r in s["ranks"]:
+        f = r.get("idle")
+        na = _not_applicable(f)
+        if na:
+            t.add_row(_t(r["role"]), _rank(r["rank"]), na, "", "", "", "")
+            continue
+        worst = max(f["streams"], key=lambda x: x["host_wait_us"], default=None)
+        t.add_row(_t(r["role"]), _rank(r["rank"]), f"{us(f['idle_us'])} ({share(f['idle_share'])})",
+                  share(f["host_wait_share"]), share(f["kernel_wait_share"]), share(f["other_share"]),
+                  f"stream {worst['stream']}: {us(worst['host_wait_us'])}" if worst and worst["host_wait_us"] else "-")
+    console.print(t)
+
+
+def _launch_table(console: Console, s: dict[str, Any]) -> None:
+    """Per rank: kernel launch statistics (HolisticTraceAnalysis's launch stats) and launch-bound steps."""
+    overall = s.get("launch")
+    if overall is None:
+        return
+    if not overall.get("applicable"):
+        console.print(Text(f"Kernel launches: {_not_applicable(overall)}"))
+        return
+    th = overall["thresholds"]
+    t = _table(f"Per rank: kernel launches (delay: device start - call end, outlier > "
+               f"{th['launch_delay_cutoff_us']:g} us; short: device time < call time)",
+               ["role", "rank", "launches", "delay mean", "p95", "max", "outliers", "call / device", "short",
+                "launch-bound steps"])
+    for r in s["ranks"]:
+        f = r.get("launch")
+        na = _not_applicable(f)
+        if na:
+            t.add_row(_t(r["role"]), _rank(r["rank"]), na, *[""] * 7)
+            continue
+        d = f["delay_us"]
+        bound = f["launch_bound_steps"]
+        t.add_row(_t(r["role"]), _rank(r["rank"]), f"{f['launches']:,}", us(d["mean"]), us(d["p95"]), us(d["max"]),
+                  f"{f['delay_outliers']:,}", f"{us(f['cpu_us']['mean'])} / {us(f['device_us']['mean'])}",
+                  share(f["short_share"]), (", ".join(map(str, bound[:8])) + (" ..." if len(bound) > 8 else "")) or "-")
+    console.print(t)
+
+
+def _step_idle(x: dict[str, Any]) -> str:
+    f = x.get("idle")
+    if not f or not f.get("applicable"):
+        return "-"
+    bound = (x.get("launch") or {}).get("launch_bound")
+    return f"{share(f['idle_share'])} (host {f['host_wait_share']:.0%})" + (" LB" if bound else "")
+
+
 def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int = 16) -> None:
     t = _table("Steps: per rank (busy = duration - time waiting for peers; * holds the others back: "
                "caused the most waiting)",
-               ["role", "step", "rank", "duration", "waited", "busy", "caused", "phases"], left=("role", "phases"))
+               ["role", "step", "rank", "duration", "waited", "busy", "caused", "device idle", "phases"],
+               left=("role", "phases"))
     for row in d["steps"]:
         label = f"{row['window'][0]}-{row['window'][1]} (window)" if row.get("window") else str(row["step"])
         ranks = row["ranks"]
@@ -147,11 +216,24 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
             mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
             ph = Text(", ").join([Text(f"{k} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
             t.add_row(_t(row["role"]) if j == 0 else "", label if j == 0 else "", _rank(x["rank"]) + mark,
-                      us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), ph)
+                      us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), _step_idle(x), ph)
         if len(shown) < len(ranks):
-            t.add_row("", "", f"... {len(ranks) - len(shown)} more", "", "", "", "", "")
+            t.add_row("", "", f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
         t.add_section()
     console.print(t)
+    bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
+    if bound:
+        from .analysis.launch import LAUNCH_BOUND_IDLE_SHARE  # the rule's threshold, spelled once
+        listed = "; ".join(f"step {row['step']}: rank{'s' if len(r) > 1 else ''} {','.join(map(_rank, r))}"
+                           for row, r in bound[:10]) + (" ..." if len(bound) > 10 else "")
+        console.print(Text(f"LB = launch-bound ({listed}): device idle >= {LAUNCH_BOUND_IDLE_SHARE:.0%} of the step's "
+                           "device span, at least half of it waiting for the CPU to launch work, and at least half "
+                           "the kernels shorter than their launch calls. "
+                           "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."),
+                      soft_wrap=True)
+    elif any((x.get("idle") or {}).get("applicable") for row in d["steps"] for x in row["ranks"]):
+        console.print(Text("device idle: share of the step's device span idle (host: share of that idle spent "
+                           "waiting for the CPU to launch work)."), soft_wrap=True)
 
 
 def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:

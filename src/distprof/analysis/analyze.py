@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import temporal
+from . import idle, launch, temporal
 from .parallel import FileError, Progress, map_files
 from .ranks import resolve
 from .reader import TraceError, TraceFile, find_traces, open_trace
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
-            "steps": steps_mod, "stragglers": stragglers_mod}
+            "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch}
 
 
 @dataclass
@@ -95,10 +95,13 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
     """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel."""
     selection = selection or Selection()
     names = tuple(names)
-    found = find_traces(path)
+    problems: list[tuple[str, str]] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
+    found = find_traces(path, problems)
     if not found:
-        raise TraceError(f"{path}: no trace files (*.json, *.json.gz) found")
+        why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
+        raise TraceError(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) found")
     run = Run(path, selection)
+    run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
     files = []
     for f in found:
         # What the run directory's manifest says rules a file out before it is opened.
@@ -148,9 +151,18 @@ def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
             ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
-    run = read(path, ("summary", "temporal", "overlap", "breakdown"), selection, workers, ray_address, progress)
+    run = read(path, ("summary", "temporal", "overlap", "breakdown", "idle", "launch"), selection, workers, ray_address,
+               progress)
     out = summary_mod.combine(run.pairs("summary"), top=top)
     per_rank = {(r["role"], r["rank"], r["path"]): r for r in out["ranks"]}
+    # Device idle by cause and kernel launch statistics: per rank, and over all ranks.
+    for name, mod in (("idle", idle), ("launch", launch)):
+        combined = mod.combine(run.pairs(name))
+        for row in combined["ranks"]:
+            target = per_rank.get((row["role"], row["rank"], row["path"]))
+            if target is not None:
+                target[name] = row[name]
+        out[name] = combined["overall"]
     for name, rows in (("temporal", temporal.combine(run.pairs("temporal"))),
                        ("overlap", overlap.combine(run.pairs("overlap")))):
         for row in rows:
@@ -169,10 +181,20 @@ def summary(path: str, selection: Selection | None = None, top: int | None = Non
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
           progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back."""
-    run = read(path, ("steps", "stragglers", "temporal", "overlap", "breakdown"), selection, workers, ray_address,
-               progress)
+    run = read(path, ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch"), selection, workers,
+               ray_address, progress)
     waits = stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"]
     out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
+    # Each rank's device idle by cause and launch figures for the step; the ranks whose step is launch-bound.
+    parts = {r.info.path: r.parts for r in run.files}
+    for row in out["steps"]:
+        for x in row["ranks"]:
+            p = parts.get(x["path"])
+            if p is not None:
+                whole = "window" in x
+                x["idle"] = idle.step_figure(p["idle"], row["step"], whole)
+                x["launch"] = launch.step_figure(p["launch"], row["step"], whole)
+        row["launch_bound_ranks"] = [x["rank"] for x in row["ranks"] if (x.get("launch") or {}).get("launch_bound")]
     out["step_breakdown"] = breakdown.combine(run.pairs("breakdown"))["average"]
     return _finish(run, out)
 

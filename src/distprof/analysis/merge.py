@@ -148,7 +148,7 @@ def _scan(f: TraceFile) -> _Scan:
 def _meta_name(e: Event) -> str | None:
     try:
         return msgspec.json.decode(e.args, type=_MetaArgs).name if e.args else None
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, RecursionError):  # args of another shape, or nested deeper than msgspec goes
         return None
 
 
@@ -185,7 +185,7 @@ class _FileWriter:
         """``{"global": x}`` is scoped to this file; ``{"local": x}`` already is (its process is this file's)."""
         try:
             v = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return raw
         if isinstance(v, dict) and "global" in v:
             v = {**v, "global": f"{self.i}:{v['global']}"}
@@ -283,11 +283,12 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     """
     selection = selection or Selection()
     _check_out(out)
-    files = [f for f in find_traces(path)
+    problems: list[tuple[str, str]] = []
+    files = [f for f in find_traces(path, problems)
              if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))]
     # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
     # names and overlapping events. It orders the tracks by role then rank and fixes the clock base.
-    scans, errors = [], []
+    scans, errors = [], [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
     for k, f in enumerate(files, 1):
         try:
             scan = _scan(f)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import intervals as iv
-from .ranks import add, group
+from .ranks import summed
 from .table import Sets, TraceTable
 
 __all__ = ["extract", "combine", "figures"]
@@ -51,10 +51,5 @@ def _share(fig: dict[str, float] | None) -> dict[str, float] | None:
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per rank (its files summed): device and host overlap."""
-    out = []
-    for info, parts in group(files):
-        dev = host = None
-        for p in parts:
-            dev, host = add(dev, p["device"]), add(host, p["host"])
-        out.append({"role": info.role, "rank": info.rank, "path": info.path, "device": _share(dev), "host": _share(host)})
-    return out
+    return [{"role": info.role, "rank": info.rank, "path": info.path, "device": _share(s["device"]),
+             "host": _share(s["host"])} for info, s in summed(files, ("device", "host"))]

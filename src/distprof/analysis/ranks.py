@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-__all__ = ["resolve", "group", "add"]
+__all__ = ["resolve", "group", "add", "summed"]
 
 
 def resolve(results: list) -> tuple[list, list[dict[str, Any]]]:
@@ -56,6 +56,18 @@ def group(pairs: Iterable[tuple[Any, Any]]) -> list[tuple[Any, list]]:
         groups[key].append(part)
     order = sorted(groups, key=lambda k: (k[0], k[1] if isinstance(k[1], int) else -1, str(k[1])))
     return [(firsts[k], groups[k]) for k in order]
+
+
+def summed(pairs: Iterable[tuple[Any, dict[str, Any]]], keys: tuple[str, ...]) -> list[tuple[Any, dict[str, Any]]]:
+    """Per rank (as :func:`group` orders them): ``keys`` of its parts summed with :func:`add`."""
+    out = []
+    for info, parts in group(pairs):
+        acc: dict[str, Any] = dict.fromkeys(keys)
+        for p in parts:
+            for k in keys:
+                acc[k] = add(acc[k], p[k])
+        out.append((info, acc))
+    return out
 
 
 def add(a: Any, b: Any) -> Any:

@@ -10,26 +10,48 @@ Both the object form (``{"traceEvents": [...]}``) and the bare-list form are acc
 bases: old absolute-µs ``ts``, and new ``ts`` relative to ``baseTimeNanoseconds`` (which Kineto
 writes *after* the events, so it is known once the stream is exhausted). ``offset_us`` turns any
 ``ts`` into absolute epoch µs so ranks from different hosts line up.
+
+Traces come from other people's jobs, so nothing in one is trusted; what was lost is in
+:class:`ReadReport` (``TraceStream.report``):
+
+- A file cut off keeps every complete event, and the keys after the events array as far as they are
+  complete (``truncated``, ``bytes_unread``).
+- An element of ``traceEvents`` that is not an event (a wrong-typed field, a time whose ns overflow
+  int64, invalid UTF-8, malformed JSON, nesting too deep to decode) is skipped and counted
+  (``events_skipped``, one note per reason); every other event is kept. A batch is decoded typed in
+  one call; only a batch that fails is split into elements, so a clean file pays nothing for this.
+- Memory is bounded: at most :data:`SEARCH_LIMIT` decoded bytes are held while looking for the
+  ``traceEvents`` array or for the end of an event (a gzip bomb is refused in one line), and
+  whitespace between events is dropped as it arrives.
+- Only regular files are opened (a FIFO would block the reader); in a local folder, symlinks that
+  leave it are never followed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 import posixpath
 import re
+import stat
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Annotated, Any, Callable, Iterator, NamedTuple
 
 import msgspec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Event", "RankTrace", "TraceStream", "TraceFile", "TraceError", "open_trace", "read_trace",
-           "find_traces", "rank_from_name"]
+__all__ = ["Event", "RankTrace", "ReadReport", "TraceStream", "TraceFile", "TraceError", "open_trace", "read_trace",
+           "find_traces", "rank_from_name", "SEARCH_LIMIT"]
 
 BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small enough to be cheap to hold
+SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
+
+# Times are µs; analyses and merge turn them into int64 ns, so anything at or beyond 9e15 µs is absurd.
+_Time = Annotated[float, msgspec.Meta(ge=-9e15, le=9e15)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]  # ids end up in numpy int64 columns
 
 
 class Event(msgspec.Struct, gc=False):
@@ -37,12 +59,12 @@ class Event(msgspec.Struct, gc=False):
     ph: str = ""
     name: str = ""
     cat: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    ts: _Time = 0.0
+    dur: _Time = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only when an analysis needs it
-    id: int | str | None = None  # flow / async / object id
+    id: Int64 | str | None = None  # flow / async / object id
     bp: str | None = None  # flow binding point
     s: str | None = None  # instant-event scope
     tts: float | None = None  # thread clock
@@ -50,31 +72,69 @@ class Event(msgspec.Struct, gc=False):
     id2: msgspec.Raw = msgspec.Raw(b"")  # {"local": ...} or {"global": ...}
     scope: str | None = None
     cname: str | None = None
-    sf: int | str | None = None  # stack frame ids (the trace's stackFrames are not kept)
-    esf: int | str | None = None
+    sf: Int64 | str | None = None  # stack frame ids (the trace's stackFrames are not kept)
+    esf: Int64 | str | None = None
     stack: msgspec.Raw = msgspec.Raw(b"")
     estack: msgspec.Raw = msgspec.Raw(b"")
-    bind_id: int | str | None = None  # flow v2
+    bind_id: Int64 | str | None = None  # flow v2
     flow_in: bool | None = None
     flow_out: bool | None = None
 
 
 class _Head(msgspec.Struct, gc=False):
-    """The document's keys other than traceEvents (before or after the array)."""
+    """The document's keys other than traceEvents (before or after the array) that reading uses."""
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[dict[str, Any]] | None = None
-    baseTimeNanoseconds: int | None = None
+    baseTimeNanoseconds: Int64 | Annotated[float, msgspec.Meta(ge=-9.2e18, le=9.2e18)] | None = None
     distprof: dict[str, Any] | None = None
 
 
+_HEAD_KEYS = frozenset(_Head.__struct_fields__)
 _head_decoder = msgspec.json.Decoder(_Head)
 _list_decoder = msgspec.json.Decoder(list[Event])
-_ARRAY_OPEN = re.compile(rb"\s*:\s*\[")
-_COMMA = re.compile(rb"\s*,")
+_raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_event_decoder = msgspec.json.Decoder(Event)
+_raw_decoder = msgspec.json.Decoder(msgspec.Raw)
+
+_WS = b" \t\r\n"
+_SKIP_WS = re.compile(rb"[ \t\r\n]*")
+_SKIP_SEP = re.compile(rb"[ \t\r\n,]*")  # between members or elements (a stray comma is tolerated)
+_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)  # one whole JSON string, escapes included
+_TOKEN = re.compile(rb'[\[{]+|[\]}]+|"|,')  # what the tolerant scanner looks at: runs of brackets, strings, commas
+# A `}` that may end an event: a comma or the array's end follows (or, mid-stream, nothing yet: whitespace
+# after the last event is then dropped as it arrives). At the end of the file the document's own `}` is no candidate.
+_CUT = re.compile(rb"\}(?=[ \t\r\n]*(?:[,\]]|\Z))")
+_CUT_LAST = re.compile(rb"\}(?=[ \t\r\n]*[,\]])")
+_TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
+_BYTE = re.compile(r"\(byte (\d+)\)")
+_NEXT_EVENT = re.compile(rb",[ \t\r\n]*\{")  # where an event may start after a malformed one
+_AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
+_SCAN_BUDGET = 1_000_000  # tokens the tolerant scanner takes for one value (about a second) before giving up
+_RESYNC_TRIES = 10_000  # places tried to find the next event after a malformed one
+_BOM = b"\xef\xbb\xbf"
+_GZIP_FEED = 1 << 16  # compressed bytes per inflate call
 
 
 class TraceError(ValueError):
     """A file that cannot be read as a trace; the message names the file and what is wrong."""
+
+
+@dataclass
+class ReadReport:
+    """What reading one file lost (all zero/empty for a file read whole)."""
+    truncated: bool = False  # the file ended before the events array or the document closed
+    events_skipped: int = 0  # elements of traceEvents that are not events (see the module docstring)
+    bytes_unread: int = 0  # decoded bytes after the last usable element that could not be used (truncated files)
+    notes: list[str] = field(default_factory=list)  # one short line per problem
+
+    @property
+    def salvaged(self) -> bool:
+        """True when anything was lost: the file was read only in part."""
+        return self.truncated or self.events_skipped > 0 or self.bytes_unread > 0 or bool(self.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"truncated": self.truncated, "events_skipped": self.events_skipped,
+                "bytes_unread": self.bytes_unread, "notes": list(self.notes)}
 
 
 class TraceFile(NamedTuple):
@@ -103,71 +163,353 @@ def _is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_local(path: str):
+    """A local regular file, opened without blocking: a FIFO (or a device) is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceError(f"{path}: not a regular file ({_kind(mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
 def _open(path: str):
     if _is_remote(path):
         import fsspec
 
         return fsspec.open(path, "rb").open()
-    return open(path.removeprefix("file://"), "rb")
+    return _open_local(path.removeprefix("file://"))
 
 
-def _byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None = None) -> Iterator[bytes]:
-    """The file's bytes in chunks of about ``size``, gunzipped on the fly when it is gzip.
+def _byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str]) -> Iterator[bytes]:
+    """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
 
-    ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip
-    stream that ends early yields what it holds, with a warning (the JSON is then salvaged).
+    ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
+    that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
+    salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
+    gzip member are ignored. Output is bounded per call (``max_length``), so a gzip bomb streams.
     """
     try:
         f = _open(path)
+    except TraceError:
+        raise
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
-    except OSError as e:
+    except IsADirectoryError:
+        raise TraceError(f"{path}: not a regular file (a directory)") from None
+    except (OSError, ValueError) as e:
         raise TraceError(f"{path}: cannot be read ({e})") from None
     note = on_read or (lambda n: None)
+
+    def read(n: int) -> bytes:
+        try:
+            data = f.read(n)
+        except OSError as e:
+            raise TraceError(f"{path}: read failed ({e})") from None
+        note(len(data))
+        return data
+
     with f:
-        first = f.read(size)
-        note(len(first))
+        first = read(size)
         if first[:2] != b"\x1f\x8b":
             while first:
                 yield first
-                first = f.read(size)
-                note(len(first))
+                first = read(size)
             return
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        raw, produced = first, 0
-        while raw:
+        raw, at, produced, member_out, fed = first, 0, 0, 0, False
+        while True:
+            if at >= len(raw):
+                raw, at = read(max(size // 4, 1)), 0
+                if not raw:
+                    break
+            # Small pieces in: a corrupt stream raises with the output of the whole call lost, so keep it small.
+            piece = memoryview(raw)[at:at + _GZIP_FEED]
+            at += len(piece)
+            fed = True
+            saved, piece_out = d.copy(), 0
             try:
-                out = d.decompress(raw, size)
-                while out:
+                for out in _inflate(d, piece, size):
                     produced += len(out)
+                    member_out += len(out)
+                    piece_out += len(out)
                     yield out
-                    out = d.decompress(d.unconsumed_tail, size) if d.unconsumed_tail else b""
             except zlib.error as e:
+                if produced and not member_out:  # not another member: padding or garbage after the last one
+                    logger.info("%s: bytes after the last gzip member ignored (%s)", path, e)
+                    return
+                # The failing call's output is lost with the exception: replay the piece in small steps from
+                # before it, to keep what precedes the corrupt byte (less what was already yielded).
+                skip = piece_out
+                for out in _replay(saved, piece):
+                    out, skip = out[skip:], max(0, skip - len(out))
+                    if out:
+                        produced += len(out)
+                        yield out
                 if not produced:
                     raise TraceError(f"{path}: not a readable gzip file ({e})") from None
-                logger.warning("%s: gzip stream is corrupt after %d bytes (%s); reading what it holds", path, produced, e)
+                problem.append(f"gzip stream corrupt after {produced:,} bytes ({e})")
                 return
-            if d.eof and d.unused_data:  # concatenated gzip members
-                raw = d.unused_data
+            if d.eof:  # a file may hold several members: read the next one, if any
+                raw, at, member_out, fed = d.unused_data + raw[at:], 0, 0, False
                 d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                continue
-            raw = f.read(size // 4)
-            note(len(raw))
-        if not d.eof:
-            logger.warning("%s: gzip stream is truncated; reading the %d bytes it holds", path, produced)
+        if fed and not d.eof:
+            if not produced:
+                raise TraceError(f"{path}: gzip stream ends before any data")
+            problem.append(f"gzip stream ends early, after {produced:,} bytes")
+
+
+def _inflate(d, data, size: int) -> Iterator[bytes]:
+    """Decompress ``data`` in outputs of at most ``size`` bytes (a gzip bomb never inflates at once)."""
+    out = d.decompress(data, size)
+    while True:
+        if out:
+            yield out
+        tail = d.unconsumed_tail
+        if not tail or d.eof or not out:  # (no output with input left would be no progress: stop)
+            return
+        out = d.decompress(tail, size)
+
+
+def _replay(d, data) -> Iterator[bytes]:
+    """Decompress ``data`` up to its first corrupt byte: 512 bytes a step (at most ~0.5 MB out: deflate expands
+    1032:1 at most), then byte by byte within the step that fails."""
+    for k in range(0, len(data), 512):
+        before = d.copy()
+        try:
+            yield d.decompress(data[k:k + 512])
+            continue
+        except zlib.error:
+            d = before
+        for j in range(k, min(k + 512, len(data))):
+            try:
+                yield d.decompress(data[j:j + 1])
+            except zlib.error:
+                return
+        return
+
+
+# ---- scanning JSON without trusting it -------------------------------------------------------------------
+class _Malformed(Exception):
+    """The JSON value being scanned is malformed; ``at`` is where msgspec (or the scanner) gave up."""
+
+    def __init__(self, at: int):
+        super().__init__(at)
+        self.at = at
+
+
+def _scan_value(buf: bytes, i: int) -> int | None:
+    """Where the JSON value starting at ``i`` ends (only strings and brackets are tracked), or None if the bytes
+    end inside it. For values msgspec cannot place because they nest too deep: nesting is a counter here, never
+    recursion, and a run of brackets is one step. Raises :class:`_Malformed` past a fixed amount of work."""
+    depth = 0
+    for _ in range(_SCAN_BUDGET):
+        m = _TOKEN.search(buf, i)
+        if m is None:
+            return None
+        s, e = m.span()
+        c = buf[s]
+        if c == 0x22:  # "
+            sm = _STRING.match(buf, s)
+            if sm is None:
+                return None
+            i = sm.end()
+            if depth == 0:
+                return i
+        elif c == 0x2C:  # ,
+            if depth == 0:
+                return s  # a scalar ends before the comma
+            i = e
+        elif c in b"[{":
+            depth += e - s
+            i = e
+        else:
+            if e - s >= depth:
+                return s + depth  # the value's last closer (or, for a scalar, the enclosing array's)
+            depth -= e - s
+            i = e
+    raise _Malformed(i)
+
+
+def _value_end(buf: bytes, i: int, deep: bool = True, final: bool = False) -> int | None:
+    """Where the JSON value starting at ``i`` ends, or None if the bytes end inside it; raises
+    :class:`_Malformed` when it is not JSON.
+
+    msgspec finds the end at C speed (it reports the trailing characters after a whole value), and its
+    answer is checked; a value too deep for msgspec goes to :func:`_scan_value` (unless ``deep`` is False).
+    ``final``: no bytes follow ``buf`` (a number at its end is whole).
+    """
+    view = memoryview(buf)[i:]
+    try:
+        _raw_decoder.decode(view)
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        m = _TRAILING.search(msg)
+        if m:
+            end = min(int(m.group(1)) - 1, len(view))  # the trailing byte (msgspec counts from 1 here)
+            while end > 0 and view[end - 1] in _WS:
+                end -= 1
+            try:
+                _raw_decoder.decode(view[:end])
+                return i + end
+            except (msgspec.DecodeError, RecursionError):
+                raise _Malformed(i) from None
+        if "truncated" in msg:
+            return None
+        m = _BYTE.search(msg)
+        raise _Malformed(i + int(m.group(1)) if m else i) from None
+    except RecursionError:
+        if not deep:
+            raise _Malformed(i) from None
+        return _scan_value(buf, i)
+    # The rest is one whole value: a container or string is complete; a number may go on in the next bytes.
+    end = len(view)
+    while end > 0 and view[end - 1] in _WS:
+        end -= 1
+    return i + end if end and (final or view[end - 1] in b'}]"') else None
+
+
+def _what(first: int) -> str:
+    """The kind of JSON value that starts with byte ``first`` (for messages)."""
+    if first == 0x7B:
+        return "an object"
+    if first == 0x5B:
+        return "a list"
+    if first == 0x22:
+        return "a string"
+    if first in b"-0123456789":
+        return "a number"
+    if first in b"tf":
+        return "a boolean"
+    if first == 0x6E:
+        return "null"
+    return "not JSON"
+
+
+def _members(buf: bytes, i: int, header: bool, final: bool = False) -> tuple[str, int, list[tuple[str, bytes]]]:
+    """The complete ``"key": value`` members of the top object from ``i``: (state, position, used members).
+
+    States: ``more`` (the bytes end inside the member starting at position), ``closed`` (the object ended
+    just before position), ``events`` (header: traceEvents opens its list; position is just after the
+    ``[``), ``notlist`` (header: traceEvents is not a list; position is its value), ``bad`` (not JSON at
+    position). Keys and values are scanned, not trusted: a nested ``traceEvents`` or one inside a string
+    is never taken for the top-level key. Only the keys reading uses are returned (with their value bytes).
+    """
+    found: list[tuple[str, bytes]] = []
+    n = len(buf)
+    while True:
+        i = _SKIP_SEP.match(buf, i).end()
+        if i >= n:
+            return "more", i, found
+        c = buf[i]
+        if c == 0x7D:  # }
+            return "closed", i + 1, found
+        if c != 0x22:
+            return "bad", i, found
+        m = _STRING.match(buf, i)
+        if m is None:
+            return "more", i, found
+        key_raw = buf[i + 1:m.end() - 1]
+        j = _SKIP_WS.match(buf, m.end()).end()
+        if j >= n:
+            return "more", i, found
+        if buf[j] != 0x3A:  # :
+            return "bad", j, found
+        j = _SKIP_WS.match(buf, j + 1).end()
+        if j >= n:
+            return "more", i, found
+        key = key_raw.decode("utf-8", "replace") if b"\\" not in key_raw else _unescape(key_raw)
+        if header and key == "traceEvents":
+            return ("events", j + 1, found) if buf[j] == 0x5B else ("notlist", j, found)
+        try:
+            end = _value_end(buf, j, final=final)
+        except _Malformed as e:
+            return "bad", e.at, found
+        if end is None:
+            return "more", i, found
+        if end <= j:
+            return "bad", j, found
+        if key in _HEAD_KEYS:
+            found.append((key, buf[j:end]))
+        i = max(end, j + 1)
+
+
+def _unescape(key_raw: bytes) -> str:
+    try:
+        return msgspec.json.decode(b'"' + key_raw + b'"', type=str)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return ""
+
+
+def _reason(e: Exception) -> str:
+    """A short reason an element is not an event, from msgspec's message."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    if isinstance(e, _Malformed):
+        return "not valid JSON"
+    if isinstance(e, UnicodeDecodeError):
+        return "invalid UTF-8"
+    msg = str(e)
+    if not isinstance(e, msgspec.ValidationError):
+        return "not valid JSON"
+    text, _, where = msg.partition(" - at `")
+    where = where.rstrip("`")
+    text = text[:1].lower() + text[1:]
+    if where in ("$", ""):
+        return f"not an event object ({text})"
+    return f"`{where.removeprefix('$.').removeprefix('$')}`: {text}"
+
+
+def _utf8(data) -> bool:
+    try:
+        str(data, "utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _failure(e: Exception, buf: bytes, start: int, end: int) -> tuple[str, int | None]:
+    """Why decoding ``[`` + ``buf[start:end]`` + ``]`` failed: ``("end", k)`` the events list closed at ``buf[k]``
+    (the keys after the events follow), ``("bad", at)`` malformed JSON at about ``buf[at]`` (None: somewhere),
+    ``("cut", None)`` ``end`` is not a boundary between events."""
+    if isinstance(e, RecursionError):
+        return "bad", None
+    msg = str(e)
+    m = _TRAILING.search(msg)
+    if m:
+        k = start + int(m.group(1)) - 3  # msgspec's byte (from 1) of the trailing character, less the "[", one back
+        while start <= k < end and buf[k] in _WS:
+            k -= 1
+        return ("end", k) if start <= k < end and buf[k] == 0x5D else ("bad", None)
+    m = _BYTE.search(msg)
+    if "truncated" in msg or not m:
+        return "cut", None
+    at = start + int(m.group(1)) - 1
+    return ("cut", None) if at >= end else ("bad", at)  # at our closing "]": a cut inside an event
 
 
 class TraceStream:
     """One trace file, read batch by batch by :meth:`batches`.
 
     ``rank``, ``role``, ``distributed_info`` and ``device_properties`` are known once the header is
-    read (on the first batch); ``offset_us``, ``event_count`` and ``salvaged`` once the stream is exhausted.
+    read (on the first batch); ``offset_us``, ``event_count`` and ``report`` once the stream is exhausted.
     Rank: ``rank`` if given, else distributedInfo.rank, else the manifest's, else the file name.
     """
 
     def __init__(self, path: str, rank: int | None = None, manifest_rank: int | None = None,
                  role: str | None = None, window: dict[str, Any] | None = None, batch_bytes: int = BATCH_BYTES,
-                 on_read: Callable[[int], None] | None = None):
+                 on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT):
         self.path = path
         self._on_read = on_read
         self.window = window
@@ -177,37 +519,48 @@ class TraceStream:
         self.offset_us = 0.0
         self.distributed_info: dict[str, Any] | None = None
         self.device_properties: list[dict[str, Any]] = []
-        self.salvaged = False
+        self.report = ReadReport()
         self.event_count = 0
         self._given_rank = rank
         self._manifest_rank = manifest_rank
-        self._batch = batch_bytes
+        self._batch = max(int(batch_bytes), 1)
+        self._limit = max(int(search_limit), self._batch)
+        self._skips: Counter = Counter()
+        self._source_problems: list[str] = []
+        self._is_object = True
         self._resolve_rank()
 
+    @property
+    def salvaged(self) -> bool:
+        """The file was read only in part (see :attr:`report`)."""
+        return self.report.salvaged
+
     # ---- metadata ------------------------------------------------------------------------------------
-    def _apply_head(self, text: bytes) -> None:
-        try:
-            head = _head_decoder.decode(text)
-        except msgspec.ValidationError as e:
-            raise TraceError(f"{self.path}: not a Chrome/Kineto trace ({e})") from None
-        except msgspec.DecodeError as e:
-            raise TraceError(f"{self.path}: not valid JSON around traceEvents ({e})") from None
-        if head.distributedInfo is not None:
-            self.distributed_info = head.distributedInfo
-        if head.deviceProperties:
-            self.device_properties = head.deviceProperties
-        if head.baseTimeNanoseconds:
-            self.offset_us = head.baseTimeNanoseconds / 1000.0
-        if self.role is None and head.distprof:
-            self.role = head.distprof.get("role")
+    def _apply_head(self, members: list[tuple[str, bytes]]) -> None:
+        """Decode the document's keys reading uses one by one: a bad one is ignored (and noted), not fatal."""
+        for key, value in members:
+            try:
+                head = _head_decoder.decode(b'{"' + key.encode() + b'":' + value + b"}")
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
+                self.report.notes.append(f"key {key} ignored ({_reason(e)})")
+                continue
+            if head.distributedInfo is not None:
+                self.distributed_info = head.distributedInfo
+            if head.deviceProperties:
+                self.device_properties = head.deviceProperties
+            if head.baseTimeNanoseconds:
+                self.offset_us = head.baseTimeNanoseconds / 1000.0
+            if head.distprof and isinstance(head.distprof.get("role"), str) and self.role is None:
+                self.role = head.distprof["role"]
         self._resolve_rank()
 
     def _resolve_rank(self) -> None:
         info = self.distributed_info or {}
+        r = info.get("rank")
         if self._given_rank is not None:
             self.rank, self.rank_source = self._given_rank, "given"
-        elif isinstance(info.get("rank"), int):
-            self.rank, self.rank_source = info["rank"], "distributedInfo"
+        elif type(r) is int and 0 <= r < 2**31:
+            self.rank, self.rank_source = r, "distributedInfo"
         elif self._manifest_rank is not None:
             self.rank, self.rank_source = self._manifest_rank, "manifest"
         else:
@@ -216,128 +569,357 @@ class TraceStream:
 
     # ---- events --------------------------------------------------------------------------------------
     def batches(self) -> Iterator[list[Event]]:
-        """Lists of events in file order; each is safe to drop once reduced."""
-        self.event_count, self.salvaged = 0, False
-        try:
-            for batch in self._batches():
+        """Lists of events in file order; each is safe to drop once reduced.
+
+        Raises :class:`TraceError` (one line naming the file) when the file is not a trace or nothing
+        in it could be read; what a partly read file lost is in :attr:`report` when the stream ends.
+        """
+        self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
+        for batch in self._batches():
+            if batch:
                 self.event_count += len(batch)
                 yield batch
-        except msgspec.ValidationError as e:
-            raise TraceError(f"{self.path}: not a Chrome/Kineto trace ({e})") from None
+        self._close()
 
-    def _batches(self) -> Iterator[list[Event]]:
-        chunks = _byte_chunks(self.path, self._batch, self._on_read)
-        buf = b""
-        for c in chunks:
-            buf += c
-            if buf.strip():
-                break
-        buf = buf.lstrip()
-        if not buf:
-            raise TraceError(f"{self.path}: empty file")
-        is_object = buf[:1] == b"{"
-        if buf[:1] == b"[":
-            buf = buf[1:]
-        elif is_object:
-            key = buf.find(b'"traceEvents"')
-            while key < 0 or len(buf) < key + 64:  # enough bytes to see the array open
-                more = next(chunks, b"")
-                if not more:
-                    break
-                buf += more
-                key = buf.find(b'"traceEvents"')
-            m = _ARRAY_OPEN.match(buf, key + len(b'"traceEvents"')) if key >= 0 else None
-            if m is None:
-                self._refuse_whole(buf, chunks)
-            self._apply_head(b"{" + buf[1:key].rstrip().rstrip(b",") + b"}")
-            buf = buf[m.end():]
+    def _close(self) -> None:
+        r = self.report
+        r.notes[:0] = self._source_problems
+        for reason, n in self._skips.most_common(3):
+            r.notes.append(f"{n:,} event{'s' if n != 1 else ''} skipped: {reason}")
+        other = r.events_skipped - sum(n for _, n in self._skips.most_common(3))
+        if other > 0:
+            r.notes.append(f"{other:,} more skipped for other reasons")
+        if self.event_count == 0 and r.events_skipped:
+            raise TraceError(f"{self.path}: not a Chrome/Kineto trace (none of the {r.events_skipped:,} elements of "
+                             f"its event list is an event: {self._skips.most_common(1)[0][0]})")
+        if self.event_count == 0 and r.truncated:
+            why = f" ({self._source_problems[0]})" if self._source_problems else ""
+            raise TraceError(f"{self.path}: cut off before its first complete event{why}; nothing could be salvaged")
+        if r.salvaged:
+            logger.info("%s: read in part (%s)", self.path, "; ".join(r.notes) or "truncated")
+
+    def _skip(self, e: Exception) -> None:
+        self.report.events_skipped += 1
+        reason = _reason(e)
+        if reason in self._skips or len(self._skips) < 32:  # a bounded set of reasons, whatever the file holds
+            self._skips[reason] += 1
         else:
-            raise TraceError(f"{self.path}: not JSON (starts with {buf[:16]!r})")
+            self._skips["other"] += 1
 
-        pending = [buf]
-        size = len(buf)
-        for c in chunks:
-            pending.append(c)
-            size += len(c)
-            if size < self._batch:
-                continue
-            buf = b"".join(pending)
-            cut = self._cut(buf)
-            if cut is None:
-                pending, size = [buf], len(buf)
-                continue
-            events, rest = cut
-            pending, size = [buf[rest:]], len(buf) - rest
-            yield events
-        yield from self._finish(b"".join(pending), is_object)
+    def _event(self, raw) -> Event | None:
+        """One element as an event, or None (skipped and counted)."""
+        try:
+            ev = _event_decoder.decode(raw)
+            if not (raw.isascii() if isinstance(raw, bytes) else bytes(raw).isascii()):
+                str(raw if isinstance(raw, bytes) else bytes(raw), "utf-8")  # args stay raw: check them here
+            return ev
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
+            self._skip(e)
+            return None
 
-    @staticmethod
-    def _cut(buf: bytes, tries: int = 8, then_comma: bool = True) -> tuple[list[Event], int] | None:
-        """The complete events at the front of ``buf`` (up to a ``}`` that closes an event), and where the rest starts.
+    def _decode_run(self, buf: bytes, start: int, end: int) -> tuple[str, Any]:
+        """The events of the whole elements ``buf[start:end]``: ``("ok", events)``, or why not (see :func:`_failure`).
 
-        With ``then_comma`` only a ``}`` followed by ``,`` is a candidate (more events follow); without,
-        any ``}`` is (salvaging a cut-off file). A candidate inside an event (nested args, or inside a
-        string) leaves an unclosed object or string, which msgspec refuses; the next one to the left is
-        tried then.
+        The fast path is one typed decode; a run holding elements that are not events (or invalid UTF-8) is
+        decoded as raw elements and converted one by one, skipping and counting those that do not fit.
         """
-        end = len(buf)
-        while tries > 0:
-            i = buf.rfind(b"}", 0, end)
-            if i < 0:
+        data = b"".join((b"[", memoryview(buf)[start:end], b"]"))  # one copy
+        try:
+            events = _list_decoder.decode(data)
+            if data.isascii() or _utf8(data):
+                return "ok", events
+        except (msgspec.ValidationError, UnicodeDecodeError):
+            pass
+        except (msgspec.DecodeError, RecursionError) as e:
+            return _failure(e, buf, start, end)
+        try:
+            raws = _raw_list_decoder.decode(data)
+        except (msgspec.DecodeError, RecursionError) as e:
+            return _failure(e, buf, start, end)
+        return "ok", [ev for r in raws if (ev := self._event(r)) is not None]
+
+    def _fast(self, buf: bytes, start: int, stop: int, final: bool) -> tuple[tuple | None, int | None]:
+        """The events from ``start`` up to the last event boundary before ``stop``, in one decode:
+        ``((events, rest, ended), None)``, or ``(None, at)`` with where malformed JSON was seen (if known)."""
+        cut = _CUT_LAST if final else _CUT
+        w = 1 << 16
+        while True:  # the last few candidates, looked for in a window that grows from the end
+            lo = max(start, stop - w)
+            cuts = [m.end() for m in cut.finditer(buf, lo, stop)]
+            if cuts or lo == start:
+                break
+            w *= 8
+        for end in cuts[:-4:-1]:
+            kind, value = self._decode_run(buf, start, end)
+            if kind == "ok":
+                return (value, end, False), None
+            if kind == "bad":
+                return None, value
+            if kind == "end":  # the events list closes inside this run
+                if self._closes(buf, value, final) is not True:
+                    return None, None
+                kind, events = self._decode_run(buf, start, value)
+                return ((events, value + 1, True), None) if kind == "ok" else (None, None)
+        return None, None
+
+    def _closes(self, buf: bytes, k: int, final: bool) -> bool | None:
+        """Whether the ``]`` at ``k`` ends the events list: in the object form, keys or the object's end follow
+        (None: the bytes so far end there)."""
+        if not self._is_object:
+            return True
+        j = _SKIP_WS.match(buf, k + 1).end()
+        if j >= len(buf):
+            return True if final else None
+        return buf[j] in b",}"
+
+    def _resync(self, buf: bytes, i: int) -> int | None:
+        """After a malformed element: where the next well-formed event starts (a comma, then an object that decodes
+        as an event with a ``ph``, then a comma or the list's end), or None if not within the bytes so far."""
+        for k, m in enumerate(_NEXT_EVENT.finditer(buf, i)):
+            if k >= _RESYNC_TRIES:
                 return None
-            end = i
-            m = _COMMA.match(buf, i + 1)
-            if then_comma and m is None:
-                continue
-            tries -= 1
+            s = m.end() - 1
             try:
-                return _list_decoder.decode(b"[" + buf[: i + 1] + b"]"), (m.end() if m else i + 1)
-            except msgspec.DecodeError:
+                end = _value_end(buf, s, deep=False)
+            except _Malformed:
                 continue
+            if end is None:
+                return None
+            try:
+                ev = _event_decoder.decode(memoryview(buf)[s:end])
+            except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+                continue
+            if ev.ph and _AFTER_EVENT.match(buf, end):
+                return s
         return None
 
-    def _finish(self, buf: bytes, is_object: bool) -> Iterator[list[Event]]:
-        """The last events, the array's end and (object form) the keys after it; else salvage."""
-        end, tries = len(buf), 16
-        while tries > 0:
-            i = buf.rfind(b"]", 0, end)
-            if i < 0:
-                break
-            end = i
-            tail = buf[i + 1:].strip()
-            if not (tail[:1] in (b",", b"}") if is_object else tail == b""):
-                continue
-            tries -= 1
-            try:
-                events = _list_decoder.decode(b"[" + buf[:i] + b"]")
-            except msgspec.DecodeError:
-                continue
-            if is_object and tail != b"}":
-                self._apply_head(b"{" + tail[1:])
-            yield events
-            return
-        # No closing bracket that parses: the file was cut off. Keep every complete event.
-        cut = self._cut(buf, tries=64, then_comma=False)
-        if cut is not None:
-            logger.warning("%s: trace is truncated; salvaged the complete events", self.path)
-            self.salvaged = True
-            yield cut[0]
-            return
-        if self.event_count == 0 and buf.strip():
-            raise TraceError(f"{self.path}: not valid JSON and nothing could be salvaged")
-        if buf.strip() or self.event_count == 0:
-            logger.warning("%s: trace is truncated; salvaged the complete events", self.path)
-            self.salvaged = True
+    def _walk(self, buf: bytes, i: int, until: int | None, final: bool) -> tuple[list[Event], int, bool, bool]:
+        """The slow path: elements one by one from ``i``, until past ``until`` (None: as far as the bytes go).
 
-    def _refuse_whole(self, buf: bytes, chunks: Iterator[bytes]) -> None:
-        """An object without a ``traceEvents`` array: decode it whole for the most precise message."""
-        data = buf + b"".join(chunks)
-        try:
-            doc = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise TraceError(f"{self.path}: not valid JSON and nothing could be salvaged ({e})") from None
-        what = "no traceEvents key" if "traceEvents" not in doc else f"traceEvents is a {type(doc['traceEvents']).__name__}"
-        raise TraceError(f"{self.path}: not a Chrome/Kineto trace ({what}, expected a list of events)")
+        Returns the events, where the rest starts, whether the events list ended, and whether to go on (the fast
+        path takes the rest). A malformed element is skipped up to where the next event starts.
+        """
+        out = []
+        n = len(buf)
+        while True:
+            if until is not None and i > until:
+                return out, i, False, True
+            i = _SKIP_SEP.match(buf, i).end()
+            if i >= n:
+                return out, n, False, False
+            if buf[i] == 0x5D:  # ]
+                closes = self._closes(buf, i, final)
+                if closes is None:
+                    return out, i, False, False
+                if closes:
+                    return out, i + 1, True, False
+                bad = i
+            else:
+                try:
+                    end = _value_end(buf, i)
+                except _Malformed as e:
+                    bad = e.at
+                else:
+                    if end is None:
+                        return out, i, False, False
+                    ev = self._event(buf[i:end])
+                    if ev is not None:
+                        out.append(ev)
+                    i = max(end, i + 1)
+                    continue
+            nxt = self._resync(buf, max(bad, i + 1))
+            if nxt is None:
+                return out, i, False, False
+            self._skip(_Malformed(i))
+            i = nxt
+
+    def _take(self, buf: bytes, final: bool) -> tuple[list[Event], int, bool]:
+        """The events of the whole elements at the front of ``buf`` (which starts at an element, or at the
+        list's end), where the unread rest starts, and whether the events list's ``]`` was reached.
+
+        Fast path first; where it fails, the elements are walked one by one only as far as needed (past the
+        malformed one msgspec pointed at), then the fast path takes the rest.
+        """
+        out: list[Event] = []
+        pos = 0
+        while True:
+            got, at = self._fast(buf, pos, len(buf), final)
+            if at is not None and at < pos:
+                at = None
+            if got is not None:
+                events, pos, ended = got
+                out += events
+                if ended or not final:
+                    return out, pos, ended
+                at = None  # the end of the file: walk the last event and the list's end
+            elif at is not None and at > pos:
+                got, _ = self._fast(buf, pos, at, final)  # the whole events before the malformed one
+                if got is not None:
+                    events, pos, ended = got
+                    out += events
+                    if ended:
+                        return out, pos, ended
+            events, pos, ended, go_on = self._walk(buf, pos, at, final)
+            out += events
+            if not go_on:
+                return out, pos, ended
+
+    def _batches(self) -> Iterator[list[Event]]:
+        problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
+        chunks = _byte_chunks(self.path, self._batch, self._on_read, problem)
+        buf, is_object = self._start(chunks)
+        self._is_object = is_object
+        pending, size = ([buf], len(buf)) if buf else ([], 0)
+        need = self._batch
+        ended = False
+        for c in chunks:
+            if not size:
+                c = c.lstrip(_WS + b",")  # whitespace between events is dropped, never held
+                if not c:
+                    continue
+            pending.append(c)
+            size += len(c)
+            if size < need:
+                continue
+            buf = b"".join(pending)
+            events, rest, ended = self._take(buf, final=False)
+            yield events
+            if ended:
+                buf = buf[rest:]
+                break
+            if rest == 0 and not events:
+                if len(buf) > self._limit:
+                    self._give_up(len(buf))
+                    return
+                # No boundary yet: try again when the bytes have doubled, so a long search stays linear.
+                need = min(max(self._batch, 2 * len(buf)), self._limit + 1)
+                pending, size = [buf], len(buf)
+                continue
+            need = self._batch
+            buf = buf[rest:].lstrip(_WS + b",")
+            pending, size = ([buf], len(buf)) if buf else ([], 0)
+        else:
+            buf = b"".join(pending)
+            events, rest, ended = self._take(buf, final=True) if buf else ([], 0, False)
+            yield events
+            buf = buf[rest:]
+            if not ended:
+                self._cut_off(len(buf.strip(_WS)), "inside the events array")
+                return
+        if not is_object:
+            if buf.strip(_WS):
+                logger.info("%s: bytes after the events list ignored", self.path)
+            return
+        self._trailer(buf, chunks)
+
+    def _cut_off(self, unread: int, where: str) -> None:
+        self.report.truncated = True
+        self.report.bytes_unread += unread
+        self.report.notes.append(f"file ends {where}")
+
+    def _give_up(self, held: int) -> None:
+        mb = self._limit >> 20
+        if not self.event_count:
+            raise TraceError(f"{self.path}: no event boundary in the first {mb} MB: not a trace")
+        self.report.truncated = True
+        self.report.bytes_unread += held
+        self.report.notes.append(f"no event boundary in {mb} MB after event {self.event_count:,}: stopped reading")
+
+    def _more(self, buf: bytes, chunks: Iterator[bytes]) -> tuple[bytes, bool]:
+        """``buf`` with more bytes: until it has doubled (so rescanning a long member stays linear); and EOF."""
+        want = max(self._batch, 2 * len(buf))
+        parts, n = [buf], len(buf)
+        while n < want:
+            c = next(chunks, b"")
+            if not c:
+                return b"".join(parts), True
+            parts.append(c)
+            n += len(c)
+        return b"".join(parts), False
+
+    def _start(self, chunks: Iterator[bytes]) -> tuple[bytes, bool]:
+        """Read up to the events: the bytes just after the list's ``[``, and whether the document is an object.
+
+        The object's keys before ``traceEvents`` are scanned member by member (only an incomplete member is
+        held, and the search stops at the search limit); the ones reading uses are applied.
+        """
+        buf, seen = b"", 0
+        for c in chunks:
+            if not seen:
+                c = c.removeprefix(_BOM)  # a UTF-8 byte order mark is not content
+            seen += len(c)
+            buf = c.lstrip(_WS)
+            if buf:
+                break
+            if seen > self._limit:
+                raise TraceError(f"{self.path}: nothing but whitespace in the first {self._limit >> 20} MB: "
+                                 "not a trace")
+        if not buf:
+            raise TraceError(f"{self.path}: empty file")
+        if buf[:1] == b"[":
+            return buf[1:].lstrip(_WS), False
+        if buf[:1] != b"{":
+            self._refuse(buf, chunks)
+        i, dropped, head, eof = 1, 0, [], False
+        while True:
+            state, i, found = _members(buf, i, header=True)
+            head += found
+            if state == "events":
+                self._apply_head(head)
+                return buf[i:].lstrip(_WS), True
+            if state == "notlist":
+                raise TraceError(f"{self.path}: not a Chrome/Kineto trace (traceEvents is {_what(buf[i])}, "
+                                 "expected a list of events)")
+            if state == "closed":
+                raise TraceError(f"{self.path}: not a Chrome/Kineto trace (an object without a traceEvents key)")
+            if state == "bad":
+                raise TraceError(f"{self.path}: not valid JSON (at byte {dropped + i:,}, before the traceEvents list)")
+            if eof:
+                raise TraceError(f"{self.path}: file ends before the traceEvents list; nothing could be salvaged")
+            if dropped + len(buf) > self._limit:
+                raise TraceError(f"{self.path}: no traceEvents list in the first {self._limit >> 20} MB: not a trace")
+            buf, dropped, i = buf[i:], dropped + i, 0  # keep only the member still incomplete
+            buf, eof = self._more(buf, chunks)
+
+    def _refuse(self, buf: bytes, chunks: Iterator[bytes]) -> None:
+        """A document that is neither an object nor a list: valid JSON of another kind, or not JSON."""
+        what = _what(buf[0])
+        if what != "not JSON":
+            parts, n = [buf], len(buf)
+            for c in chunks:
+                parts.append(c)
+                n += len(c)
+                if n > self._limit:
+                    break  # a scalar this long is not worth decoding
+            else:
+                try:
+                    msgspec.json.decode(b"".join(parts))
+                except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+                    pass
+                else:
+                    raise TraceError(f"{self.path}: not a Chrome/Kineto trace (the document is {what}, "
+                                     "expected an object with traceEvents or a list of events)")
+        raise TraceError(f"{self.path}: not JSON (starts with {buf[:16]!r})")
+
+    def _trailer(self, buf: bytes, chunks: Iterator[bytes]) -> None:
+        """The object's keys after the events (Kineto writes baseTimeNanoseconds there), kept as far as whole."""
+        i, dropped, head, eof = 0, 0, [], False
+        while True:
+            state, i, found = _members(buf, i, header=False, final=eof)
+            head += found
+            if state == "bad":
+                self.report.notes.append("the keys after the events are not valid JSON; the rest is ignored")
+            if state != "more":
+                break
+            if eof:
+                self._cut_off(len(buf) - i, "in the keys after the events")
+                break
+            if dropped + len(buf) > self._limit:
+                self.report.notes.append(f"stopped reading the keys after the events after {self._limit >> 20} MB")
+                break
+            buf, dropped, i = buf[i:], dropped + i, 0
+            buf, eof = self._more(buf, chunks)
+        self._apply_head(head)
 
 
 def open_trace(path: str, rank: int | None = None, manifest_rank: int | None = None, role: str | None = None,
@@ -360,8 +942,12 @@ class RankTrace:
     distributed_info: dict[str, Any] | None = None
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     role: str | None = None
-    salvaged: bool = False
+    report: ReadReport = field(default_factory=ReadReport)
     window: dict[str, Any] | None = None
+
+    @property
+    def salvaged(self) -> bool:
+        return self.report.salvaged
 
     def batches(self) -> Iterator[list[Event]]:
         yield self.events
@@ -374,36 +960,89 @@ def read_trace(path: str, rank: int | None = None, manifest_rank: int | None = N
     events = [e for batch in s.batches() for e in batch]
     return RankTrace(path=path, events=events, rank=s.rank, rank_source=s.rank_source, offset_us=s.offset_us,
                      distributed_info=s.distributed_info, device_properties=s.device_properties, role=s.role,
-                     salvaged=s.salvaged, window=window)
+                     report=s.report, window=window)
 
 
+# ---- finding traces ----------------------------------------------------------------------------------------
 _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
+_MANIFEST = "manifest.jsonl"
 
 
-def _manifest_windows(fs, rank_dir: str) -> dict[str, dict[str, Any]]:
-    """File name -> the manifest record of the window that published it."""
+def _is_trace_name(n: str) -> bool:
+    """A file worth reading: hidden files, distprof's own JSON files and py-spy's outputs are not traces."""
+    return not (n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n)
+                or n.endswith((".speedscope.json", ".chrometrace.json")))
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float) and abs(v) < 1e18
+
+
+def _window_record(rec: Any) -> dict[str, Any] | None:
+    """A manifest record with the fields analyses use checked (a wrong-typed one is dropped, not trusted)."""
+    if not isinstance(rec, dict):
+        return None
+    rec = dict(rec)
+    steps = rec.get("steps")
+    if steps is not None and not (isinstance(steps, list) and len(steps) == 2 and all(type(s) is int for s in steps)):
+        del rec["steps"]
+    for k in ("start_time", "end_time"):
+        if k in rec and not _number(rec[k]):
+            del rec[k]
+    if "role" in rec and not isinstance(rec["role"], str):
+        del rec["role"]
+    return rec
+
+
+def _manifest_windows(data: bytes) -> dict[str, dict[str, Any]]:
+    """File name -> the manifest record of the window that published it (torn or foreign lines are skipped)."""
     out: dict[str, dict[str, Any]] = {}
-    try:
-        with fs.open(posixpath.join(rank_dir, "manifest.jsonl"), "rb") as f:
-            for line in f:
-                try:
-                    rec = msgspec.json.decode(line)
-                except msgspec.DecodeError:
-                    continue  # a torn last line; the files it named are still found on disk
-                for entry in rec.get("files") or [{"path": rec.get("file")}]:
-                    if entry.get("path"):
-                        out[entry["path"].rsplit("/", 1)[-1]] = rec
-    except OSError:
-        pass
+    for line in data.splitlines():
+        try:
+            rec = _window_record(msgspec.json.decode(line))
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            continue  # a torn last line; the files it named are still found on disk
+        if rec is None:
+            continue
+        files = rec.get("files")
+        entries = files if isinstance(files, list) else [{"path": rec.get("file")}]
+        for entry in entries:
+            p = entry.get("path") if isinstance(entry, dict) else None
+            if isinstance(p, str) and p:
+                out[p.rsplit("/", 1)[-1]] = rec
     return out
 
 
-def find_traces(path: str) -> list[TraceFile]:
+def _run_dir(d: str, names: set[str]) -> int | None:
+    """The rank of a distprof rank folder (``.../rank00003`` holding a manifest), else None."""
+    m = re.search(r"rank(\d{5})$", d)
+    return int(m.group(1)) if m and _MANIFEST in names else None
+
+
+def _role(d: str, windows: dict[str, dict[str, Any]]) -> str:
+    # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
+    return next((w["role"] for w in windows.values() if w.get("role")), None) or \
+        posixpath.basename(posixpath.dirname(d.rstrip("/")))
+
+
+def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> list[TraceFile]:
     """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
 
     Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
-    directory each file carries its role, its rank and its manifest window.
+    directory each file carries its role, its rank and its manifest window. What cannot be read as a
+    trace is not returned but, when ``problems`` is given, appended to it as ``(path, message)``: a
+    trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that points
+    outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that
+    cannot be listed. Without ``problems`` they are logged.
     """
+    def problem(p: str, message: str) -> None:
+        if problems is not None:
+            problems.append((p, message))
+        else:
+            logger.warning("%s: %s", p, message)
+
+    if not _is_remote(path):
+        return _find_local(path, problem)
     import fsspec
 
     try:
@@ -411,32 +1050,106 @@ def find_traces(path: str) -> list[TraceFile]:
         is_file, is_dir = fs.isfile(root), (not fs.isfile(root)) and fs.isdir(root)
     except ImportError as e:  # e.g. s3:// without s3fs
         raise TraceError(f"{path}: cannot be read ({e})") from None
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise TraceError(f"{path}: cannot be listed ({e})") from None
     if is_file:
         return [TraceFile(path)]
     if not is_dir:
         raise TraceError(f"{path}: no such file or directory")
-    # Local paths stay plain paths; remote ones keep their protocol so workers can open them.
-    name = (lambda p: p) if not _is_remote(path) else fs.unstrip_protocol
     found = []
-    for d, dirs, names in fs.walk(root):
+
+    def unlisted(e: Exception) -> None:
+        problem(getattr(e, "filename", None) or path, f"cannot be listed ({e})")
+
+    for d, dirs, names in fs.walk(root, on_error=unlisted):
         rel = posixpath.relpath(d, root) if d != root else ""
         if any(part.startswith(".") for part in rel.split("/") if part):
             continue
-        manifest_rank, role, windows = None, None, {}
-        m = re.search(r"rank(\d{5})$", d)
-        if m and "manifest.jsonl" in names:
-            manifest_rank = int(m.group(1))
-            windows = _manifest_windows(fs, d)
-            # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
-            role = next((w["role"] for w in windows.values() if w.get("role")), None) or \
-                posixpath.basename(posixpath.dirname(d.rstrip("/")))
+        windows, manifest_rank, role = {}, _run_dir(d, set(names)), None
+        if manifest_rank is not None:
+            try:
+                with fs.open(posixpath.join(d, _MANIFEST), "rb") as f:
+                    windows = _manifest_windows(f.read(SEARCH_LIMIT))
+            except OSError as e:
+                problem(fs.unstrip_protocol(posixpath.join(d, _MANIFEST)), f"cannot be read ({e})")
+            role = _role(d, windows)
         for n in sorted(names):
-            if n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n):
-                continue
-            if n.endswith((".speedscope.json", ".chrometrace.json")):
-                continue  # py-spy outputs are not Kineto traces
-            found.append(TraceFile(name(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
+            if _is_trace_name(n):
+                found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
     found.sort(key=lambda f: f.path)
     return found
+
+
+def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFile]:
+    """:func:`find_traces` on a local path: symlinks are followed only while they stay inside ``path``."""
+    root = path.removeprefix("file://")
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file or directory") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        return [TraceFile(path)]
+    if not stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: not a regular file ({_kind(st.st_mode)})")
+    top = os.path.abspath(root)
+    real_top = os.path.realpath(top)
+    inside = real_top.rstrip("/") + "/"
+    seen = {(st.st_dev, st.st_ino)}  # folders already walked (a symlink back up must not loop)
+    found: list[TraceFile] = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            problem(d, f"folder cannot be listed ({e.strerror or e})")
+            continue
+        names = {e.name for e in entries}
+        windows, manifest_rank, role = {}, _run_dir(d, names), None
+        if manifest_rank is not None:
+            windows = _read_manifest(os.path.join(d, _MANIFEST), inside, problem)
+            role = _role(d, windows)
+        subdirs = []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            p = e.path
+            try:
+                if e.is_symlink():
+                    target = os.path.realpath(p)
+                    if target != real_top and not target.startswith(inside):
+                        problem(p, f"symlink points outside {path}; not followed")
+                        continue
+                    est = os.stat(p)  # inside: follow it (a loop fails here, it does not hang)
+                else:
+                    est = e.stat(follow_symlinks=False)
+            except OSError as err:
+                problem(p, f"cannot be followed ({err.strerror or err})")
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                if (est.st_dev, est.st_ino) not in seen:
+                    seen.add((est.st_dev, est.st_ino))
+                    subdirs.append(p)
+            elif _is_trace_name(e.name):
+                if not stat.S_ISREG(est.st_mode):
+                    problem(p, f"not a regular file ({_kind(est.st_mode)}); not read")
+                    continue
+                found.append(TraceFile(p, manifest_rank, role, windows.get(e.name)))
+        stack.extend(reversed(subdirs))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, dict[str, Any]]:
+    try:
+        if not os.path.realpath(p).startswith(inside):
+            problem(p, "symlink points outside the folder; not followed")
+            return {}
+        with _open_local(p) as f:
+            return _manifest_windows(f.read(SEARCH_LIMIT))
+    except (OSError, TraceError) as e:
+        problem(p, f"cannot be read ({getattr(e, 'strerror', None) or e})")
+        return {}

@@ -23,6 +23,7 @@ import msgspec
 import numpy as np
 
 from .. import intervals as iv
+from .reader import Int64
 from .selection import Selection
 from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
                     is_dataloader, looks_like_device, profiler_step, thread_kind)
@@ -34,9 +35,9 @@ __all__ = ["TraceTable", "FileInfo", "Sets", "read_table"]
 
 class _Args(msgspec.Struct, gc=False):
     """The args analyses use; every other key is skipped by the decoder without building it."""
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
-    stream: int | str | None = None
+    correlation: Int64 | None = None  # ids land in int64 columns: a bigger number makes the args unusable
+    external_id: Int64 | None = msgspec.field(default=None, name="External id")
+    stream: Int64 | str | None = None
     pg: str | int | None = msgspec.field(default=None, name="Process Group Name")
     collective: str | None = msgspec.field(default=None, name="Collective name")
 
@@ -305,25 +306,36 @@ class TraceTable:
             return np.full(n, -1, dtype=np.int32)
         starts, ends = self.steps[:, 0], self.steps[:, 1]
         at = self.ts.copy()
-        device = (self.kind == Kind.KERNEL) | (self.kind == Kind.MEMCPY) | (self.kind == Kind.MEMSET) | \
-            (self.kind == Kind.GPU_ANNOTATION) | (self.kind == Kind.DEVICE_SYNC)
-        runtime = (self.kind == Kind.RUNTIME) & (self.corr >= 0)
-        dev = np.flatnonzero(device & (self.corr >= 0))
-        if dev.size and runtime.any():
-            ridx = np.flatnonzero(runtime)
-            order = np.argsort(self.corr[ridx], kind="stable")
-            rc, rts = self.corr[ridx][order], self.ts[ridx][order]
-            pos = np.searchsorted(rc, self.corr[dev])
-            pos_ok = pos < rc.size
-            hit = np.zeros(dev.size, dtype=bool)
-            hit[pos_ok] = rc[pos[pos_ok]] == self.corr[dev][pos_ok]
-            at[dev[hit]] = rts[pos[hit]]
+        launcher = self.launcher()
+        linked = np.flatnonzero(launcher >= 0)
+        at[linked] = self.ts[launcher[linked]]
         k = np.searchsorted(starts, at, side="right") - 1
         inside = k >= 0
         inside[inside] &= at[inside] < ends[k[inside]]
         # The step marker itself belongs to its own step.
         k = np.where(inside, k, -1).astype(np.int32)
         return k
+
+    def launcher(self) -> np.ndarray:
+        """Per event: the index of the runtime call that launched it (same correlation id), -1 for host
+        events and for device events whose launch is not in the trace. The one join of device work to its
+        launches (steps, idle causes, launch statistics). Runtime calls sharing an id: the first in the file."""
+        cached = self._cache.get("launcher")
+        if cached is None:
+            n = self.ts.size
+            cached = np.full(n, -1, dtype=np.int64)
+            device = (self.kind == Kind.KERNEL) | (self.kind == Kind.MEMCPY) | (self.kind == Kind.MEMSET) | \
+                (self.kind == Kind.GPU_ANNOTATION) | (self.kind == Kind.DEVICE_SYNC)
+            dev = np.flatnonzero(device & (self.corr >= 0))
+            ridx = np.flatnonzero((self.kind == Kind.RUNTIME) & (self.corr >= 0))
+            if dev.size and ridx.size:
+                ridx = ridx[np.argsort(self.corr[ridx], kind="stable")]
+                rc = self.corr[ridx]
+                pos = np.minimum(np.searchsorted(rc, self.corr[dev]), rc.size - 1)
+                hit = rc[pos] == self.corr[dev]
+                cached[dev[hit]] = ridx[pos[hit]]
+            self._cache["launcher"] = cached
+        return cached
 
     def _classify_tracks(self) -> None:
         n_tracks = len(self.tracks)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from .. import intervals as iv
-from .ranks import add, group
+from .ranks import summed
 from .table import Sets, TraceTable
 
 __all__ = ["extract", "combine", "device_figures", "host_figures"]
@@ -81,10 +81,5 @@ def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per rank (its files summed): device and host breakdowns with their shares of the span."""
-    out = []
-    for info, parts in group(files):
-        dev = host = None
-        for p in parts:
-            dev, host = add(dev, p["device"]), add(host, p["host"])
-        out.append({"role": info.role, "rank": info.rank, "path": info.path, "device": _shares(dev), "host": _shares(host)})
-    return out
+    return [{"role": info.role, "rank": info.rank, "path": info.path, "device": _shares(s["device"]),
+             "host": _shares(s["host"])} for info, s in summed(files, ("device", "host"))]
