@@ -87,15 +87,18 @@ def s3(s3_server, monkeypatch):
     fsspec.config.conf.get("s3", {}).pop("endpoint_url", None)
 
 
+# Rank 1's sleep per step in ``ddp_run``. Long enough that rank 0 being slowed by a loaded 2-core machine
+# (measured: up to 250 ms of its own work per step with three busy processes beside the job) cannot make it
+# the late one: the tests assert structure, not the machine's speed.
+SLOW_S = 0.4
+
+
 @pytest.fixture(scope="session")
 def ddp_run(tmp_path_factory):
-    """A real 2-process DDP job over gloo (small buckets: overlapping all-reduces), rank 1 sleeping 150 ms in
-    its train/data phase every step, profiled by distprof on steps 2-3 and 5-6 (two windows per rank).
-
-    The sleep (150 ms) is long enough that the other rank being slowed by a busy 2-core machine cannot
-    make it the late one: the tests assert structure, not the machine's speed."""
+    """A real 2-process DDP job over gloo (small buckets: overlapping all-reduces), rank 1 sleeping ``SLOW_S``
+    in its train/data phase every step, profiled by distprof on steps 2-3 and 5-6 (two windows per rank)."""
     from distprof.demo import gloo_job
 
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    gloo_job.run(out, steps=7, world_size=2, config={"steps": "2,3,5,6"}, slow_rank=1, slow_s=0.15, ddp=True)
+    gloo_job.run(out, steps=7, world_size=2, config={"steps": "2,3,5,6"}, slow_rank=1, slow_s=SLOW_S, ddp=True)
     return out

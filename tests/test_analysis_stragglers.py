@@ -10,6 +10,7 @@ from distprof.analysis import analyze, find_traces
 from distprof.analysis import stragglers as strag
 from distprof.demo import gloo_job
 
+from conftest import SLOW_S
 from tracekit import DLRM, TRACES, cli, table, write, X
 
 
@@ -87,8 +88,8 @@ def test_overlapping_collectives_are_not_counted_twice(ddp_run):
     for s in r["steps"]:
         assert s["slowest_rank"] == 1
         assert s["wait_us"] <= max(steps[s["step"]].values()) * (2 - 1)
-    # A 150 ms sleep per step: rank 0 waits about that long per step, not several times it.
-    assert 4 * 75_000 < by_rank[0]["waited_us"] < 4 * 300_000
+    # Rank 1 sleeps SLOW_S per step: rank 0 waits about that long per step, not several times it.
+    assert 4 * SLOW_S * 1e6 / 2 < by_rank[0]["waited_us"] < 4 * SLOW_S * 1e6 * 2
 
 
 def test_output_does_not_depend_on_workers(ddp_run, tmp_path):
@@ -147,7 +148,7 @@ def test_groups_from_the_launching_op_are_matched_separately(tmp_path):
 def test_plain_torch_profiler_traces_of_a_gloo_job(tmp_path):
     """No distprof in the job: torch.profiler + tensorboard_trace_handler, rank only in distributedInfo."""
     out = str(tmp_path / "tb")
-    gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=0, slow_s=0.3, plain_torch=True)
+    gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=0, slow_s=SLOW_S, plain_torch=True)
     files = find_traces(out)
     assert len(files) == 2 and all(f.path.endswith(".pt.trace.json") and f.manifest_rank is None for f in files)
     r = analyze.stragglers(out, workers=1)
