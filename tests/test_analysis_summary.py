@@ -8,7 +8,8 @@ from collections import defaultdict
 import pytest
 
 from distprof.analysis import analyze, find_traces, read_trace, summary
-from distprof.analysis.reader import TraceError, rank_from_name
+from distprof.analysis.listing import rank_from_name
+from distprof.analysis.reader import TraceError
 
 from conftest import SHARED
 from tracekit import cli, table

@@ -4,7 +4,6 @@ import json
 import os
 
 import msgspec
-import pytest
 
 from distprof.demo import gloo_job
 

@@ -12,7 +12,6 @@ import msgspec
 import pytest
 import torch
 
-import distprof
 from distprof import Profiler, ProfilerConfig
 
 from conftest import all_files, load_trace, trace_files, trace_names

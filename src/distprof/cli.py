@@ -58,7 +58,7 @@ def _guarded(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             raise typer.Exit(130)
         except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
-            if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.reader":
+            if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.source":
                 err.print(Text.assemble(("error: ", "red"), str(e)), soft_wrap=True)
                 raise typer.Exit(EXIT_NOTHING)
             logging.getLogger("distprof").debug("internal error", exc_info=True)

@@ -3,7 +3,8 @@ columns (:mod:`.table`), one module per analysis (each an ``extract`` per file a
 files), and the verbs as library calls (:mod:`.analyze`: ``analyze.summary(path)`` ...). No torch needed."""
 
 from . import analyze
-from .reader import RankTrace, TraceError, TraceFile, TraceStream, find_traces, open_trace, read_trace
+from .listing import TraceFile, find_traces
+from .reader import RankTrace, TraceError, TraceStream, open_trace, read_trace
 from .selection import Selection
 from .table import TraceTable
 

@@ -25,7 +25,8 @@ from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod
 from . import idle, launch, temporal
 from .parallel import FileError, Progress, map_files
 from .ranks import resolve
-from .reader import TraceError, TraceFile, find_traces, open_trace
+from .listing import TraceFile, find_traces
+from .reader import TraceError, open_trace
 from .selection import Selection
 from .table import FileInfo, TraceTable
 

@@ -29,7 +29,8 @@ from typing import Any, Callable
 import msgspec
 import numpy as np
 
-from .reader import Event, TraceError, TraceFile, find_traces, open_trace
+from .listing import TraceFile, find_traces
+from .reader import Event, TraceError, open_trace
 from .selection import Selection
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .reader import TraceError, TraceFile
+from .listing import TraceFile
+from .source import TraceError
 
 logger = logging.getLogger(__name__)
 

@@ -23,28 +23,27 @@ Traces come from other people's jobs, so nothing in one is trusted; what was los
 - Memory is bounded: at most :data:`SEARCH_LIMIT` decoded bytes are held while looking for the
   ``traceEvents`` array or for the end of an event (a gzip bomb is refused in one line), and
   whitespace between events is dropped as it arrives.
-- Only regular files are opened (a FIFO would block the reader); in a local folder, symlinks that
-  leave it are never followed.
+- Bytes come from :mod:`.source` (regular files only, gzip members inflated in bounded pieces); files
+  are found by :mod:`.listing`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import posixpath
 import re
-import stat
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterator, NamedTuple
+from typing import Annotated, Any, Callable, Iterator
 
 import msgspec
 
+from .listing import rank_from_name
+from .source import TraceError, byte_chunks
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["Event", "RankTrace", "ReadReport", "TraceStream", "TraceFile", "TraceError", "open_trace", "read_trace",
-           "find_traces", "rank_from_name", "SEARCH_LIMIT"]
+__all__ = ["Event", "RankTrace", "ReadReport", "TraceStream", "TraceError", "open_trace", "read_trace", "SEARCH_LIMIT",
+           "Int64"]
 
 BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small enough to be cheap to hold
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
@@ -112,11 +111,6 @@ _AFTER_EVENT = re.compile(rb"[ \t\r\n]*(?:[,\]]|\Z)")
 _SCAN_BUDGET = 1_000_000  # tokens the tolerant scanner takes for one value (about a second) before giving up
 _RESYNC_TRIES = 10_000  # places tried to find the next event after a malformed one
 _BOM = b"\xef\xbb\xbf"
-_GZIP_FEED = 1 << 16  # compressed bytes per inflate call
-
-
-class TraceError(ValueError):
-    """A file that cannot be read as a trace; the message names the file and what is wrong."""
 
 
 @dataclass
@@ -135,169 +129,6 @@ class ReadReport:
     def to_dict(self) -> dict[str, Any]:
         return {"truncated": self.truncated, "events_skipped": self.events_skipped,
                 "bytes_unread": self.bytes_unread, "notes": list(self.notes)}
-
-
-class TraceFile(NamedTuple):
-    """A trace found under a path, with what its run directory says about it."""
-    path: str
-    manifest_rank: int | None = None
-    role: str | None = None
-    window: dict[str, Any] | None = None  # the manifest record of the window that wrote this file
-
-
-_RANK_PATTERNS = [re.compile(p) for p in (r"rank[-_]?(\d+)", r"worker[-_]?(\d+)")]
-
-
-def rank_from_name(path: str) -> int | None:
-    """``rank-3``, ``rank00003``, ``worker3`` (the last path component that names one wins)."""
-    for part in reversed(path.replace("\\", "/").split("/")):
-        low = part.lower()
-        for pat in _RANK_PATTERNS:
-            m = pat.search(low)
-            if m:
-                return int(m.group(1))
-    return None
-
-
-def _is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _open_local(path: str):
-    """A local regular file, opened without blocking: a FIFO (or a device) is refused, never waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise TraceError(f"{path}: not a regular file ({_kind(mode)})")
-    except BaseException:
-        os.close(fd)
-        raise
-    return os.fdopen(fd, "rb")
-
-
-def _open(path: str):
-    if _is_remote(path):
-        import fsspec
-
-        return fsspec.open(path, "rb").open()
-    return _open_local(path.removeprefix("file://"))
-
-
-def _byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str]) -> Iterator[bytes]:
-    """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
-
-    ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
-    that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
-    salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
-    gzip member are ignored. Output is bounded per call (``max_length``), so a gzip bomb streams.
-    """
-    try:
-        f = _open(path)
-    except TraceError:
-        raise
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: not a regular file (a directory)") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{path}: cannot be read ({e})") from None
-    note = on_read or (lambda n: None)
-
-    def read(n: int) -> bytes:
-        try:
-            data = f.read(n)
-        except OSError as e:
-            raise TraceError(f"{path}: read failed ({e})") from None
-        note(len(data))
-        return data
-
-    with f:
-        first = read(size)
-        if first[:2] != b"\x1f\x8b":
-            while first:
-                yield first
-                first = read(size)
-            return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        raw, at, produced, member_out, fed = first, 0, 0, 0, False
-        while True:
-            if at >= len(raw):
-                raw, at = read(max(size // 4, 1)), 0
-                if not raw:
-                    break
-            # Small pieces in: a corrupt stream raises with the output of the whole call lost, so keep it small.
-            piece = memoryview(raw)[at:at + _GZIP_FEED]
-            at += len(piece)
-            fed = True
-            saved, piece_out = d.copy(), 0
-            try:
-                for out in _inflate(d, piece, size):
-                    produced += len(out)
-                    member_out += len(out)
-                    piece_out += len(out)
-                    yield out
-            except zlib.error as e:
-                if produced and not member_out:  # not another member: padding or garbage after the last one
-                    logger.info("%s: bytes after the last gzip member ignored (%s)", path, e)
-                    return
-                # The failing call's output is lost with the exception: replay the piece in small steps from
-                # before it, to keep what precedes the corrupt byte (less what was already yielded).
-                skip = piece_out
-                for out in _replay(saved, piece):
-                    out, skip = out[skip:], max(0, skip - len(out))
-                    if out:
-                        produced += len(out)
-                        yield out
-                if not produced:
-                    raise TraceError(f"{path}: not a readable gzip file ({e})") from None
-                problem.append(f"gzip stream corrupt after {produced:,} bytes ({e})")
-                return
-            if d.eof:  # a file may hold several members: read the next one, if any
-                raw, at, member_out, fed = d.unused_data + raw[at:], 0, 0, False
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        if fed and not d.eof:
-            if not produced:
-                raise TraceError(f"{path}: gzip stream ends before any data")
-            problem.append(f"gzip stream ends early, after {produced:,} bytes")
-
-
-def _inflate(d, data, size: int) -> Iterator[bytes]:
-    """Decompress ``data`` in outputs of at most ``size`` bytes (a gzip bomb never inflates at once)."""
-    out = d.decompress(data, size)
-    while True:
-        if out:
-            yield out
-        tail = d.unconsumed_tail
-        if not tail or d.eof or not out:  # (no output with input left would be no progress: stop)
-            return
-        out = d.decompress(tail, size)
-
-
-def _replay(d, data) -> Iterator[bytes]:
-    """Decompress ``data`` up to its first corrupt byte: 512 bytes a step (at most ~0.5 MB out: deflate expands
-    1032:1 at most), then byte by byte within the step that fails."""
-    for k in range(0, len(data), 512):
-        before = d.copy()
-        try:
-            yield d.decompress(data[k:k + 512])
-            continue
-        except zlib.error:
-            d = before
-        for j in range(k, min(k + 512, len(data))):
-            try:
-                yield d.decompress(data[j:j + 1])
-            except zlib.error:
-                return
-        return
 
 
 # ---- scanning JSON without trusting it -------------------------------------------------------------------
@@ -766,7 +597,7 @@ class TraceStream:
 
     def _batches(self) -> Iterator[list[Event]]:
         problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
-        chunks = _byte_chunks(self.path, self._batch, self._on_read, problem)
+        chunks = byte_chunks(self.path, self._batch, self._on_read, problem)
         buf, is_object = self._start(chunks)
         self._is_object = is_object
         pending, size = ([buf], len(buf)) if buf else ([], 0)
@@ -961,195 +792,3 @@ def read_trace(path: str, rank: int | None = None, manifest_rank: int | None = N
     return RankTrace(path=path, events=events, rank=s.rank, rank_source=s.rank_source, offset_us=s.offset_us,
                      distributed_info=s.distributed_info, device_properties=s.device_properties, role=s.role,
                      report=s.report, window=window)
-
-
-# ---- finding traces ----------------------------------------------------------------------------------------
-_TRACE_NAME = re.compile(r"\.json(\.gz)?$")
-_MANIFEST = "manifest.jsonl"
-
-
-def _is_trace_name(n: str) -> bool:
-    """A file worth reading: hidden files, distprof's own JSON files and py-spy's outputs are not traces."""
-    return not (n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n)
-                or n.endswith((".speedscope.json", ".chrometrace.json")))
-
-
-def _number(v: Any) -> bool:
-    return type(v) in (int, float) and abs(v) < 1e18
-
-
-def _window_record(rec: Any) -> dict[str, Any] | None:
-    """A manifest record with the fields analyses use checked (a wrong-typed one is dropped, not trusted)."""
-    if not isinstance(rec, dict):
-        return None
-    rec = dict(rec)
-    steps = rec.get("steps")
-    if steps is not None and not (isinstance(steps, list) and len(steps) == 2 and all(type(s) is int for s in steps)):
-        del rec["steps"]
-    for k in ("start_time", "end_time"):
-        if k in rec and not _number(rec[k]):
-            del rec[k]
-    if "role" in rec and not isinstance(rec["role"], str):
-        del rec["role"]
-    return rec
-
-
-def _manifest_windows(data: bytes) -> dict[str, dict[str, Any]]:
-    """File name -> the manifest record of the window that published it (torn or foreign lines are skipped)."""
-    out: dict[str, dict[str, Any]] = {}
-    for line in data.splitlines():
-        try:
-            rec = _window_record(msgspec.json.decode(line))
-        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            continue  # a torn last line; the files it named are still found on disk
-        if rec is None:
-            continue
-        files = rec.get("files")
-        entries = files if isinstance(files, list) else [{"path": rec.get("file")}]
-        for entry in entries:
-            p = entry.get("path") if isinstance(entry, dict) else None
-            if isinstance(p, str) and p:
-                out[p.rsplit("/", 1)[-1]] = rec
-    return out
-
-
-def _run_dir(d: str, names: set[str]) -> int | None:
-    """The rank of a distprof rank folder (``.../rank00003`` holding a manifest), else None."""
-    m = re.search(r"rank(\d{5})$", d)
-    return int(m.group(1)) if m and _MANIFEST in names else None
-
-
-def _role(d: str, windows: dict[str, dict[str, Any]]) -> str:
-    # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
-    return next((w["role"] for w in windows.values() if w.get("role")), None) or \
-        posixpath.basename(posixpath.dirname(d.rstrip("/")))
-
-
-def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> list[TraceFile]:
-    """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
-
-    Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
-    directory each file carries its role, its rank and its manifest window. What cannot be read as a
-    trace is not returned but, when ``problems`` is given, appended to it as ``(path, message)``: a
-    trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that points
-    outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that
-    cannot be listed. Without ``problems`` they are logged.
-    """
-    def problem(p: str, message: str) -> None:
-        if problems is not None:
-            problems.append((p, message))
-        else:
-            logger.warning("%s: %s", p, message)
-
-    if not _is_remote(path):
-        return _find_local(path, problem)
-    import fsspec
-
-    try:
-        fs, root = fsspec.core.url_to_fs(path)
-        is_file, is_dir = fs.isfile(root), (not fs.isfile(root)) and fs.isdir(root)
-    except ImportError as e:  # e.g. s3:// without s3fs
-        raise TraceError(f"{path}: cannot be read ({e})") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{path}: cannot be listed ({e})") from None
-    if is_file:
-        return [TraceFile(path)]
-    if not is_dir:
-        raise TraceError(f"{path}: no such file or directory")
-    found = []
-
-    def unlisted(e: Exception) -> None:
-        problem(getattr(e, "filename", None) or path, f"cannot be listed ({e})")
-
-    for d, dirs, names in fs.walk(root, on_error=unlisted):
-        rel = posixpath.relpath(d, root) if d != root else ""
-        if any(part.startswith(".") for part in rel.split("/") if part):
-            continue
-        windows, manifest_rank, role = {}, _run_dir(d, set(names)), None
-        if manifest_rank is not None:
-            try:
-                with fs.open(posixpath.join(d, _MANIFEST), "rb") as f:
-                    windows = _manifest_windows(f.read(SEARCH_LIMIT))
-            except OSError as e:
-                problem(fs.unstrip_protocol(posixpath.join(d, _MANIFEST)), f"cannot be read ({e})")
-            role = _role(d, windows)
-        for n in sorted(names):
-            if _is_trace_name(n):
-                found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
-    found.sort(key=lambda f: f.path)
-    return found
-
-
-def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFile]:
-    """:func:`find_traces` on a local path: symlinks are followed only while they stay inside ``path``."""
-    root = path.removeprefix("file://")
-    try:
-        st = os.stat(root)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file or directory") from None
-    except OSError as e:
-        raise TraceError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if stat.S_ISREG(st.st_mode):
-        return [TraceFile(path)]
-    if not stat.S_ISDIR(st.st_mode):
-        raise TraceError(f"{path}: not a regular file ({_kind(st.st_mode)})")
-    top = os.path.abspath(root)
-    real_top = os.path.realpath(top)
-    inside = real_top.rstrip("/") + "/"
-    seen = {(st.st_dev, st.st_ino)}  # folders already walked (a symlink back up must not loop)
-    found: list[TraceFile] = []
-    stack = [top]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            problem(d, f"folder cannot be listed ({e.strerror or e})")
-            continue
-        names = {e.name for e in entries}
-        windows, manifest_rank, role = {}, _run_dir(d, names), None
-        if manifest_rank is not None:
-            windows = _read_manifest(os.path.join(d, _MANIFEST), inside, problem)
-            role = _role(d, windows)
-        subdirs = []
-        for e in entries:
-            if e.name.startswith("."):
-                continue
-            p = e.path
-            try:
-                if e.is_symlink():
-                    target = os.path.realpath(p)
-                    if target != real_top and not target.startswith(inside):
-                        problem(p, f"symlink points outside {path}; not followed")
-                        continue
-                    est = os.stat(p)  # inside: follow it (a loop fails here, it does not hang)
-                else:
-                    est = e.stat(follow_symlinks=False)
-            except OSError as err:
-                problem(p, f"cannot be followed ({err.strerror or err})")
-                continue
-            if stat.S_ISDIR(est.st_mode):
-                if (est.st_dev, est.st_ino) not in seen:
-                    seen.add((est.st_dev, est.st_ino))
-                    subdirs.append(p)
-            elif _is_trace_name(e.name):
-                if not stat.S_ISREG(est.st_mode):
-                    problem(p, f"not a regular file ({_kind(est.st_mode)}); not read")
-                    continue
-                found.append(TraceFile(p, manifest_rank, role, windows.get(e.name)))
-        stack.extend(reversed(subdirs))
-    found.sort(key=lambda f: f.path)
-    return found
-
-
-def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, dict[str, Any]]:
-    try:
-        if not os.path.realpath(p).startswith(inside):
-            problem(p, "symlink points outside the folder; not followed")
-            return {}
-        with _open_local(p) as f:
-            return _manifest_windows(f.read(SEARCH_LIMIT))
-    except (OSError, TraceError) as e:
-        problem(p, f"cannot be read ({getattr(e, 'strerror', None) or e})")
-        return {}

@@ -1,0 +1,239 @@
+"""Finding the trace files under a path, and what a distprof run directory says about each.
+
+A path is one file, a folder of Kineto traces from anywhere, or a run directory (local or fsspec URL).
+Hidden files and folders, distprof's own JSON files and py-spy's outputs are not traces. In a run
+directory each file carries its role, its rank and its manifest window. Nothing outside the folder given
+is read: symlinks that leave it are reported, never followed; loops and dangling links are reported too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import re
+import stat
+from typing import Any, Callable, NamedTuple
+
+import msgspec
+
+from .source import TraceError, file_kind, is_remote, open_local
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TraceFile", "find_traces", "rank_from_name"]
+
+_MANIFEST_LIMIT = 64 << 20  # bytes of a manifest read at most (a manifest is a few hundred bytes per window)
+
+
+class TraceFile(NamedTuple):
+    """A trace found under a path, with what its run directory says about it."""
+    path: str
+    manifest_rank: int | None = None
+    role: str | None = None
+    window: dict[str, Any] | None = None  # the manifest record of the window that wrote this file
+
+
+_RANK_PATTERNS = [re.compile(p) for p in (r"rank[-_]?(\d+)", r"worker[-_]?(\d+)")]
+
+
+def rank_from_name(path: str) -> int | None:
+    """``rank-3``, ``rank00003``, ``worker3`` (the last path component that names one wins)."""
+    for part in reversed(path.replace("\\", "/").split("/")):
+        low = part.lower()
+        for pat in _RANK_PATTERNS:
+            m = pat.search(low)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+_TRACE_NAME = re.compile(r"\.json(\.gz)?$")
+_MANIFEST = "manifest.jsonl"
+
+
+def _is_trace_name(n: str) -> bool:
+    """A file worth reading: hidden files, distprof's own JSON files and py-spy's outputs are not traces."""
+    return not (n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n)
+                or n.endswith((".speedscope.json", ".chrometrace.json")))
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float) and abs(v) < 1e18
+
+
+def _window_record(rec: Any) -> dict[str, Any] | None:
+    """A manifest record with the fields analyses use checked (a wrong-typed one is dropped, not trusted)."""
+    if not isinstance(rec, dict):
+        return None
+    rec = dict(rec)
+    steps = rec.get("steps")
+    if steps is not None and not (isinstance(steps, list) and len(steps) == 2 and all(type(s) is int for s in steps)):
+        del rec["steps"]
+    for k in ("start_time", "end_time"):
+        if k in rec and not _number(rec[k]):
+            del rec[k]
+    if "role" in rec and not isinstance(rec["role"], str):
+        del rec["role"]
+    return rec
+
+
+def _manifest_windows(data: bytes) -> dict[str, dict[str, Any]]:
+    """File name -> the manifest record of the window that published it (torn or foreign lines are skipped)."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in data.splitlines():
+        try:
+            rec = _window_record(msgspec.json.decode(line))
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            continue  # a torn last line; the files it named are still found on disk
+        if rec is None:
+            continue
+        files = rec.get("files")
+        entries = files if isinstance(files, list) else [{"path": rec.get("file")}]
+        for entry in entries:
+            p = entry.get("path") if isinstance(entry, dict) else None
+            if isinstance(p, str) and p:
+                out[p.rsplit("/", 1)[-1]] = rec
+    return out
+
+
+def _run_dir(d: str, names: set[str]) -> int | None:
+    """The rank of a distprof rank folder (``.../rank00003`` holding a manifest), else None."""
+    m = re.search(r"rank(\d{5})$", d)
+    return int(m.group(1)) if m and _MANIFEST in names else None
+
+
+def _role(d: str, windows: dict[str, dict[str, Any]]) -> str:
+    # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
+    return next((w["role"] for w in windows.values() if w.get("role")), None) or \
+        posixpath.basename(posixpath.dirname(d.rstrip("/")))
+
+
+def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> list[TraceFile]:
+    """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
+
+    Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
+    directory each file carries its role, its rank and its manifest window. What cannot be read as a
+    trace is not returned but, when ``problems`` is given, appended to it as ``(path, message)``: a
+    trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that points
+    outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that
+    cannot be listed. Without ``problems`` they are logged.
+    """
+    def problem(p: str, message: str) -> None:
+        if problems is not None:
+            problems.append((p, message))
+        else:
+            logger.warning("%s: %s", p, message)
+
+    if not is_remote(path):
+        return _find_local(path, problem)
+    import fsspec
+
+    try:
+        fs, root = fsspec.core.url_to_fs(path)
+        is_file, is_dir = fs.isfile(root), (not fs.isfile(root)) and fs.isdir(root)
+    except ImportError as e:  # e.g. s3:// without s3fs
+        raise TraceError(f"{path}: cannot be read ({e})") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{path}: cannot be listed ({e})") from None
+    if is_file:
+        return [TraceFile(path)]
+    if not is_dir:
+        raise TraceError(f"{path}: no such file or directory")
+    found = []
+
+    def unlisted(e: Exception) -> None:
+        problem(getattr(e, "filename", None) or path, f"cannot be listed ({e})")
+
+    for d, dirs, names in fs.walk(root, on_error=unlisted):
+        rel = posixpath.relpath(d, root) if d != root else ""
+        if any(part.startswith(".") for part in rel.split("/") if part):
+            continue
+        windows, manifest_rank, role = {}, _run_dir(d, set(names)), None
+        if manifest_rank is not None:
+            try:
+                with fs.open(posixpath.join(d, _MANIFEST), "rb") as f:
+                    windows = _manifest_windows(f.read(_MANIFEST_LIMIT))
+            except OSError as e:
+                problem(fs.unstrip_protocol(posixpath.join(d, _MANIFEST)), f"cannot be read ({e})")
+            role = _role(d, windows)
+        for n in sorted(names):
+            if _is_trace_name(n):
+                found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFile]:
+    """:func:`find_traces` on a local path: symlinks are followed only while they stay inside ``path``."""
+    root = path.removeprefix("file://")
+    try:
+        st = os.stat(root)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file or directory") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot be read ({e.strerror or e})") from None
+    if stat.S_ISREG(st.st_mode):
+        return [TraceFile(path)]
+    if not stat.S_ISDIR(st.st_mode):
+        raise TraceError(f"{path}: not a regular file ({file_kind(st.st_mode)})")
+    top = os.path.abspath(root)
+    real_top = os.path.realpath(top)
+    inside = real_top.rstrip("/") + "/"
+    seen = {(st.st_dev, st.st_ino)}  # folders already walked (a symlink back up must not loop)
+    found: list[TraceFile] = []
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            problem(d, f"folder cannot be listed ({e.strerror or e})")
+            continue
+        names = {e.name for e in entries}
+        windows, manifest_rank, role = {}, _run_dir(d, names), None
+        if manifest_rank is not None:
+            windows = _read_manifest(os.path.join(d, _MANIFEST), inside, problem)
+            role = _role(d, windows)
+        subdirs = []
+        for e in entries:
+            if e.name.startswith("."):
+                continue
+            p = e.path
+            try:
+                if e.is_symlink():
+                    target = os.path.realpath(p)
+                    if target != real_top and not target.startswith(inside):
+                        problem(p, f"symlink points outside {path}; not followed")
+                        continue
+                    est = os.stat(p)  # inside: follow it (a loop fails here, it does not hang)
+                else:
+                    est = e.stat(follow_symlinks=False)
+            except OSError as err:
+                problem(p, f"cannot be followed ({err.strerror or err})")
+                continue
+            if stat.S_ISDIR(est.st_mode):
+                if (est.st_dev, est.st_ino) not in seen:
+                    seen.add((est.st_dev, est.st_ino))
+                    subdirs.append(p)
+            elif _is_trace_name(e.name):
+                if not stat.S_ISREG(est.st_mode):
+                    problem(p, f"not a regular file ({file_kind(est.st_mode)}); not read")
+                    continue
+                found.append(TraceFile(p, manifest_rank, role, windows.get(e.name)))
+        stack.extend(reversed(subdirs))
+    found.sort(key=lambda f: f.path)
+    return found
+
+
+def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, dict[str, Any]]:
+    try:
+        if not os.path.realpath(p).startswith(inside):
+            problem(p, "symlink points outside the folder; not followed")
+            return {}
+        with open_local(p) as f:
+            return _manifest_windows(f.read(_MANIFEST_LIMIT))
+    except (OSError, TraceError) as e:
+        problem(p, f"cannot be read ({getattr(e, 'strerror', None) or e})")
+        return {}

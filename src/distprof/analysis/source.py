@@ -1,0 +1,166 @@
+"""A trace's bytes, opened without trusting the path or the stream: the lowest layer of reading.
+
+Only regular files are opened (a FIFO or a device named like a trace is refused, never waited on);
+local paths and fsspec URLs alike; gzip is inflated on the fly, member after member, in bounded pieces
+(a gzip bomb streams instead of inflating at once), and a cut-off or corrupt stream yields what it holds
+and says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import zlib
+from typing import Callable, Iterator
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["TraceError", "is_remote", "file_kind", "open_local", "byte_chunks"]
+
+_GZIP_FEED = 1 << 16  # compressed bytes per inflate call
+
+
+class TraceError(ValueError):
+    """A file that cannot be read as a trace; the message names the file and what is wrong."""
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_local(path: str):
+    """A local regular file, opened without blocking: a FIFO (or a device) is refused, never waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceError(f"{path}: not a regular file ({file_kind(mode)})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _open(path: str):
+    if is_remote(path):
+        import fsspec
+
+        return fsspec.open(path, "rb").open()
+    return open_local(path.removeprefix("file://"))
+
+
+def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str]) -> Iterator[bytes]:
+    """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
+
+    ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
+    that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
+    salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
+    gzip member are ignored. Output is bounded per call (``max_length``), so a gzip bomb streams.
+    """
+    try:
+        f = _open(path)
+    except TraceError:
+        raise
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: not a regular file (a directory)") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{path}: cannot be read ({e})") from None
+    note = on_read or (lambda n: None)
+
+    def read(n: int) -> bytes:
+        try:
+            data = f.read(n)
+        except OSError as e:
+            raise TraceError(f"{path}: read failed ({e})") from None
+        note(len(data))
+        return data
+
+    with f:
+        first = read(size)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = read(size)
+            return
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        raw, at, produced, member_out, fed = first, 0, 0, 0, False
+        while True:
+            if at >= len(raw):
+                raw, at = read(max(size // 4, 1)), 0
+                if not raw:
+                    break
+            # Small pieces in: a corrupt stream raises with the output of the whole call lost, so keep it small.
+            piece = memoryview(raw)[at:at + _GZIP_FEED]
+            at += len(piece)
+            fed = True
+            saved, piece_out = d.copy(), 0
+            try:
+                for out in _inflate(d, piece, size):
+                    produced += len(out)
+                    member_out += len(out)
+                    piece_out += len(out)
+                    yield out
+            except zlib.error as e:
+                if produced and not member_out:  # not another member: padding or garbage after the last one
+                    logger.info("%s: bytes after the last gzip member ignored (%s)", path, e)
+                    return
+                # The failing call's output is lost with the exception: replay the piece in small steps from
+                # before it, to keep what precedes the corrupt byte (less what was already yielded).
+                skip = piece_out
+                for out in _replay(saved, piece):
+                    out, skip = out[skip:], max(0, skip - len(out))
+                    if out:
+                        produced += len(out)
+                        yield out
+                if not produced:
+                    raise TraceError(f"{path}: not a readable gzip file ({e})") from None
+                problem.append(f"gzip stream corrupt after {produced:,} bytes ({e})")
+                return
+            if d.eof:  # a file may hold several members: read the next one, if any
+                raw, at, member_out, fed = d.unused_data + raw[at:], 0, 0, False
+                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if fed and not d.eof:
+            if not produced:
+                raise TraceError(f"{path}: gzip stream ends before any data")
+            problem.append(f"gzip stream ends early, after {produced:,} bytes")
+
+
+def _inflate(d, data, size: int) -> Iterator[bytes]:
+    """Decompress ``data`` in outputs of at most ``size`` bytes (a gzip bomb never inflates at once)."""
+    out = d.decompress(data, size)
+    while True:
+        if out:
+            yield out
+        tail = d.unconsumed_tail
+        if not tail or d.eof or not out:  # (no output with input left would be no progress: stop)
+            return
+        out = d.decompress(tail, size)
+
+
+def _replay(d, data) -> Iterator[bytes]:
+    """Decompress ``data`` up to its first corrupt byte: 512 bytes a step (at most ~0.5 MB out: deflate expands
+    1032:1 at most), then byte by byte within the step that fails."""
+    for k in range(0, len(data), 512):
+        before = d.copy()
+        try:
+            yield d.decompress(data[k:k + 512])
+            continue
+        except zlib.error:
+            d = before
+        for j in range(k, min(k + 512, len(data))):
+            try:
+                yield d.decompress(data[j:j + 1])
+            except zlib.error:
+                return
+        return
