@@ -4,6 +4,8 @@ The trace is made by tiling a real GPU trace from shared/data in time (each copy
 previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 
 - floor: read the file and msgspec-decode it into the reader's typed events (nothing else),
+- lean floor: the same into the lean events the analyses read (complete and metadata events in full, every
+  other phase an empty placeholder): the decoding distprof itself cannot avoid,
 - distprof summary: `analyze.summary` in one process, what `distprof summary` computes: the trace streamed
   batch by batch into compact columns, then kernel/op/phase tables with self times, device busy time,
   temporal breakdown, comm/compute overlap and the step breakdown,
@@ -31,6 +33,15 @@ import sys, msgspec
 from distprof.analysis.reader import Event
 class Doc(msgspec.Struct, gc=False):
     traceEvents: list[Event] = []
+data = open(sys.argv[1], 'rb').read()
+doc = msgspec.json.decode(data, type=Doc)
+print(len(doc.traceEvents))
+"""
+FLOOR_LEAN = """
+import sys, msgspec
+from distprof.analysis.reader import _LEAN
+class Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_LEAN] = []
 data = open(sys.argv[1], 'rb').read()
 doc = msgspec.json.decode(data, type=Doc)
 print(len(doc.traceEvents))
@@ -97,7 +108,9 @@ def main() -> int:
     path = make_trace(args.size_mb, tmp)
     size = os.path.getsize(path) / 1e6
     print(f"trace: {size:.0f} MB, tiled from {os.path.basename(SOURCE)}")
-    base = [("floor (msgspec typed decode)", sys.executable, FLOOR, path), ("distprof summary", sys.executable, OURS, path)]
+    base = [("floor (msgspec typed decode)", sys.executable, FLOOR, path),
+            ("distprof summary", sys.executable, OURS, path),
+            ("lean floor (what analyses decode)", sys.executable, FLOOR_LEAN, path)]
     if args.hta_python:
         base.append(("HolisticTraceAnalysis 0.5.0", args.hta_python, HTA, tmp))
     with open(path, "rb") as f:  # warm the page cache so the first measurement is not penalised
@@ -119,7 +132,7 @@ def main() -> int:
     for name, wall, rss in rows:
         print(f"{name:32} {wall:8.2f}s {wall / floor:8.2f}x {rss:8.0f} MB {rss / size:9.2f}x")
     if args.hta_python:
-        print(f"distprof summary is {rows[2][1] / rows[1][1]:.1f}x faster than HolisticTraceAnalysis")
+        print(f"distprof summary is {rows[3][1] / rows[1][1]:.1f}x faster than HolisticTraceAnalysis")
     return 0
 
 

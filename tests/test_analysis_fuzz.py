@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from distprof.analysis.reader import TraceError, TraceStream
+from distprof.analysis.reader import Complete, Meta, TraceError, TraceStream
 
 from tracekit import TRACES, X
 
@@ -99,6 +99,54 @@ def test_mutated_traces_give_events_or_a_trace_error(tmp_path, small_events, edi
         assert len(events) + report.events_skipped <= len(small_events) + 1  # a flip cannot conjure events
 
 
+def _both(path, batch):
+    """The full and the lean stream of one file: (complete events, metadata events, event count, report) each, or
+    None when refused. A lean stream keeps exactly the complete and metadata events (the class is the phase)."""
+    out = []
+    for lean in (False, True):
+        s = TraceStream(str(path), batch_bytes=batch, lean=lean)
+        try:
+            evs = [e for b in s.batches() for e in b]
+        except TraceError:
+            out.append(None)
+            continue
+        x = [(e.name, e.cat, e.pid, e.tid, e.ts, e.dur, bytes(e.args)) for e in evs
+             if (type(e) is Complete if lean else e.ph == "X")]
+        m = [(e.name, e.pid, e.tid, bytes(e.args)) for e in evs if (type(e) is Meta if lean else e.ph == "M")]
+        out.append((x, m, len(evs), s.report.to_dict()))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=_FIXTURE_OK)
+@given(edits=st.lists(_edit, min_size=1, max_size=4), batch=st.integers(8, 512),
+       phase=st.sampled_from([None, "Q", "", "X", "f"]))
+def test_a_lean_stream_reads_what_a_full_one_does(tmp_path, edits, batch, phase):
+    """Whatever the damage, the lean stream (what analyses read) keeps every complete and metadata event the
+    full stream keeps, in order; it may keep more, but only events the full stream skipped for a field the lean
+    one does not read (``"s": 5`` on a complete event), one for one. An event of an odd phase, or of none, is an
+    event in both."""
+    doc = json.loads(SMALL)
+    odd = {"name": "odd", "ts": 3, "dur": 1}
+    if phase is not None:
+        odd["ph"] = phase
+    doc["traceEvents"].insert(2, odd)
+    p = tmp_path / "l.json"
+    p.write_bytes(_mutate(json.dumps(doc).encode(), edits))
+    full, lean = _both(p, batch)
+    if full is None:
+        return
+    assert lean is not None
+    (fx, fm, fn, fr), (lx, lm, ln, lr) = full, lean
+    assert _subsequence(fx, lx) and _subsequence(fm, lm)
+    assert ln - fn == fr["events_skipped"] - lr["events_skipped"] >= 0
+    assert (lr["truncated"], lr["bytes_unread"]) == (fr["truncated"], fr["bytes_unread"])
+
+
+def _subsequence(a, b):
+    it = iter(b)
+    return all(any(x == y for y in it) for x in a)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=_FIXTURE_OK)
 @given(cut=st.integers(0, len(SMALL)), gz=st.booleans(), batch=st.integers(8, 512))
 def test_a_truncated_trace_yields_a_prefix_of_its_events(tmp_path, small_events, cut, gz, batch):
@@ -169,3 +217,10 @@ def test_gzip_members_split_anywhere_read_whole(tmp_path, small_events, splits, 
     p.write_bytes(b"".join(gzip.compress(SMALL[a:b]) for a, b in zip(cuts, cuts[1:])) + tail)
     events, report = _read(p, batch)
     assert events == small_events and not report.salvaged
+
+
+@pytest.mark.parametrize("name", ["dlrm-8rank-v100/worker7_step_12.1694128201553.pt.trace.json.gz",
+                                  "hta/nccl_data.json.gz", "hta/amd_mi250_rocm.json.gz", "hta/trace-diff/test.json.gz"])
+def test_a_lean_stream_of_a_real_trace_is_the_full_one_minus_unread_phases(name):
+    full, lean = _both(os.path.join(TRACES, name), 1 << 20)
+    assert full == lean and len(full[0]) > 100

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from distprof.analysis.reader import read_trace
+from distprof.analysis.reader import open_trace
 from distprof.analysis.table import TraceTable
 
 from conftest import SHARED
@@ -27,7 +27,7 @@ def cli(*args, env=None):
 
 def table(path, **kw):
     """One file's TraceTable (whole file in memory: small traces only)."""
-    return TraceTable.read(read_trace(str(path), **kw))
+    return TraceTable.read(open_trace(str(path), lean=True, **kw))
 
 
 def load(path):

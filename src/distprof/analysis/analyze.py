@@ -53,7 +53,7 @@ class Skipped:
 def extract_file(f: TraceFile, on_read: Callable[[int], None] | None, names: tuple[str, ...],
                  selection: Selection) -> FileResult | Skipped:
     """Read one file once and run the named analyses' extracts on it (runs in a worker)."""
-    t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read)
+    t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=True)
     tb = TraceTable.read(t, selection)
     if tb is None:
         return Skipped(f.path)

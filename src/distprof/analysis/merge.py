@@ -130,11 +130,8 @@ def _scan(f: TraceFile) -> _Scan:
             index += 1
     first = first or 0.0
     scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid)
-    report = getattr(t, "report", None)
-    if report is not None and report.salvaged:
-        scan.salvaged = report.to_dict()
-    elif report is None and t.salvaged:
-        scan.salvaged = {"truncated": True}
+    if t.report.salvaged:
+        scan.salvaged = t.report.to_dict()
     for (pid, tid), (ts, dur, idx) in cols.items():
         lanes = overlap_lanes(np.frombuffer(ts, dtype="d") - first, np.frombuffer(dur, dtype="d"))
         for k in np.nonzero(lanes)[0].tolist():

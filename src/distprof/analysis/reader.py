@@ -33,7 +33,7 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator, Union
 
 import msgspec
 
@@ -42,8 +42,8 @@ from .source import TraceError, byte_chunks
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Event", "RankTrace", "ReadReport", "TraceStream", "TraceError", "open_trace", "read_trace", "SEARCH_LIMIT",
-           "Int64"]
+__all__ = ["Event", "LeanEvent", "Complete", "Meta", "Unread", "RankTrace", "ReadReport", "TraceStream", "TraceError",
+           "open_trace", "read_trace", "SEARCH_LIMIT", "Int64"]
 
 BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small enough to be cheap to hold
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
@@ -93,6 +93,44 @@ _head_decoder = msgspec.json.Decoder(_Head)
 _list_decoder = msgspec.json.Decoder(list[Event])
 _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _event_decoder = msgspec.json.Decoder(Event)
+
+
+# ---- lean events: what an analysis table reads, and nothing else ----------------------------------------
+class LeanEvent(msgspec.Struct, gc=False, tag_field="ph"):
+    """A lean stream's events (``open_trace(..., lean=True)``): the class is the phase. Complete and
+    metadata events carry what :class:`~distprof.analysis.table.TraceTable` reads; every other phase is
+    an empty placeholder whose fields the decoder skips instead of building (flows alone are a third of
+    a Kineto trace), which makes decoding about a third faster."""
+
+
+class Complete(LeanEvent, tag="X"):
+    name: str = ""
+    cat: str = ""
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    ts: _Time = 0.0
+    dur: _Time = 0.0
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class Meta(LeanEvent, tag="M"):
+    name: str = ""
+    pid: Int64 | str = 0
+    tid: Int64 | str = 0
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
+class Unread(LeanEvent, tag=""):
+    """An event of a phase a table does not read (a valid event all the same: not skipped)."""
+
+
+# Every other phase of the Trace Event Format; an event of a phase not listed (or without one) is decoded
+# whole to tell a valid event from a broken one, then stands as Unread.
+_UNREAD = tuple(msgspec.defstruct(f"Unread_{ord(p)}", [], bases=(LeanEvent,), tag=p) for p in "BEiICbnestfPONDRcSTpFVv()")
+_LEAN = Union[(Complete, Meta, Unread, *_UNREAD)]  # type: ignore[valid-type]
+_lean_list_decoder = msgspec.json.Decoder(list[_LEAN])
+_lean_decoder = msgspec.json.Decoder(_LEAN)
+_UNREAD_EVENT = Unread()
 _raw_decoder = msgspec.json.Decoder(msgspec.Raw)
 
 _WS = b" \t\r\n"
@@ -340,8 +378,10 @@ class TraceStream:
 
     def __init__(self, path: str, rank: int | None = None, manifest_rank: int | None = None,
                  role: str | None = None, window: dict[str, Any] | None = None, batch_bytes: int = BATCH_BYTES,
-                 on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT):
+                 on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT, lean: bool = False):
         self.path = path
+        self.lean = lean  # LeanEvents (what a TraceTable reads), not whole Events
+        self._list, self._one = (_lean_list_decoder, _lean_decoder) if lean else (_list_decoder, _event_decoder)
         self._on_read = on_read
         self.window = window
         self.rank: int | None = None
@@ -437,10 +477,16 @@ class TraceStream:
         else:
             self._skips["other"] += 1
 
-    def _event(self, raw) -> Event | None:
+    def _event(self, raw) -> Event | LeanEvent | None:
         """One element as an event, or None (skipped and counted)."""
         try:
-            ev = _event_decoder.decode(raw)
+            try:
+                ev = self._one.decode(raw)
+            except msgspec.ValidationError:
+                if not self.lean:
+                    raise
+                _event_decoder.decode(raw)  # a phase a table does not read, or none: still an event if this passes
+                ev = _UNREAD_EVENT
             if not (raw.isascii() if isinstance(raw, bytes) else bytes(raw).isascii()):
                 str(raw if isinstance(raw, bytes) else bytes(raw), "utf-8")  # args stay raw: check them here
             return ev
@@ -456,7 +502,7 @@ class TraceStream:
         """
         data = b"".join((b"[", memoryview(buf)[start:end], b"]"))  # one copy
         try:
-            events = _list_decoder.decode(data)
+            events = self._list.decode(data)
             if data.isascii() or _utf8(data):
                 return "ok", events
         except (msgspec.ValidationError, UnicodeDecodeError):
@@ -754,12 +800,16 @@ class TraceStream:
 
 
 def open_trace(path: str, rank: int | None = None, manifest_rank: int | None = None, role: str | None = None,
-               window: dict[str, Any] | None = None, on_read: Callable[[int], None] | None = None) -> TraceStream:
+               window: dict[str, Any] | None = None, on_read: Callable[[int], None] | None = None,
+               lean: bool = False) -> TraceStream:
     """A :class:`TraceStream` over one file (nothing is read until :meth:`TraceStream.batches` runs).
 
-    ``on_read(n)`` is called as the file's bytes are read (for progress bars).
+    ``on_read(n)`` is called as the file's bytes are read (for progress bars). ``lean``: the events are
+    :class:`LeanEvent` objects, what a :class:`~distprof.analysis.table.TraceTable` reads (faster), not
+    whole :class:`Event` objects.
     """
-    return TraceStream(path, rank=rank, manifest_rank=manifest_rank, role=role, window=window, on_read=on_read)
+    return TraceStream(path, rank=rank, manifest_rank=manifest_rank, role=role, window=window, on_read=on_read,
+                       lean=lean)
 
 
 @dataclass

@@ -17,20 +17,23 @@ import logging
 from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
+from itertools import compress, count, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import msgspec
 import numpy as np
 
 from .. import intervals as iv
-from .reader import Int64
+from .reader import Complete, Int64, Meta
 from .selection import Selection
 from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
                     is_dataloader, looks_like_device, profiler_step, thread_kind)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceTable", "FileInfo", "Sets", "read_table"]
+__all__ = ["TraceTable", "FileInfo", "Sets"]
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -47,8 +50,13 @@ class _MetaArgs(msgspec.Struct):
 
 
 _args_decoder = msgspec.json.Decoder(_Args)
+_args_list_decoder = msgspec.json.Decoder(list[_Args])
 _meta_decoder = msgspec.json.Decoder(_MetaArgs)
 _NO_ARGS = _Args()
+_CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
+_IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
+_ARGS = attrgetter("args")
+_CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
 
 # Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
 _NEEDS_ARGS = [False] * 16
@@ -63,6 +71,19 @@ def _decode_args(raw: msgspec.Raw) -> _Args:
         return _args_decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NO_ARGS  # args of the wrong shape: the event still counts, without its links
+
+
+def _decode_many(raws: list) -> list[_Args]:
+    """Many events' args in one decoder call (one per batch, not one per event); if any is of the wrong
+    shape, each on its own so that only that one loses its links."""
+    try:
+        return _args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return list(map(_decode_args, raws))
+
+
+def _or_minus_one(values: list) -> list:
+    return [-1 if v is None else v for v in values] if None in values else values
 
 
 @dataclass
@@ -117,7 +138,7 @@ class TraceTable:
     # ---- building ------------------------------------------------------------------------------------
     @classmethod
     def read(cls, t, sel: Selection | None = None) -> "TraceTable | None":
-        """Read a :class:`~distprof.analysis.reader.TraceStream` (or RankTrace) into columns.
+        """Read a lean :class:`~distprof.analysis.reader.TraceStream` (``open_trace(path, lean=True)``) into columns.
 
         Returns None, having stopped reading, when the file's rank or role is not selected.
         """
@@ -126,10 +147,13 @@ class TraceTable:
         kinds = KIND_OF_CATEGORY
         unk = Kind.UNKNOWN
         needs_args = _NEEDS_ARGS
+        # Names and threads get ids from a counter, so setdefault can run over a whole batch in C (map, no
+        # bytecode per event); the ids are sparse (one number per event seen) and made dense in _finish.
         name_ids: dict[str, int] = {}
         track_ids: dict[Any, int] = {}
+        name_seq, track_seq = count(), count()
         ts_a, dur_a, kind_a = array("d"), array("d"), array("b")
-        name_a, track_a = array("i"), array("i")
+        name_a, track_a = array("q"), array("q")
         arg_i, arg_corr, arg_ext, arg_stream = array("q"), array("q"), array("q"), array("q")
         streams: dict[Any, int] = {}
         meta: dict[int, tuple[Any, Any]] = {}
@@ -138,17 +162,18 @@ class TraceTable:
         unknown: Counter = Counter()
         checked = False
         base = 0  # index of the batch's first complete event in the table
-        # Each batch is reduced by list comprehensions over its complete events, column by column: far
-        # fewer interpreter steps per event than one loop body doing everything.
+        # Each batch is reduced column by column with map() over attribute getters: the per-event work runs
+        # in C, far fewer interpreter steps than one loop body (or a list comprehension) per event.
         for batch in t.batches():
             if not checked:
                 checked = True
                 if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
                     return None  # leaving the loop closes the file: nothing more is read
-            xs = [e for e in batch if e.ph == "X"]
-            if len(xs) != len(batch):
-                for e in batch:
-                    if e.ph == "M" and e.name == "thread_name" and e.args:
+            types = list(map(type, batch))
+            xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
+            if len(xs) != len(batch) and Meta in types:
+                for e in compress(batch, map(_IS_M, types)):
+                    if e.name == "thread_name" and e.args:
                         try:
                             nm = _meta_decoder.decode(e.args).name
                         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -157,31 +182,39 @@ class TraceTable:
                             thread_names[(e.pid, e.tid)] = nm
             if not xs:
                 continue
-            ks = [kinds.get(e.cat, unk) for e in xs]
+            ks = list(map(kinds.get, map(_CAT, xs), repeat(unk)))
             if unk in ks:
                 unknown.update(e.cat for e, k in zip(xs, ks) if k == unk)
-            nids = [name_ids.setdefault(e.name, len(name_ids)) for e in xs]
-            ts_a.extend([e.ts for e in xs])
-            dur_a.extend([e.dur for e in xs])
+            nids = list(map(name_ids.setdefault, map(_NAME, xs), name_seq))
+            ts_a.extend(map(_TS, xs))
+            dur_a.extend(map(_DUR, xs))
             kind_a.extend(ks)
             name_a.extend(nids)
-            track_a.extend([track_ids.setdefault((e.pid, e.tid), len(track_ids)) for e in xs])
-            for j in [j for j, k in enumerate(ks) if needs_args[k]]:
-                e = xs[j]
-                a = _decode_args(e.args)
-                arg_i.append(base + j)
-                arg_corr.append(a.correlation if a.correlation is not None else -1)
-                arg_ext.append(a.external_id if a.external_id is not None else -1)
-                st = a.stream if a.stream is not None else e.tid
-                sid = streams.get(st)
-                if sid is None:
-                    sid = streams[st] = st if isinstance(st, int) and st >= 0 else 10**15 + len(streams)
-                arg_stream.append(sid)
-                if a.pg is not None or a.collective is not None:
-                    meta[base + j] = (a.pg, a.collective)
+            track_a.extend(map(track_ids.setdefault, zip(map(_PID, xs), map(_TID, xs)), track_seq))
+            need = list(compress(range(len(xs)), map(needs_args.__getitem__, ks)))
+            if need:
+                evs = list(map(xs.__getitem__, need))
+                al = _decode_many(list(map(_ARGS, evs)))
+                arg_i.extend(map(base.__add__, need))
+                arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
+                arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
+                sts = list(map(_STREAM, al))
+                if None in sts:  # no stream arg: the device thread's id stands for it
+                    sts = [e.tid if st is None else st for st, e in zip(sts, evs)]
+                sids = list(map(streams.get, sts))
+                if None in sids:
+                    for st in {st for st, sid in zip(sts, sids) if sid is None}:
+                        streams[st] = st if isinstance(st, int) and st >= 0 else 10**15 + len(streams)
+                    sids = list(map(streams.__getitem__, sts))
+                arg_stream.extend(sids)
+                pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
+                if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
+                    for j, g, c in zip(need, pgs, colls):
+                        if g is not None or c is not None:
+                            meta[base + j] = (g, c)
             rpc = name_ids.get("record_param_comms")
             if rpc is not None and rpc in nids:
-                for j in [j for j, n in enumerate(nids) if n == rpc]:
+                for j in compress(range(len(nids)), map(rpc.__eq__, nids)):
                     a = _decode_args(xs[j].args)
                     if a.pg is not None or a.collective is not None:
                         meta[base + j] = (a.pg, a.collective)
@@ -208,7 +241,7 @@ class TraceTable:
         self.dur = np.frombuffer(dur_a, dtype=np.float64) if n else np.empty(0)
         self.end = self.ts + self.dur
         self.kind = np.frombuffer(kind_a, dtype=np.int8).copy() if n else np.empty(0, dtype=np.int8)
-        self.name = np.frombuffer(name_a, dtype=np.int32) if n else np.empty(0, dtype=np.int32)
+        self.name = _dense(name_a, name_ids)
         # ProfilerStep#N markers (user_annotation, or Operator in the 2021 schema) become steps, judged once
         # per distinct name.
         step_of_name = np.array([-1 if (v := profiler_step(nm)) is None else v for nm in self.names] or [-1], dtype=np.int64)
@@ -216,7 +249,7 @@ class TraceTable:
             if n else np.zeros(0, dtype=bool)
         self.kind[marker] = Kind.STEP
         step_rows = list(zip(np.flatnonzero(marker).tolist(), step_of_name[self.name[marker]].tolist()))
-        self.track = np.frombuffer(track_a, dtype=np.int32) if n else np.empty(0, dtype=np.int32)
+        self.track = _dense(track_a, track_ids)
         idx = np.frombuffer(arg_i, dtype=np.int64) if len(arg_i) else np.empty(0, dtype=np.int64)
         self.corr = np.full(n, -1, dtype=np.int64)
         self.ext = np.full(n, -1, dtype=np.int64)
@@ -283,14 +316,12 @@ class TraceTable:
         if isinstance(window, dict) and isinstance(window.get("steps"), list) and len(window["steps"]) == 2:
             win = [int(x) for x in window["steps"]]
         warnings = []
-        for cat, count in sorted(unknown.items()):
+        for cat, n_cat in sorted(unknown.items()):
             if looks_like_device(cat):
-                warnings.append(f"{count:,} events of unknown category {cat!r} look like device work; not counted")
+                warnings.append(f"{n_cat:,} events of unknown category {cat!r} look like device work; not counted")
         for w in warnings:
             logger.warning("%s: %s", t.path, w)
-        report = getattr(t, "report", None)
-        salvaged = report.to_dict() if report is not None and getattr(report, "salvaged", False) else (
-            {"truncated": True} if getattr(t, "salvaged", False) and report is None else None)
+        salvaged = t.report.to_dict() if t.report.salvaged else None
         off = float(t.offset_us) + self.t0  # table time + off = absolute epoch µs
         self.info = FileInfo(
             path=t.path, rank=t.rank, rank_source=t.rank_source, role=t.role, world_size=ws, window=win,
@@ -509,5 +540,13 @@ class Sets:
                    host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads)
 
 
-def read_table(t, sel: Selection | None = None) -> TraceTable | None:
-    return TraceTable.read(t, sel)
+def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
+    """Ids a counter handed out (one number per event seen) -> 0..len(ids)-1, in first-seen order (the
+    order of ``ids``' keys, which ``names`` and ``tracks`` follow)."""
+    if not ids:
+        return np.empty(0, dtype=np.int32)
+    remap = np.zeros(max(ids.values()) + 1, dtype=np.int32)
+    remap[np.fromiter(ids.values(), dtype=np.int64, count=len(ids))] = np.arange(len(ids), dtype=np.int32)
+    return remap[np.frombuffer(sparse, dtype=np.int64)]
+
+
