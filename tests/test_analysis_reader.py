@@ -166,7 +166,7 @@ def test_one_undecodable_rank_does_not_kill_the_others(tmp_path):
 
 
 BAD_FIELDS = [{"ts": "12"}, {"dur": None}, {"pid": [1]}, {"name": 5}, {"ts": 1e308}, {"dur": -1e16}, {"tid": 2**70},
-              {"ts": float("nan")}, {"dur": float("inf")}]
+              {"dur": -10}, {"ts": float("nan")}, {"dur": float("inf")}]
 
 
 def test_events_that_do_not_fit_are_skipped_and_counted_and_the_rest_kept(tmp_path):
@@ -180,10 +180,19 @@ def test_events_that_do_not_fit_are_skipped_and_counted_and_the_rest_kept(tmp_pa
         r = s.report
         assert (r.truncated, r.events_skipped, r.bytes_unread, r.salvaged) == (False, len(BAD_FIELDS), 0, True)
         assert "1 event skipped: `ts`: expected `float`, got `str`" in r.notes
-        assert r.to_dict() == {"truncated": False, "events_skipped": 9, "bytes_unread": 0, "notes": r.notes}
+        assert r.to_dict() == {"truncated": False, "events_skipped": 10, "bytes_unread": 0, "notes": r.notes}
     # A time whose ns overflow int64 used to stop merge with an OverflowError.
     code, doc, err = cli("merge", p, "-o", tmp_path / "m.json", "--json")
-    assert code == 0 and doc["events"] > 3000 and doc["salvaged"][0]["events_skipped"] == 9, err
+    assert code == 0 and doc["events"] > 3000 and doc["salvaged"][0]["events_skipped"] == 10, err
+
+
+def test_negative_durations_are_broken_events_not_negative_figures(tmp_path):
+    events = [X("k", 0, -50, cat="kernel", pid=0, tid=7), X("op", 0, -10), X("ph", 0, -3, cat="user_annotation"),
+              X("k", 10, 5, cat="kernel", pid=0, tid=7), X("op", 10, 5)]
+    code, doc, _ = cli("summary", write(tmp_path / "rank-0.json", events), "--json")
+    assert code == 0 and doc["salvaged"][0]["events_skipped"] == 3
+    assert [(k["name"], k["total_us"], k["share"]) for k in doc["kernels"]] == [("k", 5.0, 1.0)]
+    assert doc["ranks"][0]["temporal"]["device"]["span_us"] == 5.0
 
 
 def test_deeply_nested_args_are_skipped_not_a_recursion_error(tmp_path):

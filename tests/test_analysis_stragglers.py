@@ -105,6 +105,8 @@ def test_output_does_not_depend_on_workers(ddp_run, tmp_path):
     assert doc["ranks"] == outs[0]["ranks"]
     code, text, err = cli("stragglers", src)
     assert code == 0 and "conflict" in err and "claims train rank 0" in err
+    lines = err.strip().splitlines()  # one line per conflict, printed once (not also as a log record)
+    assert len(lines) == 4 and all(line.startswith("conflict ") for line in lines), err
 
 
 def test_kernel_metadata_names_group_and_collective():

@@ -6,6 +6,8 @@ shared/data set does not hold (MTIA, the 2021 schema, a world-size-1 job with an
 """
 
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -15,7 +17,7 @@ from distprof.analysis import analyze, summary
 from distprof.analysis.vocab import is_comm_kernel, profiler_step
 
 from conftest import SLOW_S
-from tracekit import DLRM, X, cli, table, write
+from tracekit import DLRM, TRACES, X, cli, table, write
 
 
 # ---- CPU / gloo jobs --------------------------------------------------------------------------------------
@@ -202,6 +204,27 @@ def test_merge_errors(tmp_path, mixed):
     assert code == 1 and [e["path"] for e in doc["errors"]] == [str(mixed / "rank-8.json")]
     assert [s["path"] for s in doc["salvaged"]] == [str(mixed / "rank-9.json")]
     assert not list(tmp_path.glob(".m.json.tmp-*"))  # no temporary output left behind
+    assert doc["skipped"] == 0 and doc["scope"]["ranks"] is None and doc["warnings"] == [] and doc["conflicts"] == []
+
+
+def test_merge_never_writes_over_its_inputs_or_over_what_is_not_a_file(tmp_path):
+    """merge writes a temporary file and renames it over -o: as root that replaced its own input (a read-only
+    trace in a read-only folder) and /dev/full. Every such output is now refused before anything is read."""
+    import hashlib
+    import shutil
+
+    src = tmp_path / "in"
+    shutil.copytree(DLRM, src)
+    victim = next(src.glob("worker0_*"))
+    before = hashlib.md5(victim.read_bytes()).hexdigest()
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    for out, words in ((victim, "is one of the traces being merged"), (fifo, "not a regular file (a FIFO)"),
+                       ("", "the output (-o) is empty"), (tmp_path, "is a directory"),
+                       ("/proc/distprof-merge.json", "cannot write")):
+        code, _, err = cli("merge", src, "-o", out)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and words in err, (out, err)
+    assert hashlib.md5(victim.read_bytes()).hexdigest() == before and stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
 def test_merge_gives_every_file_its_own_track_name(tmp_path):
@@ -215,6 +238,16 @@ def test_merge_gives_every_file_its_own_track_name(tmp_path):
     names = [e["args"]["name"] for e in json.loads((tmp_path / "m.json").read_text())["traceEvents"]
              if e["name"] == "process_name"]
     assert len(names) == len(set(names)) == 2
+    # Two copies of one run side by side share every file name: the path under PATH tells them apart.
+    two = tmp_path / "two"
+    for d in ("a", "b"):
+        (two / d).mkdir(parents=True)
+        write(two / d / "rank-0.json", [X("op", 1, 1)], distributedInfo={"rank": 0})
+    code, _, err = cli("merge", two, "-o", tmp_path / "m2.json")
+    assert code == 0, err
+    names = sorted(e["args"]["name"] for e in json.loads((tmp_path / "m2.json").read_text())["traceEvents"]
+                   if e["name"] == "process_name")
+    assert names == ["rank 0 (a/rank-0.json) (1)", "rank 0 (b/rank-0.json) (1)"]
 
 
 def test_names_from_traces_print_as_written(tmp_path):
@@ -256,3 +289,47 @@ def test_out_of_range_ids_in_args_cost_the_links_not_the_file(tmp_path):
         assert code == 0 and "Traceback" not in err, (verb, err)
     code, doc, _ = cli("summary", p, "--json")
     assert doc["kernels"] == [{"name": "gemm", "count": 2, "total_us": 40.0, "share": 1.0}]
+
+
+def test_control_characters_in_names_and_paths_are_escaped(tmp_path):
+    """An ESC sequence in a kernel name restyled the terminal; a newline split a table row or an error line."""
+    names = ["red\x1b[31mkernel", "two\nlines", "back\rspace"]
+    events = [X(n, 10 * i, 5, cat="kernel", pid=0, tid=7) for i, n in enumerate(names)]
+    events += [X("step", 0, 100, cat="user_annotation"), X("ProfilerStep#1", 0, 100, cat="user_annotation")]
+    p = write(tmp_path / "rank-0.json", events)
+    for verb in ("summary", "steps"):
+        code, text, err = cli(verb, p)
+        assert code == 0 and "\x1b" not in text + err and "\r" not in text, verb
+    code, text, _ = cli("summary", p)
+    assert "red\\x1b[31mkernel" in text and "two\\nlines" in text and "back\\rspace" in text
+    bad = tmp_path / "evil\nname\x1b[2J.json"  # a file name is untrusted too
+    bad.write_text("{")
+    code, _, err = cli("summary", bad)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "\x1b" not in err and "evil\\nname" in err
+
+
+def test_ranks_of_different_runs_are_never_matched():
+    """trace-diff holds rank 3 of one job and rank 1 of another, 8.5 days apart: both have ProfilerStep#1009-1012,
+    and stragglers matched their 60 NCCL kernels as if one job (163 ms of invented waiting)."""
+    folder = os.path.join(TRACES, "hta", "trace-diff")
+    code, doc, err = cli("stragglers", folder, "--json")
+    assert code == 0 and doc["matched"] == 0 and all(r["wait_caused_us"] == 0 for r in doc["ranks"])
+    assert {(r["role"], r["rank"]) for r in doc["ranks"]} == {("(run 1)", 3), ("(run 2)", 1)}
+    (w,) = doc["warnings"]
+    assert "8.5 days apart" in w and "run 1: ranks 3; run 2: ranks 1" in w
+    code, doc, _ = cli("steps", folder, "--json")
+    assert code == 0 and all(len(row["ranks"]) == 1 for row in doc["steps"]) and len(doc["warnings"]) == 1
+    # Ranks traced together stay one run, whatever their windows: DLRM's 8 ranks, the real gloo job's two windows.
+    code, doc, _ = cli("stragglers", DLRM, "--json")
+    assert doc["warnings"] == [] and {r["role"] for r in doc["ranks"]} == {None}
+
+
+def test_odd_identities_are_named_not_silently_resolved(tmp_path):
+    steps = [X("ProfilerStep#1", 0, 100, cat="user_annotation"), X("ProfilerStep#1", 50, 100, cat="user_annotation"),
+             X("op", 10, 5)]
+    for bad in (-1, "3", True, 10**30):
+        p = write(tmp_path / f"rank-5-{bad!s:.5}.json", steps, distributedInfo={"rank": bad, "world_size": 8})
+        code, doc, _ = cli("summary", p, "--json")
+        assert code == 0 and doc["ranks"][0]["rank"] == 5  # from the file name
+        assert any("distributedInfo.rank" in w and "rank 5 taken from the name" in w for w in doc["warnings"]), bad
+        assert any("ProfilerStep #1 appear more than once" in w for w in doc["warnings"])

@@ -59,12 +59,12 @@ def _guarded(fn: Callable) -> Callable:
             raise typer.Exit(130)
         except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
             if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.source":
-                err.print(Text.assemble(("error: ", "red"), str(e)), soft_wrap=True)
+                err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
                 raise typer.Exit(EXIT_NOTHING)
             logging.getLogger("distprof").debug("internal error", exc_info=True)
             if _debug["on"]:
                 err.print(traceback.format_exc(), markup=False, highlight=False)
-            err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {e}"
+            err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {render.plain(e)}"
                                     f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
             raise typer.Exit(EXIT_INTERNAL)
     return run
@@ -119,18 +119,19 @@ def check(
     result = check_run(run_dir)
     if as_json:
         _print_json(result.to_dict(), 0 if result.ok else 1)
-    table = Table(title=f"distprof check {result.run_dir}")
+    table = Table(title=Text(f"distprof check {render.plain(result.run_dir)}"))
     for col in ("role", "rank", "steps", "status", "file", "detail"):
         table.add_column(col)
     colors = {"ok": "green", "unlisted": "yellow"}
     for i in result.items:
         steps = f"{i.steps[0]}-{i.steps[1]}" if i.steps else ""
         c = colors.get(i.status, "red")
-        table.add_row(i.role, "" if i.rank is None else str(i.rank), steps, f"[{c}]{i.status}[/{c}]", i.file or "", i.detail)
+        table.add_row(Text(render.plain(i.role)), "" if i.rank is None else str(i.rank), steps, Text(i.status, style=c),
+                      Text(render.plain(i.file)), Text(render.plain(i.detail)))
     if result.items:
         console.print(table)
     for p in result.problems:
-        err.print(f"[red]problem:[/red] {p}")
+        err.print(Text.assemble(("problem: ", "red"), render.plain(p)), soft_wrap=True)
     bad = sum(1 for i in result.items if i.status not in ("ok", "unlisted"))
     if result.ok:
         console.print(f"[green]complete[/green]: {len(result.items)} files checked")
@@ -173,7 +174,7 @@ def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str],
     try:
         return Selection.of(ranks=ranks, roles=roles, steps=steps, steps_only=steps_only)
     except ValueError as e:
-        err.print(Text.assemble(("error: ", "red"), str(e)), soft_wrap=True)
+        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
         raise typer.Exit(EXIT_NOTHING)
 
 
@@ -297,7 +298,7 @@ def merge(
         r = merge_traces(path, out, selection=sel, progress=lambda done, total: bar.update(task, completed=done, total=total))
 
     def draw() -> None:
-        console.print(Text(f"merged {r['files']} traces, {r['events']:,} events -> {r['out']} "
+        console.print(Text(f"merged {r['files']} traces, {r['events']:,} events -> {render.plain(r['out'])} "
                            "(open in https://ui.perfetto.dev)"), soft_wrap=True)
         if r["moved_to_lanes"]:
             console.print(f"{r['moved_to_lanes']:,} events overlapped others on their thread (Perfetto would hide "

@@ -26,9 +26,21 @@ def share(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
+# Control characters (C0, DEL, C1, line separators) from a trace or a file name, shown as escapes: an ESC
+# sequence would restyle the terminal and a newline would split a table row or an error line.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROL.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def plain(s: Any) -> str:
+    """A string from a trace or a path, safe to print: control characters escaped (``\\x1b``, ``\\n``)."""
+    return ("" if s is None else str(s)).translate(_CONTROL)
+
+
 def _t(s: Any, limit: int = 120) -> Text:
-    """A trace string as plain text (no markup), cut to ``limit`` characters (C++ kernel names run to thousands)."""
-    s = "" if s is None else str(s)
+    """A trace string as plain text (no markup, no control characters), cut to ``limit`` characters (C++ kernel
+    names run to thousands)."""
+    s = plain(s)
     return Text(s if len(s) <= limit else s[:limit - 1] + "…")
 
 
@@ -49,15 +61,16 @@ def _table(title: str, cols: list[str], left: tuple[str, ...] = ("name", "role")
 def problems(err: Console, result: dict[str, Any]) -> None:
     """Errors, salvaged files, conflicts and warnings, one line each, on stderr."""
     for e in result.get("errors", []):
-        err.print(Text.assemble(("cannot read ", "red"), f"{e['message']}"), soft_wrap=True)
+        err.print(Text.assemble(("cannot read ", "red"), plain(e["message"])), soft_wrap=True)
     for s in result.get("salvaged", []):
         notes = "; ".join(s.get("notes") or []) or "truncated"
-        err.print(Text.assemble(("salvaged ", "yellow"), f"{s['path']}: read in part ({notes}); "
-                                "its figures cover only what could be read"), soft_wrap=True)
+        err.print(Text.assemble(("salvaged ", "yellow"), plain(f"{s['path']}: read in part ({notes}); "
+                                                              "its figures cover only what could be read")),
+                  soft_wrap=True)
     for c in result.get("conflicts", []):
-        err.print(Text.assemble(("conflict ", "yellow"), f"{c['path']}: {c['reason']}"), soft_wrap=True)
+        err.print(Text.assemble(("conflict ", "yellow"), plain(f"{c['path']}: {c['reason']}")), soft_wrap=True)
     for w in result.get("warnings", []):
-        err.print(Text.assemble(("warning ", "yellow"), w), soft_wrap=True)
+        err.print(Text.assemble(("warning ", "yellow"), plain(w)), soft_wrap=True)
 
 
 def scope_note(result: dict[str, Any]) -> Text | None:
@@ -153,7 +166,7 @@ def _idle_table(console: Console, s: dict[str, Any]) -> None:
         return
     t = _table(f"Per rank: device idle by cause (idle: share of the device span; causes: share of idle; "
                f"kernel wait: gaps < {overall['kernel_wait_below_us']:g} us)",
-               ["role", "rank", "idle", "host wait", "kernel wait", "other", "most host wait"])
+               ["role", "rank", "idle", "host wait", "kernel wait", "other", "stream with most host wait (its own)"])
     for r in s["ranks"]:
         f = r.get("idle")
         na = _not_applicable(f)
@@ -190,7 +203,8 @@ def _launch_table(console: Console, s: dict[str, Any]) -> None:
         bound = f["launch_bound_steps"]
         t.add_row(_t(r["role"]), _rank(r["rank"]), f"{f['launches']:,}", us(d["mean"]), us(d["p95"]), us(d["max"]),
                   f"{f['delay_outliers']:,}", f"{us(f['cpu_us']['mean'])} / {us(f['device_us']['mean'])}",
-                  share(f["short_share"]), (", ".join(map(str, bound[:8])) + (" ..." if len(bound) > 8 else "")) or "-")
+                  share(f["short_share"]),
+                  (", ".join(f"#{b}" for b in bound[:8]) + (" ..." if len(bound) > 8 else "")) or "-")
     console.print(t)
 
 
@@ -202,19 +216,30 @@ def _step_idle(x: dict[str, Any]) -> str:
     return f"{share(f['idle_share'])} (host {f['host_wait_share']:.0%})" + (" LB" if bound else "")
 
 
+def _step(step: Any) -> str:
+    """A step as the tables show it: ``N``, ``A-B (window)`` for a capture window without step markers, or ``-``."""
+    if step is None:
+        return "-"
+    if isinstance(step, (list, tuple)):
+        return f"{step[0]}-{step[1]} (window)"
+    return str(step)
+
+
 def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int = 16) -> None:
+    if not d["steps"]:
+        return
     t = _table("Steps: per rank (busy = duration - time waiting for peers; * holds the others back: "
                "caused the most waiting)",
                ["role", "step", "rank", "duration", "waited", "busy", "caused", "device idle", "phases"],
                left=("role", "phases"))
     for row in d["steps"]:
-        label = f"{row['window'][0]}-{row['window'][1]} (window)" if row.get("window") else str(row["step"])
+        label = _step(row["window"] if row.get("window") else row["step"])
         ranks = row["ranks"]
         shown = ranks if len(ranks) <= max_ranks else \
             sorted(ranks, key=lambda x: (-x["wait_caused_us"], -x["busy_us"]))[:max_ranks // 2]
         for j, x in enumerate(shown):
             mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
-            ph = Text(", ").join([Text(f"{k} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
+            ph = Text(", ").join([Text(f"{plain(k)} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
             t.add_row(_t(row["role"]) if j == 0 else "", label if j == 0 else "", _rank(x["rank"]) + mark,
                       us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), _step_idle(x), ph)
         if len(shown) < len(ranks):
@@ -250,21 +275,19 @@ def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
     if r["steps"]:
         t = _table("Per step", ["role", "step", "collectives", "wait (all ranks)", "slowest rank"])
         for s in r["steps"]:
-            step = "-" if s["step"] is None else (f"{s['step'][0]}-{s['step'][1]} (window)" if isinstance(s["step"], list)
-                                                  else str(s["step"]))
-            t.add_row(_t(s["role"]), step, str(s["collectives"]), us(s["wait_us"]),
+            t.add_row(_t(s["role"]), _step(s["step"]), str(s["collectives"]), us(s["wait_us"]),
                       "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
         console.print(t)
     if r["worst"]:
         t = _table("Collectives that cost the most waiting", ["role", "step", "group", "kind", "index", "last rank",
                                                                "wait caused", "longest wait"], left=("role", "group", "kind"))
         for w in r["worst"]:
-            t.add_row(_t(w["role"]), str(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]), str(w["last_rank"]),
+            t.add_row(_t(w["role"]), _step(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]), str(w["last_rank"]),
                       us(w["wait_caused_us"]), us(w["max_wait_us"]))
         console.print(t)
     for m in r["mismatched"]:
-        err.print(Text(f"warning: {m['kind']} in group {m['group']} (step {m['step']}) has different counts per rank "
-                       f"{m['counts']}: matched up to the smallest"), style="yellow", soft_wrap=True)
+        err.print(Text(plain(f"warning: {m['kind']} in group {m['group']} (step {_step(m['step'])}) has different "
+                             f"counts per rank {m['counts']}: matched up to the smallest")), style="yellow", soft_wrap=True)
 
 
 def diff(console: Console, d: dict[str, Any]) -> None:
@@ -272,6 +295,7 @@ def diff(console: Console, d: dict[str, Any]) -> None:
                ["kind", "name", "A", "B", "change", "ratio"], left=("kind", "name"))
     for r in d["rows"]:
         color = "red" if r["change_us"] > 0 else "green"
-        t.add_row(r["kind"], _t(r["name"]), us(r["a_us"]), us(r["b_us"]), Text(f"{r['change_us']:+,.1f} us", style=color),
+        change = ("+" if r["change_us"] > 0 else "-" if r["change_us"] < 0 else "") + us(abs(r["change_us"]))
+        t.add_row(r["kind"], _t(r["name"]), us(r["a_us"]), us(r["b_us"]), Text(change, style=color),
                   "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
     console.print(t)

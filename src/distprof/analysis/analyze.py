@@ -126,7 +126,7 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
     if not run.files and not run.errors:
         raise TraceError(f"{path}: no trace matches the selection ({_describe(selection)})")
     for c in run.conflicts:
-        logger.warning("%s: %s", c["path"], c["reason"])
+        logger.info("%s: %s", c["path"], c["reason"])  # in the result's `conflicts`: the CLI prints each once
     return run
 
 
@@ -144,7 +144,9 @@ def _describe(sel: Selection) -> str:
 
 
 def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
+    own = result.pop("warnings", [])  # what the combine found (ranks of different runs, ...)
     result.update(run.envelope())
+    result["warnings"] += own
     result["files_read"] = len(run.files)
     return result
 

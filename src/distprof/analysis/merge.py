@@ -22,6 +22,7 @@ import gzip
 import logging
 import os
 import posixpath
+import stat
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -30,6 +31,7 @@ import msgspec
 import numpy as np
 
 from .listing import TraceFile, find_traces
+from .source import file_kind, is_remote
 from .reader import Event, TraceError, open_trace
 from .selection import Selection
 
@@ -251,8 +253,9 @@ class _FileWriter:
             out.append(_enc.encode({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
                                     "args": {"sort_index": pid}}))
             if orig not in self.scan.named:
+                name = f"{self.label} ({orig})" if orig not in ("", None) else self.label
                 out.append(_enc.encode({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                                        "args": {"name": f"{self.label} ({orig})"}}))
+                                        "args": {"name": name}}))
         for (pid, tid, lane), new in self.lane_tids.items():
             base = self.scan.thread_names.get((pid, tid)) or f"thread {tid}"
             out.append(_enc.encode({"ph": "M", "name": "thread_name", "pid": self.pid(pid), "tid": new,
@@ -260,11 +263,26 @@ class _FileWriter:
         return out
 
 
-def _check_out(out: str) -> None:
-    """Refuse, in one line, an output that cannot be written (before reading anything)."""
-    parent = os.path.dirname(os.path.abspath(out))
+def _check_out(out: str, inputs: list[str]) -> None:
+    """Refuse, in one line, an output that cannot be written or must not be (before reading anything): a
+    missing or unwritable folder, a directory, a device or FIFO, or one of the traces being merged."""
+    if not out:
+        raise TraceError("merge: the output (-o) is empty; give a file name such as merged.json.gz")
+    if is_remote(out):
+        raise TraceError(f"{out}: merge writes a local file; give a local path and copy it after")
     if os.path.isdir(out):
         raise TraceError(f"{out}: is a directory; give a file name such as merged.json.gz")
+    if os.path.lexists(out):
+        try:
+            mode = os.stat(out).st_mode
+        except OSError as e:
+            raise TraceError(f"{out}: cannot write ({e.strerror or e})") from None
+        if not stat.S_ISREG(mode):
+            raise TraceError(f"{out}: not a regular file ({file_kind(mode)}); give a new file name")
+        real = os.path.realpath(out)
+        if any(not is_remote(p) and os.path.realpath(p.removeprefix("file://")) == real for p in inputs):
+            raise TraceError(f"{out}: is one of the traces being merged; give another file name")
+    parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):
         raise TraceError(f"{out}: cannot write: folder {parent} does not exist")
     if not os.access(parent, os.W_OK):
@@ -280,18 +298,22 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     "salvaged", "files_read"}``; raises TraceError when no file could be read or ``out`` cannot be written.
     """
     selection = selection or Selection()
-    _check_out(out)
     problems: list[tuple[str, str]] = []
-    files = [f for f in find_traces(path, problems)
+    found = find_traces(path, problems)
+    _check_out(out, [f.path for f in found])
+    files = [f for f in found
              if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))]
     # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
     # names and overlapping events. It orders the tracks by role then rank and fixes the clock base.
     scans, errors = [], [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
+    skipped = len(found) - len(files)  # files the selection leaves out
     for k, f in enumerate(files, 1):
         try:
             scan = _scan(f)
             if selection.rank_ok(scan.rank) and selection.role_ok(scan.role):
                 scans.append(scan)
+            else:
+                skipped += 1
         except TraceError as e:  # one unreadable rank is reported, the others are still merged
             errors.append({"path": f.path, "message": str(e)})
         if progress:
@@ -301,7 +323,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
         why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else "no trace files found")
         raise TraceError(f"{path}: no readable trace ({why})")
     base = min(s.first_us for s in scans)
-    labels = _labels(scans)
+    labels = _labels(scans, path)
     # Pass 2: stream every file into a temporary output, one batch at a time; rename it when complete.
     opener = gzip.open if out.endswith(".gz") else open
     events_out = moved = 0
@@ -332,19 +354,31 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
                     progress(len(scans) + i + 1, 2 * len(scans))
             w.write(b"]}")
         os.replace(tmp, out)
+    except OSError as e:  # the output folder refused a write (full disk, a read-only or virtual file system)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TraceError(f"{out}: cannot write ({e.strerror or e}); nothing was written") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return {"out": out, "files": len(scans), "events": events_out, "base_time_us": base, "moved_to_lanes": moved,
             "errors": errors, "salvaged": [{"path": s.file.path, **s.salvaged} for s in scans if s.salvaged],
-            "files_read": len(scans)}
+            "files_read": len(scans), "skipped": skipped, "scope": selection.to_dict(),
+            "warnings": [], "conflicts": []}
 
 
-def _labels(scans: list[_Scan]) -> list[str]:
-    """Track labels, unique across files: two files of one rank (or two unranked files) get their file name added."""
+def _labels(scans: list[_Scan], root: str) -> list[str]:
+    """Track labels, unique across files: two files of one rank (or two unranked files) get their path under
+    ``root`` added (two copies of a run in sibling folders share file names)."""
     base = [_label(s.role, s.rank, s.file.path) for s in scans]
     seen: dict[str, int] = {}
     for b in base:
         seen[b] = seen.get(b, 0) + 1
-    return [f"{b} ({posixpath.basename(s.file.path)})" if seen[b] > 1 else b for b, s in zip(base, scans)]
+    top = root.removeprefix("file://").rstrip("/")
+
+    def where(p: str) -> str:
+        p = p.removeprefix("file://")
+        return posixpath.relpath(p, top) if p.startswith(top + "/") else posixpath.basename(p)
+
+    return [f"{b} ({where(s.file.path)})" if seen[b] > 1 else b for b, s in zip(base, scans)]

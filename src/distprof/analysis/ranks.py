@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-__all__ = ["resolve", "group", "add", "summed"]
+__all__ = ["resolve", "group", "add", "summed", "runs", "role_of"]
 
 
 def resolve(results: list) -> tuple[list, list[dict[str, Any]]]:
@@ -42,6 +42,63 @@ def resolve(results: list) -> tuple[list, list[dict[str, Any]]]:
         by_rank[key].append(r)
         kept.append(r)
     return kept, conflicts
+
+
+RUN_GAP_S = 60.0  # disjoint traced spans this far apart are different runs, not clock skew
+
+
+def runs(infos: Iterable[Any]) -> tuple[dict[tuple[str, int], str | None], list[str]]:
+    """Which ranks of each role were traced together: ``((role, rank) -> the role to report it under, warnings)``.
+
+    The ranks of one job are traced at the same time (they wait for each other in every collective), so
+    ranks whose traced time spans lie more than :data:`RUN_GAP_S` apart belong to different runs (a folder
+    holding rank 1 of one job and rank 3 of another, taken days apart). Spans closer than that (clocks of
+    different hosts disagree by up to a few hundred ms without NTP), directly or through other ranks, form
+    one run. A role with several runs gets a warning, and its ranks are reported as ``"{role} (run
+    K)"``, so no analysis matches or compares ranks across runs. A rank's span is that of all its files.
+    """
+    spans: dict[tuple[str, int], list[float]] = {}
+    for info in infos:
+        if info.rank is None or info.start_us is None:
+            continue
+        key = (info.role or "", info.rank)
+        lo, hi = spans.get(key, (info.start_us, info.end_us))
+        spans[key] = [min(lo, info.start_us), max(hi, info.end_us)]
+    labels: dict[tuple[str, int], str | None] = {}
+    warnings = []
+    for role in sorted({r for r, _ in spans}):
+        keys = sorted((k for k in spans if k[0] == role), key=lambda k: (spans[k][0], k[1]))
+        groups: list[list[tuple[str, int]]] = []
+        reach = -float("inf")
+        for k in keys:
+            lo, hi = spans[k]
+            if not groups or lo > reach + RUN_GAP_S * 1e6:
+                groups.append([])
+            groups[-1].append(k)
+            reach = max(reach, hi)
+        for n, g in enumerate(groups):
+            for k in g:
+                labels[k] = (f"{role} (run {n + 1})" if role else f"(run {n + 1})") if len(groups) > 1 else (role or None)
+        if len(groups) > 1:
+            gap = min(spans[groups[i + 1][0]][0] - max(spans[k][1] for k in groups[i]) for i in range(len(groups) - 1))
+            who = "; ".join(f"run {n + 1}: ranks " + ",".join(str(k[1]) for k in sorted(g)) for n, g in enumerate(groups))
+            warnings.append(f"{'role ' + repr(role) + ': ' if role else ''}ranks traced at different times, at least "
+                            f"{_duration(gap / 1e6)} apart, are different runs and never matched as one job ({who})")
+    return labels, warnings
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400.0), ("hours", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:,.3f} s"
+
+
+def role_of(labels: dict[tuple[str, int], str | None], info: Any) -> str | None:
+    """The role a file's rank is reported under (see :func:`runs`)."""
+    if info.rank is None:
+        return info.role
+    return labels.get((info.role or "", info.rank), info.role)
 
 
 def group(pairs: Iterable[tuple[Any, Any]]) -> list[tuple[Any, list]]:

@@ -50,6 +50,7 @@ SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents ar
 
 # Times are µs; analyses and merge turn them into int64 ns, so anything at or beyond 9e15 µs is absurd.
 _Time = Annotated[float, msgspec.Meta(ge=-9e15, le=9e15)]
+_Duration = Annotated[float, msgspec.Meta(ge=0, le=9e15)]  # a negative duration is a broken event, not a figure
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]  # ids end up in numpy int64 columns
 
 
@@ -61,7 +62,7 @@ class Event(msgspec.Struct, gc=False):
     pid: Int64 | str = 0
     tid: Int64 | str = 0
     ts: _Time = 0.0
-    dur: _Time = 0.0
+    dur: _Duration = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only when an analysis needs it
     id: Int64 | str | None = None  # flow / async / object id
     bp: str | None = None  # flow binding point
@@ -109,7 +110,7 @@ class Complete(LeanEvent, tag="X"):
     pid: Int64 | str = 0
     tid: Int64 | str = 0
     ts: _Time = 0.0
-    dur: _Time = 0.0
+    dur: _Duration = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")
 
 

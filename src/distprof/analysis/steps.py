@@ -25,6 +25,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import intervals as iv
+from .ranks import role_of, runs
 from .summary import CATEGORIES
 from .table import TraceTable
 from .vocab import Kind
@@ -95,11 +96,13 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[st
     """
     waited = {(w["role"] or "", w["rank"], w["step"] if not isinstance(w["step"], list) else tuple(w["step"])):
               (w["waited_us"], w["wait_caused_us"]) for w in waits}
+    files = list(files)
+    labels, run_warnings = runs(info for info, _ in files)  # ranks of different runs never share a row
     table: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for info, parts in files:
         extra = {name: parts.get(name, {}).get("steps", {}) for name in ("breakdown", "temporal", "overlap")}
+        role = role_of(labels, info) or ""
         for s in parts["steps"]["steps"]:
-            role = info.role or ""
             key = s["step"] if "window" not in s else tuple(s["window"])
             w, caused = waited.get((role, info.rank, key), (0.0, 0.0))
             row = {"rank": info.rank, "path": info.path, "dur_us": s["dur_us"], "waited_us": w,
@@ -130,4 +133,4 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[st
                      "max_us": longest["dur_us"], "min_us": min(x["dur_us"] for x in ranks),
                      "waited_us": sum(x["waited_us"] for x in ranks),
                      "mean_phases": dict(sorted(phases.items(), key=lambda kv: -kv[1]))})
-    return {"steps": rows}
+    return {"steps": rows, "warnings": run_warnings}

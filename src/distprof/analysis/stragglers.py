@@ -30,6 +30,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .ranks import role_of, runs
 from .table import TraceTable
 from .vocab import Kind, is_collective_op
 
@@ -93,6 +94,8 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
     ``files`` are (FileInfo, extract result) pairs, several per rank allowed (their collectives are
     matched step by step). Files without a rank are listed in ``unranked``.
     """
+    files = list(files)
+    labels, run_warnings = runs(info for info, _ in files)  # ranks of different runs are never matched
     members: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     ends: dict[tuple[str, int], float] = {}
     sources, unranked = set(), []
@@ -100,7 +103,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
         if info.rank is None:
             unranked.append(info.path)
             continue
-        role = info.role or ""
+        role = role_of(labels, info) or ""
         members[role][info.rank].extend(p["collectives"])
         sources.add(p["source"])
         if info.end_us is not None:
@@ -192,4 +195,4 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
              for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
     return {"ranks": rank_rows, "matched": len(instances), "mismatched": mismatched, "steps": steps,
             "worst": worst[:top] if top else worst, "waits": waits, "sources": sorted(sources),
-            "unranked": unranked}
+            "unranked": unranked, "warnings": run_warnings}

@@ -285,11 +285,12 @@ class TraceTable:
         self.meta = {j: (None if g is None else str(g), c) for j, (g, c) in meta.items()}
 
         # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range).
-        rows, seen = [], set()
+        rows, seen = [], Counter()
         for j, num in step_rows:
             if num not in seen:
-                seen.add(num)
                 rows.append((self.ts[j], self.end[j], float(num)))
+            seen[num] += 1
+        self._repeated_steps = sorted(n for n, c in seen.items() if c > 1)
         rows.sort()
         self.steps = np.array(rows, dtype=np.float64).reshape(-1, 3)
         self.step = self._locate_steps()
@@ -316,11 +317,19 @@ class TraceTable:
         if isinstance(window, dict) and isinstance(window.get("steps"), list) and len(window["steps"]) == 2:
             win = [int(x) for x in window["steps"]]
         warnings = []
+        if self._repeated_steps:
+            shown = ", ".join(f"#{n}" for n in self._repeated_steps[:5])
+            warnings.append(f"ProfilerStep {shown}{' ...' if len(self._repeated_steps) > 5 else ''} appear more than "
+                            "once; the first range of each is used")
+        r = info.get("rank")
+        if "rank" in info and not (type(r) is int and 0 <= r < 2**31):  # the reader's rule for a usable rank
+            warnings.append(f"distributedInfo.rank {repr(r)[:40]} is not a rank; "
+                            + (f"rank {t.rank} taken from the {t.rank_source}" if t.rank is not None else "rank unknown"))
         for cat, n_cat in sorted(unknown.items()):
             if looks_like_device(cat):
                 warnings.append(f"{n_cat:,} events of unknown category {cat!r} look like device work; not counted")
         for w in warnings:
-            logger.warning("%s: %s", t.path, w)
+            logger.info("%s: %s", t.path, w)  # in the file's `warnings`: the CLI prints each once
         salvaged = t.report.to_dict() if t.report.salvaged else None
         off = float(t.offset_us) + self.t0  # table time + off = absolute epoch µs
         self.info = FileInfo(
