@@ -78,3 +78,14 @@ def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_pat
     forward = [e for e in doc["traceEvents"] if e.get("name") == "train/forward" and e.get("cat") == "user_annotation"]
     expected = sum(float(e["dur"]) for e in forward)
     assert expected > 0 and row["ranks"][0]["phases"]["train/forward"] == pytest.approx(expected)
+
+
+def test_steps_table_shows_each_steps_breakdown_and_overlap():
+    code, text, _ = cli("steps", DLRM)
+    assert code == 0
+    table = text[text.index("TensorBoard-style breakdown"):]
+    row = next(line for line in table.splitlines() if "│   10 │" in line)
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    # role, step, duration, 8 category shares, overlap: the shares of one step add up to about 100%
+    assert cells[1] == "10" and len(cells) == 12
+    assert 97 <= sum(int(c.rstrip("%")) for c in cells[3:11]) <= 103 and cells[11].endswith("%")

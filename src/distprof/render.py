@@ -225,6 +225,30 @@ def _step(step: Any) -> str:
     return str(step)
 
 
+_BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+
+
+def _step_breakdown_table(console: Console, d: dict[str, Any]) -> None:
+    """Per step, over its ranks: the TensorBoard-style breakdown and the comm/compute overlap (each rank's own
+    figures are in --json)."""
+    rows = [row for row in d["steps"] if any(x.get("breakdown") for x in row["ranks"])]
+    if not rows:
+        return
+    t = _table("Per step, mean over its ranks: TensorBoard-style breakdown (share of the step) and communication "
+               "overlapped by compute", ["role", "step", "duration", *(c.replace("_", " ") for c in _BREAKDOWN),
+                                         "comm overlapped"])
+    for row in rows:
+        figs = [x["breakdown"] for x in row["ranks"] if x.get("breakdown")]
+        dur = sum(f["dur_us"] for f in figs)
+        over = [o for x in row["ranks"] for o in ((x.get("overlap") or {}).get("device"),
+                                                   (x.get("overlap") or {}).get("host")) if o]
+        comm = sum(o["communication_us"] for o in over)
+        t.add_row(_t(row["role"]), _step(row["window"] if row.get("window") else row["step"]), us(dur / len(figs)),
+                  *[f"{sum(f[c] for f in figs) / dur:.0%}" if dur else "-" for c in _BREAKDOWN],
+                  share(sum(o["overlapped_us"] for o in over) / comm) if comm else "-")
+    console.print(t)
+
+
 def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int = 16) -> None:
     if not d["steps"]:
         return
@@ -246,6 +270,7 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
             t.add_row("", "", f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
         t.add_section()
     console.print(t)
+    _step_breakdown_table(console, d)
     bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
     if bound:
         from .analysis.launch import LAUNCH_BOUND_IDLE_SHARE  # the rule's threshold, spelled once
