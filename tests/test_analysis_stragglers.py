@@ -4,6 +4,8 @@ import gzip
 import json
 import os
 import shutil
+
+import pytest
 from collections import defaultdict
 
 from distprof.analysis import analyze, find_traces
@@ -167,3 +169,22 @@ def test_cli_stragglers_json_keys_and_top():
     assert len(doc["worst"]) == 8  # every late collective, not capped at 20 or at the default 10
     code, text, _ = cli("stragglers", DLRM)
     assert code == 0 and "Stragglers: 8 collectives matched" in text
+
+
+def test_wait_matrix_splits_each_ranks_waiting_by_the_rank_it_waited_for():
+    r = analyze.stragglers(DLRM, workers=1)
+    waited, caused = defaultdict(float), defaultdict(float)
+    for c in r["wait_matrix"]:
+        assert c["waiter"] != c["culprit"] and c["wait_us"] > 0
+        waited[c["waiter"]] += c["wait_us"]
+        caused[c["culprit"]] += c["wait_us"]
+    assert dict(waited) == pytest.approx({row["rank"]: row["waited_us"] for row in r["ranks"] if row["waited_us"]})
+    assert dict(caused) == pytest.approx({row["rank"]: row["wait_caused_us"] for row in r["ranks"] if row["wait_caused_us"]})
+
+
+def test_investigate_gives_every_verbs_answer_from_one_read():
+    inv = analyze.investigate(DLRM, workers=1)
+    assert inv.summary == analyze.summary(DLRM, workers=1)
+    assert inv.steps == analyze.steps(DLRM, workers=1)
+    assert inv.stragglers == analyze.stragglers(DLRM, workers=1, top=None)
+    assert inv.envelope()["files_read"] == 8 and inv.run.files and len(inv.run.files) == 8

@@ -32,7 +32,8 @@ from .table import FileInfo, TraceTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code"]
+__all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code", "investigate",
+           "Investigation"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch}
@@ -151,11 +152,13 @@ def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
-            ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
-    run = read(path, ("summary", "temporal", "overlap", "breakdown", "idle", "launch"), selection, workers, ray_address,
-               progress)
+# What each verb's figures are made of: the per-file extracts its read runs.
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch")
+STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch")
+STRAGGLERS_PARTS = ("stragglers",)
+
+
+def _summary_of(run: Run, top: int | None) -> dict[str, Any]:
     out = summary_mod.combine(run.pairs("summary"), top=top)
     per_rank = {(r["role"], r["rank"], r["path"]): r for r in out["ranks"]}
     # Device idle by cause and kernel launch statistics: per rank, and over all ranks.
@@ -181,12 +184,11 @@ def summary(path: str, selection: Selection | None = None, top: int | None = Non
     return _finish(run, out)
 
 
-def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
-          progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back."""
-    run = read(path, ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch"), selection, workers,
-               ray_address, progress)
-    waits = stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"]
+def _stragglers_of(run: Run, top: int | None) -> dict[str, Any]:
+    return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
+
+
+def _steps_of(run: Run, waits: list[dict[str, Any]]) -> dict[str, Any]:
     out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
     # Each rank's device idle by cause and launch figures for the step; the ranks whose step is launch-bound.
     parts = {r.info.path: r.parts for r in run.files}
@@ -202,11 +204,49 @@ def steps(path: str, selection: Selection | None = None, workers: int | None = N
     return _finish(run, out)
 
 
+def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
+            ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
+    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top)
+
+
+def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
+          progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back."""
+    run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
+    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"])
+
+
 def stragglers(path: str, selection: Selection | None = None, top: int | None = 10, workers: int | None = None,
                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof stragglers``: collectives matched across ranks; who arrives last, who waits how long."""
-    run = read(path, ("stragglers",), selection, workers, ray_address, progress)
-    return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
+    return _stragglers_of(read(path, STRAGGLERS_PARTS, selection, workers, ray_address, progress), top)
+
+
+@dataclass
+class Investigation:
+    """What one read of a path gives every verb: ``summary``, ``steps`` and ``stragglers`` are the objects
+    those verbs' ``--json`` print (``stragglers["worst"]`` uncapped), made from one decode of each file.
+    ``diagnose`` and ``report`` work on it, so nothing is read or computed twice."""
+    path: str
+    run: Run
+    summary: dict[str, Any]
+    steps: dict[str, Any]
+    stragglers: dict[str, Any]
+
+    def envelope(self) -> dict[str, Any]:
+        """The keys every verb shares (errors, salvaged, conflicts, warnings, skipped, scope, files_read)."""
+        keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
+        return {k: self.steps[k] for k in keys}
+
+
+def investigate(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
+                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Investigation:
+    """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer."""
+    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS))
+    run = read(path, names, selection, workers, ray_address, progress)
+    strag = _stragglers_of(run, None)
+    return Investigation(path, run, _summary_of(run, top), _steps_of(run, strag["waits"]), strag)
 
 
 def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,

@@ -18,7 +18,8 @@ several at once. Its **waited** time is the union of its blocked intervals: the 
 blocked, never more than its traced time. Each instant of it is charged to one rank, the last arrival
 of the *oldest* collective blocking it then (a stream runs its collectives in order, so the oldest one
 is what holds it); a rank's **wait caused** is the sum of what is charged to it, so the waits caused
-by all ranks add up to the time all ranks waited, and no interval is counted twice.
+by all ranks add up to the time all ranks waited, and no interval is counted twice. ``wait_matrix``
+splits the same time by pair: how long each rank waited for each other rank.
 """
 
 from __future__ import annotations
@@ -151,6 +152,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
     # Charge each rank's blocked time, instant by instant, to the oldest collective blocking it.
     per_step: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "by": defaultdict(float), "collectives": set()})
     waited_at: dict[tuple, float] = {}
+    pair: dict[tuple[str, int, int], float] = defaultdict(float)  # (role, waiter, the rank it waited for) -> µs
     for (role, r), spans in blocked.items():
         spans.sort()
         reach = -math.inf
@@ -169,6 +171,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
                 s["wait_us"] += part
                 s["by"][inst["last_rank"]] += part
                 by_step[_key(step)] += part
+                pair[(role, r, inst["last_rank"])] += part
             reach = max(reach, b)
         for step, us in by_step.items():
             waited_at[(role, r, step)] = us
@@ -195,4 +198,6 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
              for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
     return {"ranks": rank_rows, "matched": len(instances), "mismatched": mismatched, "steps": steps,
             "worst": worst[:top] if top else worst, "waits": waits, "sources": sorted(sources),
-            "unranked": unranked, "warnings": run_warnings}
+            "unranked": unranked, "warnings": run_warnings,
+            "wait_matrix": [{"role": role or None, "waiter": w, "culprit": c, "wait_us": us}
+                            for (role, w, c), us in sorted(pair.items())]}
