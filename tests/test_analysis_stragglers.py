@@ -4,9 +4,9 @@ import gzip
 import json
 import os
 import shutil
+from collections import defaultdict
 
 import pytest
-from collections import defaultdict
 
 from distprof.analysis import analyze, find_traces
 from distprof.analysis import stragglers as strag
