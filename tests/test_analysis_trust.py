@@ -219,7 +219,7 @@ def test_merge_never_writes_over_its_inputs_or_over_what_is_not_a_file(tmp_path)
     before = hashlib.md5(victim.read_bytes()).hexdigest()
     fifo = tmp_path / "out.json"
     os.mkfifo(fifo)
-    for out, words in ((victim, "is one of the traces being merged"), (fifo, "not a regular file (a FIFO)"),
+    for out, words in ((victim, "is one of the traces being read"), (fifo, "not a regular file (a FIFO)"),
                        ("", "the output (-o) is empty"), (tmp_path, "is a directory"),
                        ("/proc/distprof-merge.json", "cannot write")):
         code, _, err = cli("merge", src, "-o", out)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 import tempfile
 import traceback
@@ -75,13 +76,16 @@ def _guarded(fn: Callable) -> Callable:
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
     steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
+    slow_ms: float = typer.Option(150.0, "--slow-ms", min=0.0,
+                                  help="Extra batch preparation of actor rank 1 per step (the straggler to find; 0: none)."),
 ) -> None:
-    """Run a small RL job (rollout, reference, 2-rank actor) on a local Ray cluster under the profiler."""
+    """Run a small RL job (rollout, reference, 2-rank actor) on a local Ray cluster under the profiler,
+    then diagnose it and write the HTML report next to the traces."""
     from .demo import rl_job
 
     out = out or tempfile.mkdtemp(prefix="distprof-demo-")
     with console.status("starting...") as status:
-        result = rl_job.run(out, steps=steps, progress=lambda msg: status.update(msg))
+        result = rl_job.run(out, steps=steps, progress=lambda msg: status.update(msg), slow_ms=slow_ms)
     table = Table(title=f"Traces in {result.run_dir}")
     for col in ("role", "rank", "steps", "file", "bytes"):
         table.add_column(col, justify="right" if col in ("rank", "bytes") else "left")
@@ -94,8 +98,16 @@ def demo(
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
+    from .report import write_report
+
+    with console.status("diagnosing and writing the report..."):
+        rep = write_report(result.run_dir, os.path.join(result.run_dir, "report.html"), workers=1)
+    console.print(Text(f"Diagnosis ({len(rep['findings'])} finding{'s' if len(rep['findings']) != 1 else ''}):"))
+    for k, f in enumerate(rep["findings"][:3], 1):
+        console.print(Text(f"  {k}. {render.plain(f['claim'])}"), soft_wrap=True)
+    console.print(Text(f"Report: {rep['out']} (open it in a browser; it works offline)"), soft_wrap=True)
     console.print("Next:")
-    for verb in ("summary", "steps", "stragglers"):
+    for verb in ("diagnose", "summary", "steps", "stragglers"):
         console.print(f"  distprof {verb} {result.run_dir}", soft_wrap=True)
     console.print(f"  distprof merge {result.run_dir} -o merged.json.gz", soft_wrap=True)
     console.print(f"  distprof check {result.run_dir}", soft_wrap=True)
@@ -281,6 +293,23 @@ def steps(
 
 @app.command()
 @_guarded
+def diagnose(
+    path: str = typer.Argument(..., help=PATH_HELP),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: findings (ranked), analysed, thresholds."),
+) -> None:
+    """What is wrong, in words: findings ranked by the step time they cost, each with its evidence, what fixing it
+    would save on the step's path across ranks, and a next step."""
+    from .analysis import analyze
+
+    sel = _selection(ranks, roles, steps, steps_only)
+    d = _run(analyze.diagnose, path, selection=sel, workers=workers, ray_address=ray_address)
+    _done(d, as_json, lambda: render.diagnose(console, d))
+
+
+@app.command()
+@_guarded
 def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
     out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
@@ -328,6 +357,30 @@ def diff(
     sel_b = _selection(None, roles, None if step_b is None else str(step_b), steps_only, rank_b)
     d = _run(analyze.diff, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers, ray_address=ray_address)
     _done(d, as_json, lambda: render.diff(console, d))
+
+
+@app.command()
+@_guarded
+def report(
+    path: str = typer.Argument(..., help=PATH_HELP),
+    out: str = typer.Option(..., "-o", "--out", help="Output HTML file (one self-contained page; opens offline)."),
+    compare: Optional[str] = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: out, bytes, findings, plots, ..."),
+) -> None:
+    """One HTML file: the diagnosis at the top, each finding linked to the plot that shows it, then the plots."""
+    from .report import write_report
+
+    sel = _selection(ranks, roles, steps, steps_only)
+    r = _run(write_report, path, out, compare=compare, selection=sel, workers=workers, ray_address=ray_address)
+
+    def draw() -> None:
+        n = len(r["findings"])
+        console.print(Text(f"report: {render.plain(r['out'])} ({r['bytes']:,} bytes, "
+                           f"{n} finding{'' if n == 1 else 's'}; open it in a browser, no network needed)"), soft_wrap=True)
+
+    _done(r, as_json, draw)
 
 
 def main() -> None:

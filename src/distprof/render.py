@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "problems", "scope_note"]
+__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note"]
 
 
 def us(v: float | None) -> str:
@@ -324,3 +324,48 @@ def diff(console: Console, d: dict[str, Any]) -> None:
         t.add_row(r["kind"], _t(r["name"]), us(r["a_us"]), us(r["b_us"]), Text(change, style=color),
                   "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
     console.print(t)
+
+
+def _what_if(w: dict[str, Any] | None) -> str | None:
+    """A finding's what-if in words: the change, what it saves on the step's path, and the naive figure."""
+    if not w:
+        return None
+    steps = w.get("steps") or 0
+    text = f"if {w['change']}, each step gets {'up to ' if w.get('upper_bound') else ''}{us(w['saves_per_step_us'])} " \
+           f"shorter" + (f" ({us(w['saves_us'])} over {steps} steps)" if steps > 1 else "")
+    if w.get("naive_us") is not None and w["naive_us"] > w["saves_us"] * 1.05 + 1:
+        text += f" (subtracting the time alone would say {us(w['naive_us'])}"
+        text += f"; rank {_rank(w['then_last_rank'])} then arrives last)" if w.get("then_last_rank") is not None else ")"
+    return text
+
+
+def diagnose(console: Console, d: dict[str, Any]) -> None:
+    """Findings ranked by the step time they cost: claim, cost, what-if, fix (claims carry trace names: plain text)."""
+    findings = d["findings"]
+    a = d.get("analysed") or {}
+    n_steps, n_ranks = a.get("steps", 0), a.get("ranks", 0)
+    seen = f"{n_steps} step{'' if n_steps == 1 else 's'} of {n_ranks} rank{'' if n_ranks == 1 else 's'} analysed" + \
+        ("" if a.get("device") else "; no device events, so only the host rules apply")
+    if not findings:
+        console.print(Text(f"No problems found above the thresholds ({seen}).", style="green"), soft_wrap=True)
+        return
+    console.print(Text(f"Diagnosis: {len(findings)} finding{'s' if len(findings) > 1 else ''}, ranked by the step time "
+                       f"they cost ({seen})", style="bold"), soft_wrap=True)
+    for i, f in enumerate(findings, 1):
+        cost = us(f["cost_us"]) + (f" ({share(f['cost_share'])} of step time)" if f.get("cost_share") is not None else "")
+        console.print(Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")))
+        console.print(Text.assemble("   ", plain(f["claim"])))
+        w = _what_if(f.get("what_if"))
+        if w:
+            console.print(Text.assemble("   ", ("what-if: ", "cyan"), plain(w)))
+        console.print(Text.assemble("   ", ("fix: ", "green"), plain(f["fix"])))
+        ev = f["evidence"]
+        names = ", ".join(plain(n if len(n) <= 80 else n[:79] + "…") for n in ev["names"][:3])
+        where = "; ".join(p for p in (
+            f"role {plain(ev['role'])}" if ev.get("role") else "",
+            f"ranks {', '.join(map(_rank, ev['ranks'][:8]))}{' ...' if len(ev['ranks']) > 8 else ''}" if ev["ranks"] else "",
+            f"steps {', '.join(map(_step, ev['steps'][:8]))}{' ...' if len(ev['steps']) > 8 else ''}" if ev["steps"] else "",
+            f"names {names}" if names else "",
+            f"plot {f['plot']}" if f.get("plot") else "") if p)
+        if where:
+            console.print(Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))

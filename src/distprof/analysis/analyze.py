@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import idle, launch, temporal
+from . import diagnose as diagnose_mod, idle, launch, temporal
 from .parallel import FileError, Progress, map_files
 from .ranks import resolve
 from .listing import TraceFile, find_traces
@@ -33,7 +33,7 @@ from .table import FileInfo, TraceTable
 logger = logging.getLogger(__name__)
 
 __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code", "investigate",
-           "Investigation"]
+           "Investigation", "diagnose"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch}
@@ -247,6 +247,15 @@ def investigate(path: str, selection: Selection | None = None, top: int | None =
     run = read(path, names, selection, workers, ray_address, progress)
     strag = _stragglers_of(run, None)
     return Investigation(path, run, _summary_of(run, top), _steps_of(run, strag["waits"]), strag)
+
+
+def diagnose(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
+             progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof diagnose``: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost, with the rules'
+    ``thresholds``, what was ``analysed``, and the keys every verb shares."""
+    inv = investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
+    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": diagnose_mod.analysed(inv),
+            "thresholds": diagnose_mod.THRESHOLDS, **inv.envelope()}
 
 
 def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,

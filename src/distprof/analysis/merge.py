@@ -17,12 +17,9 @@ What Perfetto's JSON importer needs, and real Kineto traces do not always give i
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import logging
-import os
 import posixpath
-import stat
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -31,7 +28,7 @@ import msgspec
 import numpy as np
 
 from .listing import TraceFile, find_traces
-from .source import file_kind, is_remote
+from .writing import atomic_output, check_output
 from .reader import Event, TraceError, open_trace
 from .selection import Selection
 
@@ -263,32 +260,6 @@ class _FileWriter:
         return out
 
 
-def _check_out(out: str, inputs: list[str]) -> None:
-    """Refuse, in one line, an output that cannot be written or must not be (before reading anything): a
-    missing or unwritable folder, a directory, a device or FIFO, or one of the traces being merged."""
-    if not out:
-        raise TraceError("merge: the output (-o) is empty; give a file name such as merged.json.gz")
-    if is_remote(out):
-        raise TraceError(f"{out}: merge writes a local file; give a local path and copy it after")
-    if os.path.isdir(out):
-        raise TraceError(f"{out}: is a directory; give a file name such as merged.json.gz")
-    if os.path.lexists(out):
-        try:
-            mode = os.stat(out).st_mode
-        except OSError as e:
-            raise TraceError(f"{out}: cannot write ({e.strerror or e})") from None
-        if not stat.S_ISREG(mode):
-            raise TraceError(f"{out}: not a regular file ({file_kind(mode)}); give a new file name")
-        real = os.path.realpath(out)
-        if any(not is_remote(p) and os.path.realpath(p.removeprefix("file://")) == real for p in inputs):
-            raise TraceError(f"{out}: is one of the traces being merged; give another file name")
-    parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise TraceError(f"{out}: cannot write: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise TraceError(f"{out}: cannot write: folder {parent} is not writable")
-
-
 def merge_traces(path: str, out: str, selection: Selection | None = None,
                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Merge every trace under ``path`` (the ``selection``'s ranks and roles) into ``out`` (``.json`` or ``.json.gz``).
@@ -300,7 +271,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     selection = selection or Selection()
     problems: list[tuple[str, str]] = []
     found = find_traces(path, problems)
-    _check_out(out, [f.path for f in found])
+    check_output(out, [f.path for f in found], "merge", "merged.json.gz")
     files = [f for f in found
              if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))]
     # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
@@ -327,8 +298,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     # Pass 2: stream every file into a temporary output, one batch at a time; rename it when complete.
     opener = gzip.open if out.endswith(".gz") else open
     events_out = moved = 0
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
-    try:
+    with atomic_output(out) as tmp:
         with opener(tmp, "wb") as w:
             w.write(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
                 {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
@@ -353,15 +323,6 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
                 if progress:
                     progress(len(scans) + i + 1, 2 * len(scans))
             w.write(b"]}")
-        os.replace(tmp, out)
-    except OSError as e:  # the output folder refused a write (full disk, a read-only or virtual file system)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise TraceError(f"{out}: cannot write ({e.strerror or e}); nothing was written") from None
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     return {"out": out, "files": len(scans), "events": events_out, "base_time_us": base, "moved_to_lanes": moved,
             "errors": errors, "salvaged": [{"path": s.file.path, **s.salvaged} for s in scans if s.salvaged],
             "files_read": len(scans), "skipped": skipped, "scope": selection.to_dict(),

@@ -127,6 +127,8 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     kernels = _table(tb.names, tb.name[dev], tb.dur[dev])
     ops_m = (k == Kind.CPU_OP) & scope
     ops = _table(tb.names, tb.name[ops_m], tb.dur[ops_m], _by_track(tb, ops_m))
+    rt_m = (k == Kind.RUNTIME) & scope
+    runtime = _table(tb.names, tb.name[rt_m], tb.dur[rt_m])  # runtime / driver calls by name (syncs among them)
     ph_m = (k == Kind.ANNOTATION) & ~tb.comm & scope
     phases = _table(tb.names, tb.name[ph_m], tb.dur[ph_m], _by_track(tb, ph_m))
     s = tb.sets()
@@ -156,7 +158,8 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         out_ops = (k == Kind.CPU_OP) & (tb.step < 0) & scope
         outside = {"device_us": float(tb.dur[out_dev].sum()), "op_us": float(tb.dur[out_ops].sum())}
     return {
-        "kernels": kernels, "ops": ops, "phases": phases, "categories": {c: v for c, v in cats.items() if v},
+        "kernels": kernels, "ops": ops, "phases": phases, "runtime": runtime,
+        "categories": {c: v for c, v in cats.items() if v},
         "device_busy_us": busy, "device_span_us": dev_span,
         "idle_share": (1.0 - busy / dev_span) if dev_span > 0 else None,
         "traced_us": traced, "outside_steps": outside,

@@ -15,7 +15,7 @@ __all__ = [
     "Kind", "KIND_OF_CATEGORY", "DEVICE_KINDS", "HOST_KINDS", "kind_of", "looks_like_device",
     "profiler_step", "STEP_PREFIX", "is_comm_kernel", "is_comm_host_event", "is_collective_op",
     "collective_kind", "thread_kind", "ThreadKind", "is_sync_runtime", "is_dataloader",
-    "DEVICE_CATEGORY_NAMES",
+    "DEVICE_CATEGORY_NAMES", "is_sync_op", "memcpy_endpoints",
 ]
 
 
@@ -151,6 +151,26 @@ _SYNC_RUNTIME = frozenset({
 def is_sync_runtime(name: str) -> bool:
     """A runtime call that blocks the host until the device catches up (or orders streams)."""
     return name in _SYNC_RUNTIME
+
+
+# ``.item()``, ``.tolist()``, ``bool(t)``, ``if t:`` on a device tensor all reach ``aten::_local_scalar_dense``,
+# which copies the value to the host and waits for the device; ``aten::item`` is its usual caller.
+_SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
+
+
+def is_sync_op(name: str) -> bool:
+    """A CPU op that blocks the host until the device has computed a value it reads."""
+    return name in _SYNC_OPS
+
+
+_MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
+
+
+def memcpy_endpoints(name: str) -> tuple[str, str, str] | None:
+    """``("HtoD", "Pageable", "Device")`` for Kineto's ``Memcpy HtoD (Pageable -> Device)``; None for other names.
+    A ``Pageable`` end is host memory that is not pinned: the copy is staged and blocks the host."""
+    m = _MEMCPY.match(name)
+    return (m.group(1), m.group(2), m.group(3)) if m else None
 
 
 def is_dataloader(name: str) -> bool:

@@ -7,6 +7,11 @@ over gloo, then syncs weights to the rollout worker. Everything runs on CPU,
 on loopback, in well under a minute. Workers write traces to node-local
 scratch space; ``collect`` brings them to the run directory through Ray, and
 ``check`` proves it complete.
+
+One component is deliberately slow (``slow_ms``, default :data:`SLOW_MS`): actor
+rank 1 spends that long preparing its batch (phase ``actor/prepare``) before the
+update, so the other actor rank waits for it in every gradient all-reduce: a real
+straggler for ``distprof diagnose`` to find. ``slow_ms=0`` makes every rank equal.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -24,6 +30,8 @@ from distprof.ray import ProfiledGroup, ProfiledWorker, profiling, step_all
 logger = logging.getLogger(__name__)
 
 VOCAB, HIDDEN, SEQ, BATCH = 64, 64, 24, 32
+SLOW_MS = 150.0  # actor rank 1's extra batch preparation per step (the demo's straggler)
+SLOW_RANK = 1
 
 
 @dataclass
@@ -86,11 +94,12 @@ class Reference(ProfiledWorker):
 
 
 class Actor(ProfiledWorker):
-    def __init__(self, rank: int, world_size: int, init_file: str):
+    def __init__(self, rank: int, world_size: int, init_file: str, prepare_s: float = 0.0):
         import torch
         import torch.distributed as dist
 
         self.init_file = init_file
+        self.prepare_s = prepare_s  # a slow data path on this rank (the demo's straggler)
         self.rank, self.world_size = rank, world_size
         self.model = _policy()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=3e-3)
@@ -104,6 +113,8 @@ class Actor(ProfiledWorker):
     def update(self, seqs, ref_lp):
         shard = slice(self.rank * len(seqs) // self.world_size, (self.rank + 1) * len(seqs) // self.world_size)
         seqs, ref_lp = seqs[shard], ref_lp[shard]
+        with distprof.annotate("actor/prepare"):
+            time.sleep(self.prepare_s)  # slow data preparation: the other rank waits at the all-reduce
         with distprof.annotate("actor/update"):
             reward = (seqs[:, 1:] % 2 == 0).float().mean(1)  # the task: emit even tokens
             lp = _log_probs(self.model, seqs)
@@ -145,8 +156,6 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
-    import time
-
     from ..backends.process import alive
 
     deadline = time.monotonic() + timeout_s
@@ -158,7 +167,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
 
 
 def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
-        progress: Callable[[str], None] | None = None) -> RLDemoResult:
+        progress: Callable[[str], None] | None = None, slow_ms: float = SLOW_MS) -> RLDemoResult:
     """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # bind to 127.0.0.1, not the external address
     import ray
@@ -183,7 +192,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
         rollout = [ray.remote(**opts)(Rollout).remote()]
         ref = [ray.remote(**opts)(Reference).remote()]
-        actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv)) for r in range(2)]
+        actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv), slow_ms / 1e3 if r == SLOW_RANK else 0.0)
+                  for r in range(2)]
         ray.get([a.init_process_group.remote() for a in actors])
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]

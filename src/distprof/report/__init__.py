@@ -1,0 +1,104 @@
+"""``distprof report``: one self-contained HTML file (opens offline) with the diagnosis at the top, each
+finding linked to the plot that shows it, and the plots (:mod:`.figures`) made from one read of the traces.
+
+:func:`write_report` reads a path once (:func:`~distprof.analysis.analyze.investigate`), diagnoses it and
+writes the page; :func:`build_report` writes the page for an Investigation already made. With
+``compare``, the other run is read once for its per-file summaries only and compared with this run's
+(:func:`distprof.analysis.diff.compare`).
+
+Size: figures are per rank, per step or per name, never per event; plotly.js (about 4.8 MB) is most of
+the file (the README gives the sizes measured for 8, 256 and 1,024 ranks).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from ..analysis import analyze, diff as diff_mod
+from ..analysis.diagnose import Finding, diagnose
+from ..analysis.listing import find_traces
+from ..analysis.parallel import Progress
+from ..analysis.selection import Selection
+from ..analysis.source import TraceError
+from ..analysis.writing import atomic_output, check_output
+from . import figures, page
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_report", "write_report", "render_report"]
+
+
+def _meta(inv: Any) -> list[str]:
+    ranks = inv.summary.get("ranks") or []
+    roles = sorted({r.get("role") or "" for r in ranks} - {""})
+    steps = sorted({str(s["step"]) for s in inv.steps.get("steps") or []}, key=lambda s: (len(s), s))
+    env = inv.envelope()
+    lines = [f"traces: {inv.path}",
+             f"{env['files_read']} files read, {len(ranks)} ranks"
+             + (f", roles {', '.join(roles)}" if roles else "")
+             + (f", steps {', '.join(steps[:20])}{' ...' if len(steps) > 20 else ''}" if steps else ", no steps")]
+    scope = env.get("scope") or {}
+    chosen = [f"{k} {v}" for k, v in scope.items() if v not in (None, False)]
+    if chosen:
+        lines.append("selection: " + "; ".join(chosen))
+    return lines
+
+
+def _page(inv: Any, findings: list[Finding], compare: dict[str, Any] | None, compare_path: str,
+          envelope: dict[str, Any] | None) -> tuple[str, list[figures.Section]]:
+    sections = figures.sections(inv, compare, inv.path, compare_path)
+    meta = _meta(inv) + ([f"compared with: {compare_path}"] if compare is not None else [])
+    return page.render(f"distprof report: {inv.path}", meta, findings, sections, envelope or inv.envelope()), sections
+
+
+def render_report(inv: Any, findings: list[Finding], compare: dict[str, Any] | None = None,
+                  compare_path: str = "", envelope: dict[str, Any] | None = None) -> str:
+    """The report page for ``inv`` as a string. ``compare``: :func:`distprof.analysis.diff.compare`'s result
+    with this run as A and the run at ``compare_path`` as B; ``envelope``: the problems to list (default
+    ``inv.envelope()``)."""
+    return _page(inv, findings, compare, compare_path, envelope)[0]
+
+
+def build_report(inv: Any, findings: list[Finding], out: str, compare: dict[str, Any] | None = None,
+                 compare_path: str = "", envelope: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write :func:`render_report`'s page to ``out`` through a hidden temporary file renamed when complete
+    (``out`` is never a torn page). Returns ``{"out", "bytes", "plots"}``: each plot's id, its number of
+    figures and, when it does not apply, why (``note``)."""
+    text, sections = _page(inv, findings, compare, compare_path, envelope)
+    data = text.encode()
+    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+    logger.info("report: %s (%d bytes)", out, len(data))
+    return {"out": out, "bytes": len(data),
+            "plots": [{"id": s.id, "figures": len(s.figures), "note": s.note} for s in sections]}
+
+
+def write_report(path: str, out: str, compare: str | None = None, selection: Selection | None = None,
+                 workers: int | None = None, ray_address: str | None = None,
+                 progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof report``: read ``path`` once, diagnose it, write the HTML report to ``out``.
+
+    Returns ``{"out", "bytes", "findings" (each finding's dict, as diagnose --json), "plots" (each plot's
+    id, its number of figures and, when it does not apply, why), "compare"}`` plus the keys every verb
+    shares (``errors``, ``salvaged``, ..., ``files_read``; with ``compare`` the other run's problems are
+    added to them). The selection applies to both runs. Raises TraceError when nothing under ``path`` (or
+    ``compare``) can be read, or when ``out`` must not be written (checked before anything is read).
+    """
+    check_output(out, [f.path for p in (path, compare) if p for f in find_traces(p, [])], "report", "report.html")
+    inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
+    findings = diagnose(inv)
+    env = inv.envelope()
+    d = None
+    if compare:
+        # Only the other run's per-file summaries: each of its files is decoded once, none of ours again.
+        other = analyze.read(compare, ("summary",), selection, workers, ray_address, progress)
+        if not other.files:
+            raise TraceError(f"{compare}: nothing to compare with "
+                             f"({'; '.join(e.message for e in other.errors) or 'no trace matches the selection'})")
+        d = diff_mod.compare([p for _, p in inv.run.pairs("summary")], [p for _, p in other.pairs("summary")])
+        oe = other.envelope()
+        env = {**env, **{k: env[k] + oe[k] for k in ("errors", "salvaged", "conflicts", "warnings")},
+               "skipped": env["skipped"] + oe["skipped"], "files_read": env["files_read"] + len(other.files)}
+    written = build_report(inv, findings, out, d, compare or "", env)
+    return {**written, "findings": [f.to_dict() for f in findings], "compare": compare, **env}
