@@ -372,8 +372,11 @@ def test_demo_end_to_end(tmp_path):
     assert f"Report: {out}/report.html" in proc.stdout and (out / "report.html").stat().st_size > 1_000_000
     diag = subprocess.run([sys.executable, "-m", "distprof.cli", "diagnose", str(out), "--json", "--workers", "1"],
                           capture_output=True, text=True, check=True)
-    (f,) = [f for f in json.loads(diag.stdout)["findings"] if f["id"] == "straggler"]
+    findings = json.loads(diag.stdout)["findings"]
+    (f,) = [f for f in findings if f["id"] == "straggler"]
     assert f["evidence"]["role"] == "actor" and f["evidence"]["ranks"][0] == 1
+    # The straggler's excess is not counted again as the actor role bounding the step (it was, at the same cost).
+    assert all(g["cost_us"] < f["cost_us"] / 2 for g in findings if g["id"] == "bounding_role")
     assert f["evidence"]["names"][0] == "actor/prepare" and "actor/prepare" in proc.stdout
 
 

@@ -314,6 +314,9 @@ class _Job:
                           for x in row["ranks"])
         self._names: dict[tuple, dict[str, float]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
+        # (role, step key, rank) -> the straggler's root-cause excess in that step: other rules judge the role
+        # without it, so one cause is not reported (and costed) twice
+        self.straggler_cut: dict[tuple[Any, Any, Any], float] = {}
 
     def _whole_trace_rows(self) -> list[dict[str, Any]]:
         """Traces without steps: one unit per role over each rank's traced time (its whole-trace figures)."""
@@ -453,6 +456,9 @@ def _straggler(job: _Job) -> list[Finding]:
             i = next(i for i, x in enumerate(row["ranks"]) if x["rank"] == rank)
             cap = float("inf") if cause["kind"] == "late_start" else row["ranks"][i]["busy_us"]
             cuts.append({i: min(max(ex, 0.0), cap)})
+            if cause["kind"] != "late_start":  # time inside the step: part of the rank's work
+                k = _key(row)
+                job.straggler_cut[(role, tuple(k) if isinstance(k, list) else k, rank)] = cuts[-1][i]
         change = (f"{who} starts the step with the median rank" if cause["kind"] == "late_start" else
                   f"{who}'s {cause['kind']} {_n(cause['name'])} takes the median rank's time "
                   f"({_dur(cause['median_us'])} instead of {_dur(cause['rank_us'])} per step)")
@@ -505,7 +511,9 @@ def _bounding_role(job: _Job) -> list[Finding]:
     for k, roles in sorted(shared.items(), key=lambda kv: str(kv[0])):
         xs = [x for row in roles.values() for x in row["ranks"]]
         wall = max(x["start_us"] + x["dur_us"] for x in xs) - min(x["start_us"] for x in xs)
-        work = {role: max(((_work(x), x["rank"]) for x in row["ranks"]), key=lambda t: t[0]) for role, row in roles.items()}
+        # A straggler's excess is its own finding: the role's work is judged as if that rank took the median time.
+        work = {role: max(((_work(x) - job.straggler_cut.get((role, k, x["rank"]), 0.0), x["rank"]) for x in row["ranks"]),
+                          key=lambda t: t[0]) for role, row in roles.items()}
         for role, (w, _) in work.items():
             total[role] += w
         steps.append((k, roles, wall, work))
@@ -533,9 +541,10 @@ def _bounding_role(job: _Job) -> list[Finding]:
     others = ", ".join(f"{_dur(total[r] / n)} for {r}" for r in ranked[1:])
     straggler = bound in job.straggler_roles
     claim = (f"role {bound} bounds {_steps_text([k for k, *_ in steps])}: its work takes {_dur(total[bound] / n)} per "
-             f"step (its {_who(None, rank)}) against {others}; the other roles' ranks sit idle {_dur(idle / n)} per "
-             f"step in all waiting for it ({_pct(idle / other_time) if other_time else '-'} of their time)"
-             + (f"; a straggler in {bound} accounts for part of it (see straggler)" if straggler else "") + ".")
+             f"step (its {_who(None, rank)}"
+             + (", not counting the straggler's excess, a finding of its own" if straggler else "")
+             + f") against {others}; the other roles' ranks sit idle {_dur(idle / n)} per "
+             f"step in all waiting for it ({_pct(idle / other_time) if other_time else '-'} of their time).")
     return [Finding(
         id="bounding_role", claim=claim, cost_us=saving, role=bound, ranks=[rank], steps=[k for k, *_ in steps],
         names=names,
