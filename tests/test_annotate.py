@@ -1,6 +1,7 @@
 """annotate(): decorator and context manager; exact semantics when inert and when a window is open."""
 
 import asyncio
+import subprocess
 import sys
 import threading
 
@@ -155,3 +156,64 @@ def test_nvtx_ranges_when_cuda_is_available(tmp_path, monkeypatch):
                     raise Boom()
         p.step()
     assert calls == [("push", "nv/outer"), ("push", "nv/inner"), ("pop",), ("pop",)]
+
+
+# ---- pickling: annotated functions and classes travel to other processes (Ray, multiprocessing) ----------
+
+_DEFINE = """
+import distprof
+
+class Actor:
+    @distprof.annotate("actor/update")
+    def update(self, x):
+        import torch
+        return float((torch.randn(8, 8) @ torch.randn(8, 8)).sum()) * 0 + x + 1
+
+@distprof.annotate
+def free(x):
+    return x * 2
+"""
+
+_SEND = _DEFINE + """
+import sys
+from ray import cloudpickle
+open(sys.argv[1], "wb").write(cloudpickle.dumps((Actor, free)))
+"""
+
+_RECEIVE = """
+import pickle, sys, glob, gzip, json
+import distprof
+Actor, free = pickle.loads(open(sys.argv[1], "rb").read())
+config = distprof.ProfilerConfig(enable=True, save_path=sys.argv[2], steps=[0], torch={"activities": ["cpu"]})
+with distprof.Profiler(config, role="main") as prof:
+    assert Actor().update(1) == 2 and free(3) == 6
+    prof.step()
+[path] = glob.glob(sys.argv[2] + "/main/rank00000/*.pt.trace.json.gz")
+names = {e.get("name") for e in json.load(gzip.open(path, "rt"))["traceEvents"]}
+assert "actor/update" in names and "free" in names, sorted(n for n in names if n and "/" in n)
+"""
+
+
+def test_annotated_main_classes_pickle_by_value_and_annotate_in_the_receiving_process(tmp_path):
+    """A class defined in a driver's __main__ (Ray pickles it by value) goes to a fresh process and its ranges
+    land in that process's own window (the annotate state is the receiver's, not a copy of the sender's)."""
+    blob = tmp_path / "blob"
+    for code, args in ((_SEND, [str(blob)]), (_RECEIVE, [str(blob), str(tmp_path / "run")])):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_annotated_functions_pickle_with_plain_pickle_and_cloudpickle():
+    import pickle
+
+    from ray import cloudpickle
+
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        back = pickle.loads(dumps(_module_level_annotated))
+        assert back(2) == 4
+        assert pickle.loads(dumps(annotate("x/y"))) is annotate("x/y")  # the receiver's cached range
+
+
+@annotate("test/module_level")
+def _module_level_annotated(x):
+    return x * 2

@@ -44,8 +44,19 @@ class _State:
         self.lock = threading.Lock()
         self.warned = False
 
+    def __reduce__(self):
+        # A decorated function or method defined in a driver's __main__ is pickled by value (cloudpickle,
+        # Ray), with the globals its wrapper reads: this one. It stands for "this process's state", so it
+        # unpickles as the receiving process's own, never as a copy (and never tries to pickle the lock).
+        return (_process_state, ())
+
 
 _STATE = _State()
+
+
+def _process_state() -> _State:
+    return _STATE
+
 _tls = threading.local()
 _CACHE: dict[str, "Annotation"] = {}
 _CACHE_LIMIT = 4096  # dynamic names (f"step{i}") must not grow the cache forever
@@ -89,6 +100,9 @@ class Annotation:
 
     def __repr__(self) -> str:
         return f"annotate({self.name!r})"
+
+    def __reduce__(self):
+        return (annotate, (self.name,))  # the receiving process's cached range of that name
 
     def __enter__(self) -> "Annotation":
         if _STATE.active:

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from . import shutdown
 from .annotate import window_closed, window_opened
 from .config import ProfilerConfig
 from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role
@@ -93,6 +94,7 @@ class Profiler:
         if not self.enabled or self._started:
             return self
         self._started, self._stopped = True, False
+        shutdown.register(self)  # the open window is written however the process leaves
         self._guard("start", self._start)
         return self
 
@@ -121,22 +123,28 @@ class Profiler:
         return True
 
     def stop(self) -> None:
-        """End profiling. A window still open keeps the steps that finished."""
+        """End profiling. A window still open keeps the steps that finished.
+
+        A started profiler that is never stopped (an exception, ``sys.exit``, SIGTERM) is stopped on
+        the way out of the process: see :mod:`distprof.shutdown`.
+        """
         self._finish(crashed=False)
 
-    def _finish(self, crashed: bool) -> None:
+    def _finish(self, crashed: bool, cause: str = "stop") -> None:
+        """Stop; ``crashed``: the step in progress was interrupted (keep it); ``cause`` goes in the manifest."""
         if not self.enabled or not self._started:
             return
         self._started = False
         self._stopped = True
-        self._guard("stop", lambda: self._stop(crashed))
+        shutdown.unregister(self)
+        self._guard("stop", lambda: self._stop(crashed, cause))
 
     def __enter__(self) -> "Profiler":
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         # Leaving on an exception: the step about to end is the one that failed; keep it in the trace.
-        self._finish(crashed=exc_type is not None)
+        self._finish(crashed=exc_type is not None, cause="exception" if exc_type is not None else "stop")
         return False
 
     @property
@@ -218,7 +226,7 @@ class Profiler:
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
 
-    def _stop(self, crashed: bool) -> None:
+    def _stop(self, crashed: bool, cause: str) -> None:
         if self._held is not None:
             w, last, t1 = self._held
             self._held = None
@@ -227,7 +235,7 @@ class Profiler:
         if w is not None:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
             last = min(w.end, self.global_step if crashed else self.global_step - 1)
-            self._close(w, last=last)
+            self._close(w, last=last, stopped_by=cause)
         if self._windows_closed == 0 and not self.config.is_process_backend:  # those tools write their own files
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
@@ -252,8 +260,12 @@ class Profiler:
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
 
-    def _close(self, w: Window, last: int, t1: float | None = None) -> None:
-        """Publish the window's files and its manifest line; ``t1``: when its last step ended (default now)."""
+    def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None) -> None:
+        """Publish the window's files and its manifest line; ``t1``: when its last step ended (default now).
+
+        ``stopped_by``: why the window closed before its end (``stop``, ``exception``, ``exit``, a signal's
+        name); such a window is never ``complete``, even when the interrupted step was its last.
+        """
         self._open = None
         window_closed(self)
         t1 = time.time() if t1 is None else t1
@@ -272,7 +284,7 @@ class Profiler:
             self._windows_closed += 1
             record = {
                 "role": self.role, "rank": self.rank, "world_size": self.world_size,
-                "steps": [w.start, last], "complete": last >= w.end,
+                "steps": [w.start, last], "complete": stopped_by is None and last >= w.end,
                 "start_time": self._window_t0, "end_time": t1, "written_time": time.time(),
                 "files": [{"path": p.path, "bytes": p.bytes} for p in published],
                 "file": published[0].path, "bytes": published[0].bytes,
@@ -281,6 +293,8 @@ class Profiler:
                 "annotations": self.annotation_times(),
                 "summary": _short_summary(result.summary),
             }
+            if stopped_by is not None:
+                record["stopped_by"] = stopped_by
             self._run.append_manifest(self._dir, record)
             logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
         self._next = self._plan.next_window(self.global_step)
@@ -305,6 +319,7 @@ class Profiler:
             except Exception:  # abort must never raise; if it does, there is nothing more to do
                 pass
         self._started = False
+        shutdown.unregister(self)
         self._make_inert()
 
     def _record_annotation(self, name: str, ns: int) -> None:

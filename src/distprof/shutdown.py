@@ -1,0 +1,119 @@
+"""Crash-safe capture: a started profiler publishes its open window however the process leaves.
+
+A ``Profiler`` registers here when it starts and leaves when it stops. What happens on each way out:
+
+- ``with prof:`` left by an exception: ``__exit__`` stops the profiler (nothing here is needed).
+- Return from the script, ``sys.exit(n)``, or an uncaught exception with ``start()`` / ``stop()`` or a
+  trainer callback that never got its "train end": Python runs ``atexit`` handlers before it tears
+  the interpreter down. Ours stops every profiler still started, so the open window is written and
+  listed in the manifest with ``complete: false``. Stopping before teardown also avoids the
+  segmentation fault torch's profiler causes when it is still tracing while the interpreter
+  finalizes. The exit status stays the process's own.
+- ``SIGTERM`` (a scheduler's preemption, torchrun tearing the other ranks down, ``kill``): its
+  default action ends the process on the spot, running nothing. When SIGTERM still has its
+  default action as the first profiler starts (in the main thread), distprof installs a handler
+  whose body only raises ``SystemExit``: no I/O, no locks, nothing that could deadlock against the
+  code it interrupted (Python runs signal handlers between bytecodes of the main thread, which may
+  hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
+  ``finally`` blocks run, ``except Exception`` does not catch it); the export then happens in the
+  ``atexit`` handler, in ordinary code. Last, the handler puts SIGTERM's default action back and
+  sends the signal again, so the process ends killed by SIGTERM exactly as it would without
+  distprof. A handler someone else installed (Ray's workers have one that calls ``sys.exit``) is
+  left alone; when it exits the process, ``atexit`` runs as above.
+- ``SIGKILL``, ``os._exit``, a hard crash, or a main thread blocked forever inside a C call (a
+  collective waiting for a dead peer until its timeout): nothing can run; the steps of the open
+  window are lost and ``distprof check`` names the missing window.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["register", "unregister"]
+
+_started: list[Any] = []  # profilers between start() and stop(), in start order
+_lock = threading.Lock()
+_hooked = False  # atexit handler registered (once per process)
+_sigterm_installed = False
+_terminated_by: int | None = None  # the signal our handler turned into SystemExit
+
+
+def register(profiler: Any) -> None:
+    """Called by ``Profiler.start()``: stop ``profiler`` on the way out if nobody else does."""
+    global _hooked
+    with _lock:
+        if profiler not in _started:
+            _started.append(profiler)
+        first = not _hooked
+        _hooked = True
+    if first:
+        atexit.register(_at_exit)
+    _install_sigterm()
+
+
+def unregister(profiler: Any) -> None:
+    """Called when ``profiler`` stops (or is switched off by a fault)."""
+    with _lock:
+        if profiler in _started:
+            _started.remove(profiler)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    # The whole body: remember the signal and unwind. Everything else happens in _at_exit.
+    global _terminated_by
+    _terminated_by = signum
+    raise SystemExit(128 + signum)
+
+
+def _install_sigterm() -> None:
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _sigterm_installed = True
+    except (ValueError, OSError):  # pragma: no cover - embedded interpreters without signal support
+        pass
+
+
+def _at_exit() -> None:
+    with _lock:
+        pending = list(reversed(_started))  # nested profilers stop inner first
+    # An uncaught exception or a signal interrupted the step in progress: keep what it recorded.
+    crashed = _terminated_by is not None or getattr(sys, "last_value", None) is not None
+    for prof in pending:
+        logger.warning("distprof: %s was still started when the process exited (by %s); writing its open window",
+                       prof._who(), _cause(crashed))
+        try:
+            prof._finish(crashed=crashed, cause=_cause(crashed))
+        except BaseException:  # on_error="raise" re-raises; at exit there is nobody left to raise to
+            logger.error("distprof: %s could not write its window at exit", prof._who(), exc_info=True)
+    if _terminated_by is not None:
+        _die_by(_terminated_by)
+
+
+def _cause(crashed: bool) -> str:
+    if _terminated_by is not None:
+        return signal.Signals(_terminated_by).name
+    return "exception" if crashed else "exit"
+
+
+def _die_by(signum: int) -> None:
+    """End the process by ``signum`` with its default action, as it would have ended without us."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

@@ -1,0 +1,85 @@
+"""A training loop that dies at step 4, inside the 3-5 capture window, in the way argv[1] names.
+
+Run by tests/test_crash.py as a real child process (alone, or under torchrun): distprof must still
+write the steps it captured, and the process must end exactly as it would without distprof.
+
+    python crash_job.py HOW SAVE_PATH [STYLE]
+
+HOW: raise | exit | sigterm_wait (print "ready" at step 4, then block on stdin until SIGTERM) | ok |
+peer_dies (under torchrun, 2 ranks: rank 1 raises at step 4 while rank 0 is still busy in it, until torchrun
+tears rank 0 down with SIGTERM).
+STYLE: startstop (default) | with | callback.
+"""
+
+import os
+import sys
+import threading
+
+import torch
+
+import distprof
+
+HOW, SAVE = sys.argv[1], sys.argv[2]
+STYLE = sys.argv[3] if len(sys.argv) > 3 else "startstop"
+
+
+class Callback:
+    """Callback style: a trainer starts the profiler in one hook and would stop it in another."""
+
+    def __init__(self, config):
+        self.config = config
+        self.prof = None
+
+    def on_train_begin(self):
+        self.prof = distprof.Profiler(self.config, role="main").start()
+
+    def on_step_end(self):
+        self.prof.step()
+
+    def on_train_end(self):  # never reached when the loop dies
+        self.prof.stop()
+
+
+def step_body(step: int) -> None:
+    with distprof.annotate("train/compute"):
+        x = torch.randn(32, 32) @ torch.randn(32, 32)
+    if dist_on and step != 4:
+        torch.distributed.all_reduce(x)
+    if step != 4:
+        return
+    if HOW == "raise" or (HOW == "peer_dies" and rank == 1):
+        raise RuntimeError("boom at step 4")
+    if HOW == "peer_dies":
+        threading.Event().wait()  # a long step (interruptible, as Python code is); torchrun's SIGTERM ends it
+    if HOW == "exit":
+        sys.exit(3)
+    if HOW == "sigterm_wait":
+        print("ready", flush=True)
+        sys.stdin.readline()  # the parent sends SIGTERM now; nothing ever arrives on stdin
+
+
+dist_on = "RANK" in os.environ
+if dist_on:
+    torch.distributed.init_process_group("gloo")
+rank = int(os.environ.get("RANK", 0))
+config = distprof.ProfilerConfig(enable=True, save_path=SAVE, steps="3-5", ranks="all", torch={"activities": ["cpu"]})
+
+if STYLE == "with":
+    with distprof.Profiler(config, role="main") as prof:
+        for step in range(8):
+            step_body(step)
+            prof.step()
+elif STYLE == "callback":
+    cb = Callback(config)
+    cb.on_train_begin()
+    for step in range(8):
+        step_body(step)
+        cb.on_step_end()
+    cb.on_train_end()
+else:
+    prof = distprof.Profiler(config, role="main")
+    prof.start()
+    for step in range(8):
+        step_body(step)
+        prof.step()
+    prof.stop()
