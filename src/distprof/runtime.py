@@ -6,7 +6,7 @@ import os
 import socket
 import sys
 
-__all__ = ["detect_rank_world", "host_name", "torch_version"]
+__all__ = ["detect_rank_world", "detect_local_rank", "host_name", "torch_version"]
 
 
 def _dist_rank_world() -> tuple[int, int] | None:
@@ -52,6 +52,18 @@ def detect_rank_world() -> tuple[int, int]:
         if found is not None:
             return found
     return 0, 1
+
+
+def detect_local_rank(rank: int) -> int | None:
+    """This process's rank on its node: LOCAL_RANK (torchrun, Ray Train, most launchers), else
+    ``rank % LOCAL_WORLD_SIZE``; None when neither says (a node's size is never guessed)."""
+    local = os.environ.get("LOCAL_RANK", "").strip()
+    if local.isdigit():
+        return int(local)
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+    if per_node.isdigit() and int(per_node) > 0:
+        return rank % int(per_node)
+    return None
 
 
 def host_name() -> str:
