@@ -68,7 +68,7 @@ def test_gloo_job_with_no_slow_rank_has_no_straggler(tmp_path):
     assert inv.stragglers["matched"] > 0  # the rule had collectives to judge: someone always arrives last
     d = analyze.diagnose(out, workers=1)
     assert "straggler" not in {f["id"] for f in d["findings"]}, [f["claim"] for f in d["findings"]]
-    assert d["analysed"] == {"roles": ["train"], "ranks": 2, "steps": 6, "device": False}
+    assert d["analysed"] == {"roles": ["train"], "ranks": 2, "steps": 6, "device": False, "caveats": []}
 
 
 def _step_starts(folder):
@@ -211,3 +211,64 @@ def test_cli_json_keys_exit_codes_and_table(tmp_path):
     assert code == 2 and "Traceback" not in err
     code, text, _ = cli("diagnose", os.path.join(TRACES, "hta", "cpu_only_rank-34.pt.trace.json.gz"))
     assert code == 0 and "No problems found above the thresholds" in text
+
+
+# ---- review findings: what a rule must not claim ------------------------------------------------------------
+def test_a_sync_after_the_last_step_is_not_charged_to_the_steps():
+    """HTA's ns-resolution trace ends with one 89 ms cudaDeviceSynchronize 76 us after ProfilerStep#105 (the
+    profiler stopping). Whole-file totals over 5 steps made it an 18 ms-per-step host sync; inside the steps
+    there is none."""
+    d = analyze.diagnose(os.path.join(TRACES, "hta", "ns_resolution_rank-0.pt.trace.json.gz"), workers=1)
+    assert "host_sync" not in {f["id"] for f in d["findings"]}
+
+
+def test_a_partial_set_of_ranks_does_not_pass_waiting_off_as_communication():
+    """DLRM rank 1 alone: its 11 ms of all-reduce is mostly waiting for rank 7, which is not here."""
+    one = os.path.join(DLRM, sorted(n for n in os.listdir(DLRM) if n.startswith("worker1_"))[0])
+    d = analyze.diagnose(one, workers=1)
+    assert "exposed_communication" not in {f["id"] for f in d["findings"]}
+    assert any("1 of 8 ranks are here" in w for w in d["warnings"])
+    full = analyze.diagnose(DLRM, workers=1)
+    assert not any("ranks are here" in w for w in full["warnings"])
+
+
+def test_rank_less_files_are_ranks_of_their_own(tmp_path):
+    """Two DLRM ranks with distributedInfo removed: two files, never one merged "rank ?"."""
+    names = sorted(n for n in os.listdir(DLRM) if n.endswith(".json.gz"))[:2]
+    for i, n in enumerate(names):
+        with gzip.open(os.path.join(DLRM, n), "rt") as f:
+            doc = json.load(f)
+        doc.pop("distributedInfo", None)
+        (tmp_path / f"host{i}").mkdir()
+        write(tmp_path / f"host{i}" / "trace.json.gz", doc.pop("traceEvents"), **doc)
+    d = analyze.diagnose(str(tmp_path), workers=1)
+    assert d["analysed"]["ranks"] == 2
+    for f in d["findings"]:
+        assert None not in f["evidence"]["ranks"]
+        assert all(r in ("? (host0/trace.json.gz)", "? (host1/trace.json.gz)") for r in f["evidence"]["ranks"])
+
+
+def test_stream_wait_event_does_not_block_the_host():
+    from distprof.analysis.vocab import is_sync_runtime
+
+    assert is_sync_runtime("cudaStreamSynchronize") and is_sync_runtime("hipDeviceSynchronize")
+    assert not is_sync_runtime("cudaStreamWaitEvent") and not is_sync_runtime("hipStreamWaitEvent")
+
+
+def test_bidi_controls_in_names_are_shown_as_escapes(tmp_path):
+    """A right-to-left override in a phase name would make the rest of a claim render reversed."""
+    from distprof.safetext import visible
+
+    assert visible("data\u202eevil\u2066") == "data\\u202eevil\\u2066"
+    evs = []
+    for step in range(5):  # step 3 is an outlier, and the phase that grew is named in the claim
+        t0 = step * 40_000
+        long = step == 3
+        evs += [X(f"ProfilerStep#{step}", t0, 30_000 if long else 9_000, cat="user_annotation"),
+                X("data\u202e", t0, 25_000 if long else 100, cat="user_annotation")]
+    write(tmp_path / "rank0.json", evs, distributedInfo={"rank": 0, "world_size": 1})
+    code, out, _ = cli("diagnose", tmp_path)
+    assert code == 0 and "\u202e" not in out and "data\\u202e" in out
+    code, _, _ = cli("report", tmp_path, "-o", tmp_path / "r.html")
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert code == 0 and "\u202e" not in page and "data\\u202e" in page

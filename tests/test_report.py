@@ -275,3 +275,14 @@ def test_refuses_bad_outputs_before_reading(tmp_path):
         code, text, err = cli("report", DLRM, "-o", out)
         assert code == 2 and says in err and "Traceback" not in err, (out, err)
     assert sorted(os.listdir(tmp_path)) == ["dir.html", "fifo.html"] and os.listdir(tmp_path / "dir.html") == []
+
+
+def test_nothing_readable_writes_no_page_and_keeps_the_old_one(tmp_path):
+    """A report of nothing would say "no findings": a false all-clear, replacing a good report."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rank-0.json").write_text("{not json")
+    out = tmp_path / "report.html"
+    out.write_text("the good report")
+    code, _, err = cli("report", tmp_path / "in", "-o", out)
+    assert code == 2 and "was not written" in err and len(err.strip().splitlines()) == 1
+    assert out.read_text() == "the good report"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = ["RankMesh", "ANY", "parse_coordinate_selection", "check_against_mesh", "mesh_selected", "node_selected",
            "selected_ranks"]

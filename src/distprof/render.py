@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .safetext import visible
+
 __all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note"]
 
 
@@ -26,15 +28,9 @@ def share(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
 
 
-# Control characters (C0, DEL, C1, line separators) from a trace or a file name, shown as escapes: an ESC
-# sequence would restyle the terminal and a newline would split a table row or an error line.
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-_CONTROL.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x2028: "\\u2028", 0x2029: "\\u2029"})
-
-
 def plain(s: Any) -> str:
-    """A string from a trace or a path, safe to print: control characters escaped (``\\x1b``, ``\\n``)."""
-    return ("" if s is None else str(s)).translate(_CONTROL)
+    """A string from a trace or a path, safe to print: control and bidi characters escaped (``\\x1b``, ``\\n``)."""
+    return visible(s)
 
 
 def _t(s: Any, limit: int = 120) -> Text:

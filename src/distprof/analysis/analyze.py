@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import diagnose as diagnose_mod, idle, launch, temporal
+from . import diagnose as diagnose_mod, idle, launch, step_names, temporal
 from .parallel import FileError, Progress, map_files
 from .ranks import resolve
 from .listing import TraceFile, find_traces
@@ -36,7 +36,7 @@ __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", 
            "Investigation", "diagnose"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
-            "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch}
+            "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names}
 
 
 @dataclass
@@ -243,7 +243,7 @@ class Investigation:
 def investigate(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
                 ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Investigation:
     """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer."""
-    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS))
+    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
     run = read(path, names, selection, workers, ray_address, progress)
     strag = _stragglers_of(run, None)
     return Investigation(path, run, _summary_of(run, top), _steps_of(run, strag["waits"]), strag)
@@ -254,8 +254,11 @@ def diagnose(path: str, selection: Selection | None = None, workers: int | None 
     """``distprof diagnose``: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost, with the rules'
     ``thresholds``, what was ``analysed``, and the keys every verb shares."""
     inv = investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
-    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": diagnose_mod.analysed(inv),
-            "thresholds": diagnose_mod.THRESHOLDS, **inv.envelope()}
+    seen = diagnose_mod.analysed(inv)
+    env = inv.envelope()
+    env["warnings"] = env["warnings"] + seen["caveats"]  # shown with the other warnings, wherever those go
+    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": seen,
+            "thresholds": diagnose_mod.THRESHOLDS, **env}
 
 
 def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,

@@ -89,6 +89,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
+from .ranks import unranked_label
 from .launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_SHORT_SHARE
 from .vocab import (STEP_PREFIX, is_comm_host_event, is_comm_kernel, is_dataloader, is_sync_op, is_sync_runtime,
                     memcpy_endpoints)
@@ -262,7 +263,9 @@ def _steps_text(keys: list[Any]) -> str:
 
 
 def _who(role: str | None, rank: Any) -> str:
-    r = "?" if rank is None else rank  # an unranked trace, as the tables show it
+    if rank is not None and not isinstance(rank, int):
+        return f"{role} file {rank[3:-1]}" if role else f"file {rank[3:-1]}"  # an unranked file: "? (dir/name)"
+    r = "?" if rank is None else rank
     return f"{role} rank {r}" if role else f"rank {r}"
 
 
@@ -279,8 +282,9 @@ def _by_rank(d: dict[Any, Any]) -> dict[str, Any]:
 
 def _ranks_text(ranks: list[Any]) -> str:
     """``rank 3``, ``ranks 0-7``, ``ranks 0, 2, 4 ... (512 in all)``; an unranked trace is ``?``."""
-    known = [r for r in ranks if r is not None]
-    text = _ranges(known) + (", ?" if len(known) < len(ranks) else "") if known else "?"
+    known = [r for r in ranks if isinstance(r, int)]
+    files = [str(r) for r in ranks if not isinstance(r, int)]
+    text = ", ".join(([_ranges(known)] if known else []) + files[:3] + ([f"... ({len(files)} files)"] if len(files) > 3 else []))
     return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
@@ -300,6 +304,7 @@ class _Job:
         rows = list(inv.steps.get("steps") or [])
         if not rows:
             rows = self._whole_trace_rows()
+        rows = [_label_unranked(row) for row in rows]
         self.by_role: dict[Any, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             if row["ranks"]:
@@ -310,6 +315,15 @@ class _Job:
             for row in rs:
                 for i, x in enumerate(row["ranks"]):
                     self.of_rank[(role, x["rank"])].append((row, i, x))
+        # Roles whose traces say the job had more ranks than are here (one rank's file, --ranks 0-3, a sampled
+        # set): role -> (ranks present, world size). Waiting for an absent rank looks like communication time.
+        self.partial: dict[Any, tuple[int, int]] = {}
+        for role, rs in self.by_role.items():
+            paths = {x["path"] for row in rs for x in row["ranks"]}
+            worlds = [self.infos[p].world_size for p in paths if p in self.infos and self.infos[p].world_size]
+            present = len({x["rank"] for row in rs for x in row["ranks"] if isinstance(x["rank"], int)})
+            if worlds and max(worlds) > present:
+                self.partial[role] = (present, max(worlds))
         self.device = any((x.get("temporal") or {}).get("device") for rs in self.by_role.values() for row in rs
                           for x in row["ranks"])
         self._names: dict[tuple, dict[str, float]] = {}
@@ -339,14 +353,16 @@ class _Job:
         return sum(row.get("max_us") or max(x["dur_us"] for x in row["ranks"]) for row in rows)
 
     def names_per_step(self, role: Any, rank: Any, which: str) -> dict[str, float]:
-        """A rank's kernels (device time) or ops (self time) by name, per step: its files' whole-file totals
-        over its step count (work outside the steps is included; the summary part has no per-step names)."""
+        """A rank's kernels (device time), ops (self time) or runtime calls by name, per step: the time inside
+        its files' steps over its step count (a trace without steps: its whole-trace totals)."""
         key = (role, rank, which)
         if key not in self._names:
             mine = self.of_rank.get((role, rank), [])
             total: dict[str, float] = defaultdict(float)
             for p in {x["path"] for _, _, x in mine}:
-                for name, v in ((self.parts.get(p) or {}).get("summary") or {}).get(which, {}).items():
+                parts = self.parts.get(p) or {}
+                src = parts.get("step_names") or parts.get("summary") or {}
+                for name, v in src.get(which, {}).items():
                     total[name] += v[2] if which == "ops" else v[1]  # ops: (count, total, self); kernels: (count, total)
             n = max(len(mine), 1)
             self._names[key] = {k: v / n for k, v in total.items()}
@@ -356,9 +372,21 @@ class _Job:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}
 
 
+def _label_unranked(row: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``row`` in which each file without a rank is a rank of its own, named by its file."""
+    if all(x["rank"] is not None for x in row["ranks"]):
+        return row
+    return {**row, "ranks": [x if x["rank"] is not None else {**x, "rank": unranked_label(x["path"])}
+                             for x in row["ranks"]]}
+
+
+def _rank_order(r: Any) -> tuple:
+    return (0, r, "") if isinstance(r, int) else (1, 0, str(r))  # numbered ranks first, then unranked files
+
+
 def _ranks_of(rows: list[dict[str, Any]]) -> list[Any]:
-    """The ranks in ``rows``, unranked (None) last: a lone trace without a rank is still a rank to the rules."""
-    return sorted({x["rank"] for row in rows for x in row["ranks"]}, key=lambda r: (r is None, r or 0))
+    """The ranks in ``rows``, unranked files (named by :func:`unranked_label`) last, each a rank of its own."""
+    return sorted({x["rank"] for row in rows for x in row["ranks"]}, key=_rank_order)
 
 
 # ---- rules ------------------------------------------------------------------------------------------------
@@ -611,6 +639,8 @@ def _exposed_communication(job: _Job) -> list[Finding]:
 
     out = []
     for role, rows, cuts, share, per_rank in _share_rule(job, "exposed_communication", exposed, EXPOSED_COMM_SHARE, True):
+        if role in job.partial:
+            continue  # with ranks missing, their lateness cannot be told from transfer time (see caveats())
         top = _top_rank(per_rank)
         kernels: dict[str, float] = defaultdict(float)
         for r in per_rank:
@@ -864,8 +894,13 @@ def diagnose(inv: Any) -> list[Finding]:
 
 
 def analysed(inv: Any) -> dict[str, Any]:
-    """What the rules looked at: roles, ranks, steps, and whether device rules could apply."""
+    """What the rules looked at: roles, ranks, steps, whether device rules could apply, and ``caveats``:
+    what the rules could not judge on these files (a role with ranks missing)."""
     job = _Job(inv)
     keys = {str(_key(row)) for rows in job.by_role.values() for row in rows}
+    caveats = [f"{role + ': ' if role else ''}{present} of {world} ranks "
+               f"are here; a rank's wait for an absent rank cannot be told from communication, so exposed communication "
+               f"is not judged and straggler figures cover only the ranks present"
+               for role, (present, world) in job.partial.items()]
     return {"roles": list(job.by_role), "ranks": sum(len(_ranks_of(rows)) for rows in job.by_role.values()),
-            "steps": len(keys), "device": job.device}
+            "steps": len(keys), "device": job.device, "caveats": caveats}

@@ -136,6 +136,8 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
         raise TraceError(f"{path}: cannot be read ({e})") from None
     except (OSError, ValueError) as e:
         raise TraceError(f"{path}: cannot be listed ({e})") from None
+    except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
+        raise TraceError(f"{path}: cannot be listed ({type(e).__name__}: {e})") from None
     if is_file:
         return [TraceFile(path)]
     if not is_dir:

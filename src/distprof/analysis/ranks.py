@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Iterable
 
-__all__ = ["resolve", "group", "add", "summed", "runs", "role_of"]
+__all__ = ["resolve", "group", "add", "summed", "runs", "role_of", "unranked_label"]
 
 
 def resolve(results: list) -> tuple[list, list[dict[str, Any]]]:
@@ -42,6 +42,16 @@ def resolve(results: list) -> tuple[list, list[dict[str, Any]]]:
         by_rank[key].append(r)
         kept.append(r)
     return kept, conflicts
+
+
+def unranked_label(path: str) -> str:
+    """How a file whose rank is unknown is named wherever ranks are listed: ``? (folder/file)``.
+
+    Each such file stands for a rank of its own: two rank-less files are never merged into one "rank ?"
+    (they may be different ranks, or different jobs). The folder is kept because copies of one job's
+    files from several hosts often share a file name."""
+    tail = "/".join(path.replace("\\", "/").rstrip("/").split("/")[-2:])
+    return f"? ({tail})"
 
 
 RUN_GAP_S = 60.0  # disjoint traced spans this far apart are different runs, not clock skew

@@ -54,7 +54,12 @@ def _open(path: str):
     if is_remote(path):
         import fsspec
 
-        return fsspec.open(path, "rb").open()
+        try:
+            return fsspec.open(path, "rb").open()
+        except (TraceError, OSError, ValueError):
+            raise
+        except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
+            raise TraceError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
     return open_local(path.removeprefix("file://"))
 
 

@@ -141,15 +141,17 @@ def collective_kind(name: str, recorded: str | None = None) -> str:
 
 
 # ---- host-device synchronisation and data loading ------------------------------------------------------
+# Not cudaStreamWaitEvent / hipStreamWaitEvent: they make one stream wait for another on the device and
+# return at once; the host does not wait.
 _SYNC_RUNTIME = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent",
-    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize", "hipStreamWaitEvent",
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+    "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize",
     "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize",
 })
 
 
 def is_sync_runtime(name: str) -> bool:
-    """A runtime call that blocks the host until the device catches up (or orders streams)."""
+    """A runtime call that blocks the host until the device catches up."""
     return name in _SYNC_RUNTIME
 
 

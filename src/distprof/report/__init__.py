@@ -16,7 +16,7 @@ import logging
 from typing import Any, Callable
 
 from ..analysis import analyze, diff as diff_mod
-from ..analysis.diagnose import Finding, diagnose
+from ..analysis.diagnose import analysed, Finding, diagnose
 from ..analysis.listing import find_traces
 from ..analysis.parallel import Progress
 from ..analysis.selection import Selection
@@ -87,8 +87,14 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
     """
     check_output(out, [f.path for p in (path, compare) if p for f in find_traces(p, [])], "report", "report.html")
     inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
+    if not inv.run.files:
+        # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
+        raise TraceError(f"{path}: nothing to report, no trace could be read "
+                         f"({'; '.join(e.message for e in inv.run.errors) or 'no trace matches the selection'}); "
+                         f"{out} was not written")
     findings = diagnose(inv)
     env = inv.envelope()
+    env["warnings"] = env["warnings"] + analysed(inv)["caveats"]
     d = None
     if compare:
         # Only the other run's per-file summaries: each of its files is decoded once, none of ours again.

@@ -17,7 +17,10 @@ from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
+from ..analysis.ranks import unranked_label
 from ..analysis.diagnose import Plot
+from ..analysis.vocab import is_sync_op, is_sync_runtime
+from ..safetext import visible
 
 __all__ = ["Section", "label", "sections", "diff_section", "MATRIX_MAX_RANKS"]
 
@@ -44,7 +47,7 @@ _TEMPLATE = go.layout.Template(layout={
 
 def label(s: Any) -> str:
     """``s`` as text for plotly (titles, ticks, legends, hovers): markup characters become entities."""
-    return str(s).translate(_ENTITIES)
+    return visible(s).translate(_ENTITIES)
 
 
 def _short(s: str) -> str:
@@ -74,7 +77,7 @@ def _ms(us: float | None) -> float | None:
 def _rank_name(role: str | None, rank: int | None, path: str = "", bare: bool = False) -> str:
     """A rank's axis label, plain text (escaped by the caller): ``actor 3`` or ``rank 3`` (``3`` when ``bare``:
     a plot of one role), ``? (file name)`` for a file whose rank is unknown."""
-    r = str(rank) if rank is not None else f"? ({path.rsplit('/', 1)[-1]})"
+    r = str(rank) if rank is not None else unranked_label(path)
     return r if bare else f"{role} {r}" if role else f"rank {r}"
 
 
@@ -381,15 +384,37 @@ def kernels(summary: dict[str, Any]) -> Section:
     return s
 
 
-def ops(summary: dict[str, Any]) -> Section:
-    s = Section(Plot.OPS, "Top CPU ops",
+def _syncs(inv: Any) -> list[dict[str, Any]]:
+    """Blocking host-device syncs inside the steps, over all files: what the host_sync finding points at."""
+    total: dict[str, list[float]] = {}
+    for f in inv.run.files:
+        parts = f.parts.get("step_names") or f.parts.get("summary") or {}
+        for which, keep in (("runtime", is_sync_runtime), ("ops", is_sync_op)):
+            for name, v in (parts.get(which) or {}).items():
+                if keep(name):
+                    t = total.setdefault(name, [0, 0.0])
+                    t[0] += v[0]
+                    t[1] += v[1]
+    return sorted(({"name": n, "count": c, "total_us": us} for n, (c, us) in total.items() if us > 0),
+                  key=lambda r: (-r["total_us"], r["name"]))
+
+
+def ops(summary: dict[str, Any], syncs: list[dict[str, Any]] | None = None) -> Section:
+    s = Section(Plot.OPS, "Top CPU ops and host-device syncs",
                 f"The {TOP_NAMES} CPU ops with the most self time over all ranks (their time minus the ops nested "
-                "directly inside them, so nested ops are not counted twice), and their share of all ops' self time.")
+                "directly inside them, so nested ops are not counted twice), and their share of all ops' self time. "
+                "Below, when there are any: the calls that block the host until the device catches up "
+                "(cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, aten::item ...), their "
+                "summed duration inside the steps over all ranks.")
     rows = sorted(summary.get("ops") or [], key=lambda r: (-r["self_us"], r["name"]))
-    if not rows:
+    if not rows and not syncs:
         s.note = "No CPU ops in these traces."
         return s
-    s.figures.append(_top_bars("Top CPU ops (self time over all ranks)", rows, "self_us", "self"))
+    if rows:
+        s.figures.append(_top_bars("Top CPU ops (self time over all ranks)", rows, "self_us", "self"))
+    if syncs:
+        s.figures.append(_top_bars("Blocking host-device syncs inside the steps (over all ranks)", syncs,
+                                   "total_us", "total"))
     return s
 
 
@@ -428,7 +453,7 @@ def sections(inv: Any, diff: dict[str, Any] | None = None, a: str = "", b: str =
     out = [step_time(inv.steps),
            phases(inv.summary, inv.steps, [(r.info, r.parts["summary"]) for r in inv.run.files]),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers), kernels(inv.summary),
-           ops(inv.summary), idle(inv.summary)]
+           ops(inv.summary, _syncs(inv)), idle(inv.summary)]
     if diff is not None:
         out.append(diff_section(diff, a, b))
     return out

@@ -21,6 +21,7 @@ from plotly.io.json import to_json_plotly
 
 from ..analysis.diagnose import Finding, Plot
 from .figures import Section
+from ..safetext import visible
 
 __all__ = ["render"]
 
@@ -49,7 +50,7 @@ _TITLES = {Plot.STEP_TIME: "step time", Plot.PHASES: "phases", Plot.TEMPORAL: "t
 
 
 def _e(s: Any) -> str:
-    return html.escape(str(s), quote=True)
+    return html.escape(visible(s), quote=True)
 
 
 def _ms(us: float | None) -> str:

@@ -1,0 +1,1 @@
+"""Trainer integrations: hf.DistprofCallback, lightning.DistprofProfiler; each imports its framework lazily."""
