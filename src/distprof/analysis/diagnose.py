@@ -104,6 +104,8 @@ __all__ = ["Finding", "Plot", "diagnose", "path_saving", "THRESHOLDS", "STRAGGLE
 STRAGGLER_WAIT_SHARE = 0.2  # waiting caused, over the other ranks' summed step time
 STRAGGLER_CONSISTENCY = 2 / 3  # share of the steps in which it is the rank holding the others back
 STRAGGLER_EXPLAINED = 0.5  # its root cause's excess over the waiting it causes per waiting rank
+STRAGGLER_GROUP_SHARE = 0.8  # another rank late for the same cause by this share of the straggler's excess joins it
+STRAGGLER_GROUP_MAX = 64  # ranks examined for a late group (the most waited-for first)
 ROLE_BOUND_RATIO = 1.5  # bounding role's work over the next role's
 ROLE_BOUND_SHARE = 0.1  # and the difference over the step's wall time
 EXPOSED_COMM_SHARE = 0.1  # exposed communication (less waiting for peers) over step time
@@ -118,7 +120,8 @@ SECONDARY_SHARE = 0.25  # further root-cause names listed when at least this sha
 
 THRESHOLDS = {
     "straggler": {"wait_caused_share_of_others_step_time": STRAGGLER_WAIT_SHARE,
-                  "holds_back_share_of_steps": STRAGGLER_CONSISTENCY, "cause_explains_share_of_wait": STRAGGLER_EXPLAINED},
+                  "holds_back_share_of_steps": STRAGGLER_CONSISTENCY, "cause_explains_share_of_wait": STRAGGLER_EXPLAINED,
+                  "late_group_share_of_cause": STRAGGLER_GROUP_SHARE},
     "bounding_role": {"work_ratio_to_next_role": ROLE_BOUND_RATIO, "difference_share_of_step": ROLE_BOUND_SHARE},
     "exposed_communication": {"share_of_step": EXPOSED_COMM_SHARE},
     "launch_bound": {"launch_bound_rank_steps_share": LAUNCH_BOUND_RANK_STEPS,
@@ -476,40 +479,72 @@ def _straggler(job: _Job) -> list[Finding]:
         cause = causes[0]
         keys = [_key(row) for row in rows]
         runner_up = next((c for c in causes[1:] if c["kind"] != "late_start"), None)
-        claim = (f"{who} arrives last at {top['late_arrivals']} of {top['collectives']} collectives in "
+        group = _late_together(job, role, rank, cause, rows)
+        late = f"{who} arrives last" if not group else \
+            f"{who} (with {_ranks_text([r for r, _ in group])}, late by as much: a slow node or group) arrives last"
+        claim = (f"{late} at {top['late_arrivals']} of {top['collectives']} collectives in "
                  f"{_steps_text(keys)} and costs the other ranks {_dur(caused / len(rows))} of waiting per step "
                  f"({_pct(caused / others)} of their step time); {_cause_text(cause, runner_up)}.")
-        cuts = []
-        for row, ex in zip(rows, cause["per_step"]):
-            i = next(i for i, x in enumerate(row["ranks"]) if x["rank"] == rank)
-            cap = float("inf") if cause["kind"] == "late_start" else row["ranks"][i]["busy_us"]
-            cuts.append({i: min(max(ex, 0.0), cap)})
-            if cause["kind"] != "late_start":  # time inside the step: part of the rank's work
-                k = _key(row)
-                job.straggler_cut[(role, tuple(k) if isinstance(k, list) else k, rank)] = cuts[-1][i]
-        change = (f"{who} starts the step with the median rank" if cause["kind"] == "late_start" else
-                  f"{who}'s {cause['kind']} {_n(cause['name'])} takes the median rank's time "
+        # Fixing the cause on one rank of a late group saves nothing while the others stay late: the what-if
+        # brings every member's cause to the median together.
+        cuts = [{} for _ in rows]
+        for member, c in [(rank, cause), *group]:
+            for j, (row, ex) in enumerate(zip(rows, c["per_step"])):
+                i = next((i for i, x in enumerate(row["ranks"]) if x["rank"] == member), None)
+                if i is None:
+                    continue
+                cap = float("inf") if c["kind"] == "late_start" else row["ranks"][i]["busy_us"]
+                cuts[j][i] = min(max(ex, 0.0), cap)
+                if c["kind"] != "late_start":  # time inside the step: part of the rank's work
+                    k = _key(row)
+                    job.straggler_cut[(role, tuple(k) if isinstance(k, list) else k, member)] = cuts[j][i]
+        # The what-if fixes the whole late group.
+        fixed = f"{who} and {_ranks_text([r for r, _ in group])}" if group else who
+        change = (f"{fixed} start{'' if group else 's'} the step with the median rank" if cause["kind"] == "late_start" else
+                  f"{fixed}'s {cause['kind']} {_n(cause['name'])} takes the median rank's time "
                   f"({_dur(cause['median_us'])} instead of {_dur(cause['rank_us'])} per step)")
         what_if = _what_if(rows, cuts, change)
         waited_for = defaultdict(float)  # the other ranks, those that waited for it most first
         for c in job.inv.stragglers.get("wait_matrix") or []:
             if c["role"] == role and c["culprit"] == rank:
                 waited_for[c["waiter"]] += c["wait_us"]
-        rest = sorted({x["rank"] for row in rows for x in row["ranks"] if x["rank"] not in (rank, None)},
+        members = [r for r, _ in group]
+        rest = sorted({x["rank"] for row in rows for x in row["ranks"] if x["rank"] not in (rank, None, *members)},
                       key=lambda r: (-waited_for[r], r))
         job.straggler_roles.add(role)
         step_time = job.step_time(rows)
         out.append(Finding(
-            id="straggler", claim=claim, cost_us=what_if["saves_us"], role=role, ranks=[rank, *rest], steps=keys,
+            id="straggler", claim=claim, cost_us=what_if["saves_us"], role=role, ranks=[rank, *members, *rest],
+            steps=keys,
             names=[c["name"] for c in causes[:3] if c["excess_us"] >= SECONDARY_SHARE * cause["excess_us"]],
             fix=_STRAGGLER_FIX[cause["kind"]].format(name=_n(cause["name"]), who=who),
             figures={"wait_caused_us": caused, "others_step_us": others, "wait_share": caused / others,
-                     "holds_back_steps": held_back, "cause_explains": explained,
+                     "holds_back_steps": held_back, "cause_explains": explained, "late_together": members,
                      "late_arrivals": top["late_arrivals"], "collectives": top["collectives"],
                      "cause": {k: cause[k] for k in ("kind", "name", "rank_us", "median_us", "excess_us")},
                      "candidates": [{k: c[k] for k in ("kind", "name", "excess_us")} for c in causes[:5]]},
             cost_share=what_if["saves_us"] / step_time if step_time else None, what_if=what_if, plot=Plot.WAITS))
     return out
+
+
+def _late_together(job: _Job, role: Any, rank: Any, cause: dict[str, Any], rows: list[dict[str, Any]]
+                   ) -> list[tuple[Any, dict[str, Any]]]:
+    """Other ranks late for the same cause by at least :data:`STRAGGLER_GROUP_SHARE` of the straggler's excess
+    (the ranks of a slow node): ``[(rank, its cause)]``, most waited-for first."""
+    # Candidates: the ranks that would arrive latest if nobody waited (start + busy), summed over the steps; a
+    # rank just ahead of the straggler at every collective is never "last" itself, so arrival order finds it.
+    arrival: dict[Any, float] = defaultdict(float)
+    for row in rows:
+        for x in row["ranks"]:
+            if isinstance(x["rank"], int) and x["rank"] != rank:
+                arrival[x["rank"]] += x.get("start_us", 0.0) + x["busy_us"]
+    group = []
+    for r in sorted(arrival, key=lambda r: -arrival[r])[:STRAGGLER_GROUP_MAX]:
+        cs = _root_causes(job, role, r, rows)
+        if cs and cs[0]["kind"] == cause["kind"] and cs[0]["name"] == cause["name"] and \
+                cs[0]["excess_us"] >= STRAGGLER_GROUP_SHARE * cause["excess_us"]:
+            group.append((r, cs[0]))
+    return group
 
 
 def _work(x: dict[str, Any]) -> float:

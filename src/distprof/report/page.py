@@ -91,7 +91,8 @@ def _finding(i: int, f: Finding, plots: set[str]) -> str:
     if f.steps:
         evidence.append("steps " + ", ".join(map(str, f.steps[:16])) + (" ..." if len(f.steps) > 16 else ""))
     if f.names:
-        evidence.append("names: " + "; ".join(map(str, f.names[:8])))
+        # C++ kernel names run to thousands of characters; the plots' hovers and --json keep them whole.
+        evidence.append("names: " + "; ".join(n if len(n) <= 300 else n[:299] + "…" for n in map(str, f.names[:8])))
     if evidence:
         rows.append(("evidence", _e(" · ".join(evidence))))
     if f.plot in plots:  # only the report's own ids become links: a finding never writes a target of its own
