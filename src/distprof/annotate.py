@@ -77,6 +77,20 @@ def window_opened(profiler: Any) -> None:
         _STATE.active += 1
 
 
+def refresh_emitters() -> None:
+    """Pick up torch's record_function / NVTX if torch was imported after the first window opened (a discrete
+    profiler listens before its backend has imported torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or _STATE.record_function is not None:
+        return
+    with _STATE.lock:
+        _STATE.record_function = torch.profiler.record_function
+        try:
+            _STATE.nvtx = torch.cuda.nvtx if torch.cuda.is_available() else None
+        except Exception:  # pragma: no cover - CUDA probing failures mean: no NVTX
+            _STATE.nvtx = None
+
+
 def window_closed(profiler: Any) -> None:
     with _STATE.lock:
         if profiler in _STATE.profilers:
@@ -138,6 +152,11 @@ class Annotation:
     # ---- slow path: a window is open ----------------------------------------------------------
     def _open(self) -> None:
         rf = nv = None
+        with _STATE.lock:
+            profilers = list(_STATE.profilers)
+        for p in profilers:  # discrete profilers open the stage's own window first, so the range below is in it
+            if p._discrete:
+                p._guard("stage start", lambda p=p: p._stage_enter(self.name))
         try:
             if _STATE.record_function is not None:
                 rf = _STATE.record_function(self.name)
@@ -170,6 +189,9 @@ class Annotation:
             _warn_once(f"close range {self.name!r}")
         for p in profilers:
             p._record_annotation(self.name, elapsed)
+        for p in profilers:
+            if p._discrete:
+                p._guard("stage end", lambda p=p: p._stage_exit(self.name))
 
 
 def annotate(name: str) -> Annotation:

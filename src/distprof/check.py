@@ -116,7 +116,11 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
     plan = config.plan()
     reached = max((line["steps"][1] for lines in manifests.values() for line in lines), default=-1)
     expected = _expected_windows(config, plan, reached)
+    discrete = config.discrete
     for rank in ranks:
+        if discrete:
+            _check_discrete(root, role, rank, manifests[rank], expected, res)
+            continue
         lines = {tuple(line["steps"]): line for line in manifests[rank]}
         by_start = {line["steps"][0]: line for line in manifests[rank]}
         listed = set()
@@ -137,6 +141,35 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
                 rel = f"{role}/rank{rank:05d}/{n}"
                 if n not in (MANIFEST,) and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
                     res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
+
+
+def _check_discrete(root: str, role: str, rank: int, lines: list[dict[str, Any]], expected: list[Window],
+                    res: CheckResult) -> None:
+    """Discrete mode: every planned step should hold at least one stage window; every stage file listed is checked."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_step.setdefault(line["steps"][0], []).append(line)
+    listed = set()
+    for w in expected:
+        for step in range(w.start, w.end + 1):
+            if step not in by_step:
+                res.items.append(Item(role, rank, [step, step], "missing",
+                                      detail="no stage window for this step (did an annotated stage run in it?)"))
+                continue
+            for line in by_step[step]:
+                for f in line.get("files") or [{"path": line["file"], "bytes": line["bytes"]}]:
+                    listed.add(f["path"])
+                    status, detail = _check_file(os.path.join(root, f["path"]), f["bytes"])
+                    if status == "ok" and not line.get("complete", True):
+                        status, detail = "incomplete", f"stage cut short ({line.get('stopped_by', 'stopped')})"
+                    res.items.append(Item(role, rank, [step, step], status, f["path"],
+                                          detail or f"stage {line.get('stage')}"))
+    rank_dir = os.path.join(root, role, f"rank{rank:05d}")
+    if os.path.isdir(rank_dir):
+        for n in sorted(os.listdir(rank_dir)):
+            rel = f"{role}/rank{rank:05d}/{n}"
+            if n != MANIFEST and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
+                res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
 
 
 def _expected_windows(config: ProfilerConfig, plan, reached: int) -> list[Window]:

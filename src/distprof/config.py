@@ -297,6 +297,10 @@ class ProfilerConfig(_Strict):
     py_spy: PySpyOptions = Field(default_factory=PySpyOptions)
     memray: MemrayOptions = Field(default_factory=MemrayOptions)
     on_error: str = "disable"
+    # verl's discrete mode: during the planned steps, every outermost annotate() range of a selected role opens
+    # and closes its own window (one trace per stage run, e.g. rollout/generate at step 3), so traces of big
+    # jobs stay small and openable. In-process backends only (torch, cuda_memory).
+    discrete: bool = False
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")
@@ -372,6 +376,11 @@ class ProfilerConfig(_Strict):
             raise ValueError(
                 f"steps={self.steps} and schedule are both set; they are exclusive: keep steps for explicit "
                 "global steps or schedule for a periodic pattern"
+            )
+        if self.discrete and self.backend in PROCESS_BACKENDS:
+            raise ValueError(
+                f"discrete=True needs an in-process backend, but backend is {self.backend!r} (it wraps the whole "
+                "worker process); use backend torch or cuda_memory, or drop discrete"
             )
         if self.enable and not self.save_path:
             raise ValueError(

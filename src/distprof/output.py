@@ -2,6 +2,7 @@
 
     {save_path}/run.json
     {save_path}/{role}/rank{R:05d}/step{A:08d}-{B:08d}{suffix}
+    {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
     {save_path}/{role}/rank{R:05d}/manifest.jsonl
 
 Files only ever appear complete: they are written under a hidden temporary
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +28,8 @@ import msgspec
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "rank_dir", "window_file_name", "sanitize_role", "is_url", "TMP_PREFIX", "MANIFEST", "RUN_JSON"]
+__all__ = ["RunDir", "rank_dir", "window_file_name", "stage_label", "stage_of_file", "sanitize_role", "is_url",
+           "TMP_PREFIX", "MANIFEST", "RUN_JSON"]
 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
@@ -54,8 +57,27 @@ def rank_dir(role: str, rank: int) -> str:
     return f"{role}/rank{rank:05d}"
 
 
-def window_file_name(start: int, end: int, suffix: str) -> str:
-    return f"step{start:08d}-{end:08d}{suffix}"
+def window_file_name(start: int, end: int, suffix: str, label: str | None = None) -> str:
+    """``step00000003-00000005.pt.trace.json.gz``; with a discrete stage's ``label`` (see :func:`stage_label`),
+    ``step00000003-00000003.stage-rollout-generate.pt.trace.json.gz``."""
+    return f"step{start:08d}-{end:08d}{'.' + label if label else ''}{suffix}"
+
+
+_STAGE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}\.stage-([A-Za-z0-9_-]+)\.")
+
+
+def stage_label(stage: str, nth: int = 1) -> str:
+    """A stage name as a file-name part: ``rollout/generate`` -> ``rollout-generate``; the stage's ``nth`` run
+    in one step (from 2) gets ``-2``, ``-3`` ... so every run keeps its own file."""
+    slug = _STAGE_UNSAFE.sub("-", stage).strip("-")[:80] or "unnamed"
+    return f"stage-{slug}" if nth == 1 else f"stage-{slug}-{nth}"
+
+
+def stage_of_file(name: str) -> str | None:
+    """The stage label in a discrete-mode file name (None for a window file)."""
+    m = _STAGE_FILE.match(posixpath.basename(name))
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)

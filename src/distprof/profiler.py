@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any
 
 from . import shutdown
-from .annotate import window_closed, window_opened
+from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
-from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role
+from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role, stage_label
 from .plan import Window, rank_selected, role_selected
 from .runtime import detect_rank_world, host_name, torch_version
 
@@ -71,6 +72,11 @@ class Profiler:
         self._held: tuple[Window, int, float] | None = None  # a closed window whose files are not written yet
         self._last_summary: dict[str, Any] | None = None
         self._annotations: dict[str, list[int]] = {}  # name -> [count, total ns] of the open / last window
+        # Discrete mode (verl's): every outermost annotated stage of a planned step is its own window.
+        self._discrete = config.discrete
+        self._armed = False  # discrete: this step is planned, so annotate() reports stages to us
+        self._stage: list[Any] | None = None  # discrete: [name, depth, thread id, label] of the open stage window
+        self._stage_runs: dict[str, int] = {}  # discrete: stage name -> runs in the current step
         self._annotations_total: dict[str, list[int]] = {}
 
         if not config.enable:
@@ -194,9 +200,15 @@ class Profiler:
         if self._next is None:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
                            self._who(), self.global_step, self._plan.describe())
-        self._maybe_open()
+        if self._discrete:
+            self._arm()
+        else:
+            self._maybe_open()
 
     def _step(self, hold: bool = False) -> None:
+        if self._discrete:
+            self._step_discrete()
+            return
         if self._held is not None:
             self._export_held()
         self.global_step += 1
@@ -226,7 +238,72 @@ class Profiler:
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
 
+    # ---- discrete mode: one window per stage run ---------------------------------------------------------
+    def _arm(self) -> None:
+        """Listen to annotate() during planned steps only; elsewhere the inert fast path stays inert."""
+        w = self._plan.next_window(self.global_step)
+        armed = w is not None and w.start <= self.global_step <= w.end
+        if armed and not self._armed:
+            window_opened(self)
+        elif self._armed and not armed:
+            window_closed(self)
+        self._armed = armed
+        self._stage_runs = {}
+
+    def _step_discrete(self) -> None:
+        if self._stage is not None:  # a stage still open at the step's end: it ends with the step
+            self._close_stage(stopped_by="step_end")
+        self.global_step += 1
+        self._arm()
+
+    def _stage_enter(self, name: str) -> None:
+        """annotate() entered ``name`` while armed: open its window if it is the outermost range."""
+        tid = threading.get_ident()
+        st = self._stage
+        if st is not None:
+            if st[2] == tid:
+                st[1] += 1  # a range nested in the stage: part of its trace
+            return
+        from .backends import WindowContext
+
+        g = self.global_step
+        runs = self._stage_runs[name] = self._stage_runs.get(name, 0) + 1
+        label = stage_label(name, runs)
+        self._annotations = {}
+        ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
+                            tmp_path=lambda n: self._run.temp_path(self._dir, n), label=label)
+        w = Window(start=g, end=g, warmup_start=g)
+        self._stage = [name, 1, tid, label]
+        self._open = w
+        self._window_t0 = time.time()
+        self._backend.begin(w, g, ctx)
+        refresh_emitters()  # the backend may have imported torch just now: the stage's own range must show
+
+    def _stage_exit(self, name: str) -> None:
+        st = self._stage
+        if st is None or st[2] != threading.get_ident():
+            return
+        st[1] -= 1
+        if st[1] == 0:
+            self._close_stage()
+
+    def _close_stage(self, stopped_by: str | None = None) -> None:
+        name = self._stage[0]
+        self._stage = None
+        w = self._open
+        self._close(w, last=w.end, stopped_by=stopped_by, stage=name)
+        if self._armed:
+            window_opened(self)  # _close() stopped the listening; the step goes on
+
     def _stop(self, crashed: bool, cause: str) -> None:
+        if self._discrete:
+            if self._stage is not None:
+                self._close_stage(stopped_by=cause)
+            if self._armed:
+                window_closed(self)
+                self._armed = False
+            self._run.cleanup()
+            return
         if self._held is not None:
             w, last, t1 = self._held
             self._held = None
@@ -260,7 +337,8 @@ class Profiler:
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
 
-    def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None) -> None:
+    def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
+               stage: str | None = None) -> None:
         """Publish the window's files and its manifest line; ``t1``: when its last step ended (default now).
 
         ``stopped_by``: why the window closed before its end (``stop``, ``exception``, ``exit``, a signal's
@@ -295,6 +373,8 @@ class Profiler:
             }
             if stopped_by is not None:
                 record["stopped_by"] = stopped_by
+            if stage is not None:
+                record["stage"] = stage
             self._run.append_manifest(self._dir, record)
             logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
         self._next = self._plan.next_window(self.global_step)
@@ -312,7 +392,8 @@ class Profiler:
         logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",
                      self._who(), where, self.global_step, exc_info=True)
         window_closed(self)
-        self._open = self._next = self._held = None
+        self._open = self._next = self._held = self._stage = None
+        self._armed = False
         if self._backend is not None:
             try:
                 self._backend.abort()

@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple
 import msgspec
 
 from .source import TraceError, file_kind, is_remote, open_local
+from ..output import stage_of_file
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +162,17 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
             role = _role(d, windows)
         for n in sorted(names):
             if _is_trace_name(n):
-                found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, role, windows.get(n)))
+                found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, _file_role(role, n),
+                                       windows.get(n)))
     found.sort(key=lambda f: f.path)
     return found
+
+
+def _file_role(role: str | None, name: str) -> str | None:
+    """A discrete-mode stage file is analysed as a role of its own, ``actor:rollout-generate``: the ranks of one
+    stage are compared with each other (and a stage's second run in a step, ``...-2``, with its second runs)."""
+    stage = stage_of_file(name)
+    return f"{role}:{stage}" if stage and role else role
 
 
 def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFile]:
@@ -223,7 +232,7 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
                 if not stat.S_ISREG(est.st_mode):
                     problem(p, f"not a regular file ({file_kind(est.st_mode)}); not read")
                     continue
-                found.append(TraceFile(p, manifest_rank, role, windows.get(e.name)))
+                found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name)))
         stack.extend(reversed(subdirs))
     found.sort(key=lambda f: f.path)
     return found

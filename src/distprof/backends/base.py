@@ -16,6 +16,7 @@ class WindowContext:
     rank: int
     world_size: int
     tmp_path: Any  # callable(name) -> a hidden local temporary path for a file called `name`
+    label: str | None = None  # discrete mode: the stage's file-name label (output.stage_label)
 
 
 @dataclass

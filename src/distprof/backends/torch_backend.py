@@ -114,7 +114,7 @@ class TorchBackend:
         if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
             self._write(ready)
             for suffix, tmp in self._exported.items():
-                files[window_file_name(first, last, suffix)] = tmp
+                files[window_file_name(first, last, suffix, self._ctx.label)] = tmp
         self._exported = {}
         return WindowFiles(files=files, summary=self._summary)
 
