@@ -126,3 +126,65 @@ def test_per_node_keeps_the_first_local_ranks_of_every_node():
     assert [node_selected(2, lr) for lr in range(4)] == [True, True, False, False]
     assert node_selected(None, 7) and node_selected(None, None)
     assert not node_selected(1, None)  # unknown local rank: never guessed as selected
+
+
+# ---- wired into the config, the Profiler, check and worker groups -------------------------------------------
+import json  # noqa: E402
+
+from distprof import Profiler, ProfilerConfig  # noqa: E402
+from distprof.check import check_run  # noqa: E402
+
+
+def _run_ranks(tmp_path, world, mesh=None, local_ranks=None, **cfg):
+    """Every rank of a ``world``-rank job builds its Profiler (one process each in a real job; here in turn, since
+    selection is each process's own decision) and runs 3 steps."""
+    config = ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1], torch={"activities": ["cpu"]}, **cfg)
+    for r in range(world):
+        lr = None if local_ranks is None else local_ranks[r]
+        with Profiler(config, role="train", rank=r, world_size=world, mesh=mesh, local_rank=lr) as prof:
+            for _ in range(3):
+                prof.step()
+    root = tmp_path / "run" / "train"
+    return sorted(int(p.name[4:]) for p in root.glob("rank*")) if root.exists() else []
+
+
+def test_coordinate_selection_captures_one_rank_per_pipeline_stage(tmp_path):
+    got = _run_ranks(tmp_path, 8, mesh={"pp": 2, "dp": 2, "tp": 2}, ranks={"pp": "*", "dp": 0, "tp": 0})
+    assert got == [0, 4]
+    role = json.loads((tmp_path / "run" / "train" / "role.json").read_text())
+    assert role["mesh"] == {"names": ["pp", "dp", "tp"], "shape": [2, 2, 2], "ranks": list(range(8))}
+    res = check_run(str(tmp_path / "run"))
+    assert res.ok and sorted({i.rank for i in res.items}) == [0, 4]  # check knows which ranks should have captured
+
+
+def test_coordinate_selection_needs_the_mesh_and_fitting_dimensions(tmp_path):
+    config = ProfilerConfig(enable=True, save_path=str(tmp_path), ranks={"pp": "*", "tp": 0})
+    with pytest.raises(ValueError, match="no mesh was given"):
+        Profiler(config, rank=0, world_size=4)
+    with pytest.raises(ValueError, match="Did you mean 'tp'"):
+        ProfilerConfig(enable=True, save_path=str(tmp_path), ranks={"tpp": 0}).selects_rank(0, 4, {"pp": 2, "tp": 2})
+    with pytest.raises(ValueError, match="mesh holds 4 ranks but world_size is 8"):
+        Profiler(config, rank=0, world_size=8, mesh={"pp": 2, "tp": 2})
+    with pytest.raises(ValueError, match="not a coordinate"):
+        ProfilerConfig(ranks={"pp": "first"})
+
+
+def test_per_node_keeps_local_rank_zero_of_every_node(tmp_path, monkeypatch):
+    got = _run_ranks(tmp_path, 4, ranks="all", per_node=1, local_ranks=[0, 1, 0, 1])
+    assert got == [0, 2]
+    res = check_run(str(tmp_path / "run"))
+    assert res.ok and any("per_node" in n for n in res.notes)
+    # From the environment, as torchrun sets it.
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    config = ProfilerConfig(enable=True, save_path=str(tmp_path / "env"), ranks="all", per_node=1)
+    assert not Profiler(config, rank=3, world_size=4).enabled
+    with pytest.raises(ValueError, match="per_node must be >= 1"):
+        ProfilerConfig(per_node=0)
+
+
+def test_worker_groups_refuse_per_node():
+    from distprof.ray.workers import ProfiledGroup
+
+    config = ProfilerConfig(enable=True, save_path="/tmp/distprof-never", ranks="all", per_node=1)
+    with pytest.raises(ValueError, match="per_node=1 needs each worker's local rank"):
+        ProfiledGroup([object(), object()], config, role="actor")  # refused before any call to the workers

@@ -45,6 +45,7 @@ class CheckResult:
     roles: list[dict[str, Any]] = field(default_factory=list)
     items: list[Item] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be judged (not a problem)
 
     @property
     def ok(self) -> bool:
@@ -52,7 +53,7 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "ok": self.ok, "roles": self.roles,
-                "items": [asdict(i) for i in self.items], "problems": self.problems}
+                "items": [asdict(i) for i in self.items], "problems": self.problems, "notes": self.notes}
 
 
 def check_run(run_dir: str) -> CheckResult:
@@ -111,7 +112,7 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
         _check_process_outputs(root, role, backend, res)
         return
 
-    ranks = list(range(world)) if config.ranks == "all" else [r for r in config.ranks if r < world]
+    ranks = _expected_ranks(root, role, config, info, world, res)
     manifests = {r: _read_manifest(root, role, r, res) for r in ranks}
     plan = config.plan()
     reached = max((line["steps"][1] for lines in manifests.values() for line in lines), default=-1)
@@ -141,6 +142,28 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
                 rel = f"{role}/rank{rank:05d}/{n}"
                 if n not in (MANIFEST,) and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
                     res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
+
+
+def _expected_ranks(root: str, role: str, config: ProfilerConfig, info: dict[str, Any], world: int,
+                    res: CheckResult) -> list[int]:
+    """The ranks that should have captured: from the rank list, or mesh coordinates and the mesh in role.json.
+    Where that cannot be known (per_node: local ranks are not recorded), the ranks that wrote something."""
+    if isinstance(config.ranks, dict) and info.get("mesh"):
+        from .mesh import RankMesh, selected_ranks
+
+        m = info["mesh"]
+        sel = {k: (v if v == "*" else tuple(v)) for k, v in config.ranks.items()}
+        ranks = selected_ranks(sel, RankMesh(tuple(m["names"]), tuple(m["shape"]), tuple(m["ranks"])))
+    elif isinstance(config.ranks, dict) or config.per_node is not None:
+        on_disk = sorted(int(n[4:]) for n in os.listdir(os.path.join(root, role))
+                         if n.startswith("rank") and n[4:].isdigit())
+        res.notes.append(f"{role}: which ranks should capture depends on "
+                            f"{'local ranks (per_node)' if config.per_node is not None else 'a mesh not recorded'}; "
+                            f"checking the {len(on_disk)} ranks that wrote files")
+        return on_disk
+    else:
+        ranks = list(range(world)) if config.ranks == "all" else list(config.ranks)
+    return [r for r in ranks if r < world]
 
 
 def _check_discrete(root: str, role: str, rank: int, lines: list[dict[str, Any]], expected: list[Window],

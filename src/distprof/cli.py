@@ -144,6 +144,8 @@ def check(
         console.print(table)
     for p in result.problems:
         err.print(Text.assemble(("problem: ", "red"), render.plain(p)), soft_wrap=True)
+    for n in result.notes:
+        err.print(Text.assemble(("note: ", "yellow"), render.plain(n)), soft_wrap=True)
     bad = sum(1 for i in result.items if i.status not in ("ok", "unlisted"))
     if result.ok:
         console.print(f"[green]complete[/green]: {len(result.items)} files checked")

@@ -286,7 +286,12 @@ class ProfilerConfig(_Strict):
     enable: bool = False
     backend: str = "torch"
     save_path: str | None = None
-    ranks: list[int] | Literal["all"] = Field(default_factory=lambda: [0])
+    # Global ranks: [0] (default), "all", a list, or mesh coordinates {pp: "*", tp: 0, dp: 0} (the Profiler is
+    # then given the job's mesh: a torch DeviceMesh, or {dim: size} outermost first; see distprof.mesh).
+    ranks: list[int] | Literal["all"] | dict[str, Any] = Field(default_factory=lambda: [0])
+    # Keep only the first N local ranks of every node (LOCAL_RANK, or rank % LOCAL_WORLD_SIZE): per_node: 1 is
+    # "rank 0 of every node". Combined with ranks (both must select).
+    per_node: int | None = None
     roles: list[str] | None = None
     steps: list[int] | None = None
     schedule: ScheduleConfig | None = None
@@ -320,7 +325,11 @@ class ProfilerConfig(_Strict):
     @field_validator("ranks", mode="before")
     @classmethod
     def _ranks(cls, v: Any) -> Any:
-        fix = "use 'all' or a list of global ranks such as [0, 8]"
+        fix = "use 'all', a list of global ranks such as [0, 8], or mesh coordinates such as {pp: '*', tp: 0}"
+        if isinstance(v, Mapping):
+            from .mesh import parse_coordinate_selection
+
+            return {k: (list(x) if isinstance(x, tuple) else x) for k, x in parse_coordinate_selection(v).items()}
         if isinstance(v, str):
             if v.strip().lower() == "all":
                 return "all"
@@ -332,6 +341,16 @@ class ProfilerConfig(_Strict):
         if not v:
             raise ValueError(f"ranks is empty, so no rank would capture; {fix}")
         return sorted({_non_negative_int("ranks", r, fix) for r in v})
+
+    @field_validator("per_node", mode="before")
+    @classmethod
+    def _per_node(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        n = _non_negative_int("per_node", v, "use a number of local ranks per node >= 1, e.g. per_node: 1")
+        if n < 1:
+            raise ValueError("per_node must be >= 1 (0 would select no rank); use per_node: 1 for rank 0 of every node")
+        return n
 
     @field_validator("roles", mode="before")
     @classmethod
@@ -420,9 +439,31 @@ class ProfilerConfig(_Strict):
             return None
         return self.effective_schedule.repeat
 
+    def selects_rank(self, rank: int, world_size: int, mesh: Any = None, local_rank: int | None = None) -> bool:
+        """Does this config capture on ``rank``? ``mesh`` is needed for coordinate selections; ``local_rank`` for
+        ``per_node``. Raises ValueError when the selection cannot be judged (no mesh, a dimension it lacks)."""
+        from .mesh import RankMesh, check_against_mesh, mesh_selected, node_selected
+
+        if isinstance(self.ranks, dict):
+            if mesh is None:
+                raise ValueError(
+                    f"ranks selects by mesh coordinates {self.ranks}, but no mesh was given; pass the job's "
+                    "DeviceMesh (Profiler(..., mesh=device_mesh)) or its dims outermost first, e.g. "
+                    "mesh={'pp': 4, 'dp': 2, 'tp': 2}")
+            m = RankMesh.of(mesh)
+            if m.world_size != world_size:
+                raise ValueError(f"the mesh holds {m.world_size} ranks but world_size is {world_size}; pass the whole "
+                                 "job's mesh")
+            sel = {k: (v if v == "*" else tuple(v)) for k, v in self.ranks.items()}
+            check_against_mesh(sel, m)
+            chosen = mesh_selected(sel, m, rank)
+        else:
+            chosen = self.ranks == "all" or rank in self.ranks
+        return chosen and node_selected(self.per_node, local_rank)
+
     def check_world_size(self, world_size: int) -> None:
         """Refuse ranks beyond the world size, as soon as it is known."""
-        if self.ranks != "all":
+        if isinstance(self.ranks, list):
             bad = [r for r in self.ranks if r >= world_size]
             if bad:
                 raise ValueError(

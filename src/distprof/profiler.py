@@ -25,8 +25,8 @@ from . import shutdown
 from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
 from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role, stage_label
-from .plan import Window, rank_selected, role_selected
-from .runtime import detect_rank_world, host_name, torch_version
+from .plan import Window, role_selected
+from .runtime import detect_local_rank, detect_rank_world, host_name, torch_version
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,11 @@ class Profiler:
         global_step: int = 0,
         rank: int | None = None,
         world_size: int | None = None,
+        mesh: Any = None,
+        local_rank: int | None = None,
     ):
+        """``mesh``: the job's DeviceMesh or ``{dim: size}`` (outermost first), for ``ranks: {pp: "*", tp: 0}``;
+        ``local_rank``: this process's rank on its node, for ``per_node`` (default: LOCAL_RANK and friends)."""
         if config is None:
             config = ProfilerConfig()
         elif not isinstance(config, ProfilerConfig):
@@ -83,7 +87,14 @@ class Profiler:
             self._make_inert()
             return
         config.check_world_size(world_size)
-        if not (role_selected(config.roles, self.role) and rank_selected(config.ranks, rank)):
+        if local_rank is None:
+            local_rank = detect_local_rank(rank) if world_size > 1 else 0
+        self._mesh = None
+        if mesh is not None and isinstance(config.ranks, dict):
+            from .mesh import RankMesh
+
+            self._mesh = RankMesh.of(mesh)  # recorded in role.json, so `check` knows which ranks should capture
+        if not (role_selected(config.roles, self.role) and config.selects_rank(rank, world_size, mesh, local_rank)):
             self._make_inert()
             return
         from .backends import create_backend
@@ -194,7 +205,9 @@ class Profiler:
         info = self._run_info()
         self._run.write_run_json(info)
         self._run.write_run_json({"role": self.role, "world_size": self.world_size, "plan": info["plan"],
-                                  "backend": self.config.backend, "config": info["config"]},
+                                  "backend": self.config.backend, "config": info["config"],
+                                  **({"mesh": {"names": list(self._mesh.names), "shape": list(self._mesh.shape),
+                                               "ranks": list(self._mesh.ranks)}} if self._mesh else {})},
                                  rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         if self._next is None:

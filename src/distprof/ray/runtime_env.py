@@ -29,7 +29,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
     base = dict(base or {})
     if not (config.enable and config.is_process_backend and role_selected(config.roles, group)):
         return base
-    if rank is not None and not rank_selected(config.ranks, rank):
+    if rank is not None and isinstance(config.ranks, list) and not rank_selected(config.ranks, rank):
         return base
     group = sanitize_role(group)
     if is_url(config.save_path):

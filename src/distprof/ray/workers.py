@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..config import ProfilerConfig
-from ..plan import rank_selected, role_selected
+from ..plan import role_selected
 from ..profiler import Profiler
 
 logger = logging.getLogger(__name__)
@@ -28,8 +28,9 @@ class ProfiledWorker:
     profiler: Profiler | None = None
 
     def setup_profiler(self, config: ProfilerConfig | dict, role: str, rank: int, world_size: int,
-                       global_step: int = 0) -> dict[str, Any]:
-        self.profiler = Profiler(config, role=role, global_step=global_step, rank=rank, world_size=world_size)
+                       global_step: int = 0, mesh: Any = None) -> dict[str, Any]:
+        self.profiler = Profiler(config, role=role, global_step=global_step, rank=rank, world_size=world_size,
+                                 mesh=mesh, local_rank=0)  # per_node is refused for groups: no local rank needed
         return self.profiler_where()
 
     def start_profile(self) -> int:
@@ -95,7 +96,7 @@ class ProfiledGroup:
     """
 
     def __init__(self, workers: Sequence[Any], config: ProfilerConfig | dict, role: str,
-                 global_step: int = 0, timeout_s: float = 300.0):
+                 global_step: int = 0, timeout_s: float = 300.0, mesh: Any = None):
         self.config = config if isinstance(config, ProfilerConfig) else ProfilerConfig.from_dict(config)
         self.role = role
         self.workers = list(workers)
@@ -105,10 +106,18 @@ class ProfiledGroup:
         on = self.config.enable and role_selected(self.config.roles, role)
         if on:
             self.config.check_world_size(len(self.workers))
-        self.active = {r: w for r, w in enumerate(self.workers) if on and rank_selected(self.config.ranks, r)}
+        if on and self.config.per_node is not None:
+            raise ValueError(f"per_node={self.config.per_node} needs each worker's local rank, which a worker group does "
+                             "not know; select ranks with ranks: [...] or mesh coordinates instead")
+        self.active = {r: w for r, w in enumerate(self.workers)
+                       if on and self.config.selects_rank(r, len(self.workers), mesh)}
         self._plan = self.config.plan() if self.active else None  # which steps close a window (step_all)
         if self.active:
-            results = self._call("setup_profiler", self.config, role, _OWN_RANK, len(self.workers), global_step)
+            from ..mesh import RankMesh
+
+            plain_mesh = RankMesh.of(mesh) if mesh is not None else None  # a DeviceMesh does not travel; this does
+            results = self._call("setup_profiler", self.config, role, _OWN_RANK, len(self.workers), global_step,
+                                 plain_mesh)
             self.where.update({r: v for r, v in results.items() if isinstance(v, dict)})
 
     def start(self) -> dict[int, Any]:
