@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+from ..compat import release, window_options
 from ..config import TorchOptions
 from ..intervals import union_length
 from ..plan import Window
@@ -51,6 +52,7 @@ class TorchBackend:
         from torch.profiler import ProfilerAction, profile
 
         self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
+        opts, flags_off = window_options(self.opts)
 
         def schedule(s: int) -> ProfilerAction:
             if s < window.warmup_start or s > window.end:
@@ -63,11 +65,11 @@ class TorchBackend:
             activities=self._activities(torch),
             schedule=schedule,
             on_trace_ready=self._on_trace_ready,
-            record_shapes=self.opts.record_shapes,
-            profile_memory=self.opts.profile_memory,
-            with_stack=self.opts.with_stack,
-            with_flops=self.opts.with_flops,
-            with_modules=self.opts.with_modules,
+            record_shapes=opts.record_shapes,
+            profile_memory=opts.profile_memory,
+            with_stack=opts.with_stack,
+            with_flops=opts.with_flops,
+            with_modules=opts.with_modules,
         )
         # Arguments that only some torch versions have: pass them only where they exist.
         accepted = _accepted_kwargs(profile)
@@ -86,6 +88,8 @@ class TorchBackend:
 
         meta = {"role": ctx.role, "rank": ctx.rank, "world_size": ctx.world_size,
                 "window": [window.start, window.end], "pid": os.getpid()}
+        if flags_off:
+            meta["flags_off"] = flags_off  # the trace says which requested flags it lacks (distprof.compat)
         metadata = {"distprof": json.dumps(meta)}
         if not _dist_initialized():
             # torch writes distributedInfo only under torch.distributed; analysis tools key ranks by it.
@@ -104,27 +108,36 @@ class TorchBackend:
         self._prof.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
-        p, self._prof = self._prof, None
-        if p is not None:
-            p.stop()  # a window cut short: torch stops tracing here and calls on_trace_ready
-        ready, self._ready = self._ready, None
         from ..output import window_file_name
 
+        p, self._prof = self._prof, None
+        ready = None
         files: dict[str, str] = {}
-        if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
-            self._write(ready)
-            for suffix, tmp in self._exported.items():
-                files[window_file_name(first, last, suffix, self._ctx.label)] = tmp
+        try:
+            if p is not None:
+                p.stop()  # a window cut short: torch stops tracing here and calls on_trace_ready
+            ready, self._ready = self._ready, None
+            if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
+                self._write(ready)
+                for suffix, tmp in self._exported.items():
+                    files[window_file_name(first, last, suffix, self._ctx.label)] = tmp
+        finally:
+            for done in (p, ready):
+                if done is not None:
+                    release(done)
         self._exported = {}
         return WindowFiles(files=files, summary=self._summary)
 
     def abort(self) -> None:
-        p, self._prof, self._ready = self._prof, None, None
+        p, ready, self._prof, self._ready = self._prof, self._ready, None, None
         if p is not None:
             try:
                 p.stop()
             except Exception:
                 logger.debug("torch profiler stop() after a fault failed", exc_info=True)
+        for done in (p, ready):
+            if done is not None:
+                release(done)
         for tmp in self._exported.values():
             _unlink(tmp)
         self._exported = {}
