@@ -12,13 +12,14 @@ one) naming the field, the value and the fix.
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import os
 import re
 import typing
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .plan import Plan, Schedule
 
@@ -306,6 +307,11 @@ class ProfilerConfig(_Strict):
     # and closes its own window (one trace per stage run, e.g. rollout/generate at step 3), so traces of big
     # jobs stay small and openable. In-process backends only (torch, cuda_memory).
     discrete: bool = False
+    # Per-role settings over the ones above, for frameworks that choose ranks, steps and tools per role (verl,
+    # RLinf): {actor: {ranks: all, torch: {record_shapes: true}}, rollout: {enable: false}}. Keys are role names or
+    # globs (the first that matches wins); a value may set any field but save_path, on_error, roles and per_role.
+    # DISTPROF_* variables still win over them.
+    per_role: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")
@@ -351,6 +357,27 @@ class ProfilerConfig(_Strict):
         if n < 1:
             raise ValueError("per_node must be >= 1 (0 would select no rank); use per_node: 1 for rank 0 of every node")
         return n
+
+    @field_validator("per_role", mode="before")
+    @classmethod
+    def _per_role(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        v = _to_plain(v)
+        if not isinstance(v, Mapping):
+            raise ValueError(f"per_role must map role names to settings, got {v!r}; e.g. per_role: {{actor: {{ranks: all}}}}")
+        out = {}
+        for role, over in v.items():
+            _check_role_name("per_role", role)
+            over = _to_plain(over)
+            if not isinstance(over, Mapping):
+                raise ValueError(f"per_role.{role} must be a mapping of settings, got {over!r}; e.g. {{ranks: all}}")
+            bad = sorted(set(over) & _NOT_PER_ROLE)
+            if bad:
+                raise ValueError(f"per_role.{role} sets {', '.join(bad)}, which are the same for every role; "
+                                 "set them at the top level")
+            out[role] = dict(over)
+        return out
 
     @field_validator("roles", mode="before")
     @classmethod
@@ -401,12 +428,31 @@ class ProfilerConfig(_Strict):
                 f"discrete=True needs an in-process backend, but backend is {self.backend!r} (it wraps the whole "
                 "worker process); use backend torch or cuda_memory, or drop discrete"
             )
+        for role in self.per_role:
+            try:
+                self._merged(role)
+            except ValidationError as e:
+                inner = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'config'}: {x['msg'].removeprefix('Value error, ')}"
+                                  for x in e.errors())
+                raise ValueError(f"per_role.{role}: {inner}") from None
         if self.enable and not self.save_path:
             raise ValueError(
                 f"save_path is {self.save_path!r} but enable=True; set save_path to a directory or URL "
                 "(e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"
             )
         return self
+
+    # ---- per role -----------------------------------------------------------------------
+    def for_role(self, role: str) -> "ProfilerConfig":
+        """The config ``role`` runs with: this one with the first matching ``per_role`` entry applied."""
+        for pattern in self.per_role:
+            if role == pattern or fnmatch.fnmatchcase(role, pattern):
+                return self._merged(pattern)
+        return self
+
+    def _merged(self, pattern: str) -> "ProfilerConfig":
+        base = self.model_dump(exclude={"per_role"})
+        return ProfilerConfig.model_validate(_deep_merge(base, self.per_role[pattern]))
 
     # ---- derived ------------------------------------------------------------------------
     @property
@@ -500,6 +546,17 @@ class ProfilerConfig(_Strict):
                     section = key
                     break
         return cls.from_dict(data, section=section)
+
+
+_NOT_PER_ROLE = {"save_path", "on_error", "roles", "per_role"}
+
+
+def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` on top; nested sections (torch, schedule ...) merge key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
 
 
 DEFAULT_SCHEDULE = ScheduleConfig(skip_first=10, wait=0, warmup=1, active=2, repeat=1)

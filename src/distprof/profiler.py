@@ -54,8 +54,9 @@ class Profiler:
             config = ProfilerConfig.from_dict(config)
         if isinstance(global_step, bool) or not isinstance(global_step, int) or global_step < 0:
             raise ValueError(f"global_step must be an integer >= 0, got {global_step!r}; pass the trainer's step counter")
-        self.config = config
         self.role = sanitize_role(role)
+        config = config.for_role(self.role)  # per_role settings for this role, if any
+        self.config = config
         self.global_step = global_step
         if rank is None or world_size is None:
             auto_rank, auto_world = detect_rank_world()

@@ -27,6 +27,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
     wrapper and the worker. Raises ValueError naming the tool when it is not installed here.
     """
     base = dict(base or {})
+    config = config.for_role(group)
     if not (config.enable and config.is_process_backend and role_selected(config.roles, group)):
         return base
     if rank is not None and isinstance(config.ranks, list) and not rank_selected(config.ranks, rank):

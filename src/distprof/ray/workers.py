@@ -97,7 +97,7 @@ class ProfiledGroup:
 
     def __init__(self, workers: Sequence[Any], config: ProfilerConfig | dict, role: str,
                  global_step: int = 0, timeout_s: float = 300.0, mesh: Any = None):
-        self.config = config if isinstance(config, ProfilerConfig) else ProfilerConfig.from_dict(config)
+        self.config = (config if isinstance(config, ProfilerConfig) else ProfilerConfig.from_dict(config)).for_role(role)
         self.role = role
         self.workers = list(workers)
         self.timeout_s = timeout_s
