@@ -62,6 +62,13 @@ assert not report.unreachable, report
 ray.shutdown()
 """,
     ),
+    "from distprof.integrations.lightning import DistprofProfiler": (
+        "",
+        """
+import os
+assert os.path.exists("runs/lightning/main/rank00000/step00000002-00000003.pt.trace.json.gz"), os.listdir("runs")
+""",
+    ),
 }
 
 
