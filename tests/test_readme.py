@@ -62,6 +62,14 @@ assert not report.unreachable, report
 ray.shutdown()
 """,
     ),
+    "from distprof.integrations.hf import DistprofCallback": (
+        "",
+        """
+import os
+assert os.listdir("runs/hf/profile/main/rank00000") == ["manifest.jsonl", "step00000003-00000004.pt.trace.json.gz"] \
+    or sorted(os.listdir("runs/hf/profile/main/rank00000")) == ["manifest.jsonl", "step00000003-00000004.pt.trace.json.gz"]
+""",
+    ),
     "from distprof.integrations.lightning import DistprofProfiler": (
         "",
         """
@@ -95,7 +103,7 @@ def test_readme_block_runs(tmp_path, index):
     script = tmp_path / "block.py"
     script.write_text(textwrap.dedent(pre) + "\n" + block + "\n" + textwrap.dedent(post))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTPROF_", "RANK", "WORLD_SIZE", "LOCAL_"))}
-    env["PYTHONPATH"] = str(tmp_path)  # Ray workers import the block's module-level classes by value anyway
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, f"README block {index} failed:\n{block}\n--- stderr ---\n{proc.stderr[-4000:]}"
