@@ -347,9 +347,9 @@ def test_odd_but_readable_files(tmp_path, name, content, names, skipped):
 @pytest.mark.parametrize("name, content, words", [
     ("empty.json", b"", "empty file"),
     ("blank.json", b" \n\t ", "empty file"),
-    ("empty.json.gz", gzip.compress(b""), "empty file"),
+    ("empty.json.gz", gzip.compress(b"", mtime=0), "empty file"),
     ("plain.json.gz", b"plain text", "not JSON (starts with b'plain text')"),
-    ("header.json.gz", gzip.compress(b"{}")[:6], "gzip stream ends before any data"),
+    ("header.json.gz", gzip.compress(b"{}", mtime=0)[:6], "gzip stream ends before any data"),
     ("open.json", b'{"traceEvents": [', "cut off before its first complete event"),
     ("bad.json", b'{"a": nope, "traceEvents": []}', "not valid JSON (at byte "),
 ])

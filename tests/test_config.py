@@ -10,7 +10,7 @@ def test_conservative_defaults():
     assert c.enable is False and c.backend == "torch" and c.ranks == [0] and c.roles is None
     t = c.torch
     assert not (t.record_shapes or t.profile_memory or t.with_stack or t.with_flops or t.with_modules)
-    assert t.gzip is True and t.activities == ["cpu", "cuda"]
+    assert t.gzip is True and t.activities == ["auto"]  # cpu + the accelerator present, resolved per window
     assert c.on_error == "disable"
 
 
@@ -143,3 +143,58 @@ def test_config_is_frozen_and_round_trips():
     import pickle
 
     assert pickle.loads(pickle.dumps(c)) == c
+
+
+# ---- activities that fit the machine (no GPU here: torch reports none) ------------------------------------------
+
+def test_activities_auto_forms_and_mixes():
+    assert ProfilerConfig(torch={"activities": "auto"}).torch.activities == ["auto"]
+    assert ProfilerConfig(torch={"activities": "CPU, cuda"}).torch.activities == ["cpu", "cuda"]
+    with pytest.raises(ValueError, match="mixes 'auto' with named activities"):
+        ProfilerConfig(torch={"activities": ["auto", "cpu"]})
+
+
+def test_resolve_activities_for_each_machine():
+    from distprof.backends.torch_backend import resolve_activities
+
+    assert resolve_activities(["auto"], []) == ["cpu"]
+    assert resolve_activities(["auto"], ["cuda"]) == ["cpu", "cuda"]  # NVIDIA, or ROCm (torch.cuda with HIP)
+    assert resolve_activities(["auto"], ["xpu"]) == ["cpu", "xpu"]
+    assert resolve_activities(["cuda"], ["cuda"]) == ["cuda"]  # explicit choices are kept as given
+    assert resolve_activities(["cpu", "xpu"], ["cuda"]) == ["cpu"]
+
+
+def _windows_and_warnings(tmp_path, caplog, monkeypatch, activities):
+    import logging
+
+    from conftest import load_trace, trace_files
+    from helpers import run
+
+    from distprof import Profiler
+    from distprof.backends import torch_backend
+
+    monkeypatch.setattr(torch_backend, "_warned_missing", set())  # a fresh process's state
+    torch_opts = {} if activities is None else {"activities": activities}
+    config = ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1, 4], torch=torch_opts)
+    with caplog.at_level(logging.WARNING, logger="distprof"):
+        run(Profiler(config), 6)
+    files = trace_files(tmp_path / "run")
+    assert len(files) == 2
+    recorded = [load_trace(f)["distprof"]["activities"] for f in files]  # the trace says what "auto" became
+    return recorded, [r.getMessage() for r in caplog.records if "activity requested" in r.getMessage()]
+
+
+def test_default_activities_record_cpu_without_a_warning(tmp_path, caplog, monkeypatch):
+    import torch
+
+    from distprof.backends.torch_backend import accelerators_present
+
+    assert accelerators_present(torch) == []  # this machine: CPU only
+    recorded, warnings = _windows_and_warnings(tmp_path, caplog, monkeypatch, None)
+    assert recorded == [["cpu"], ["cpu"]] and warnings == []
+
+
+def test_explicit_cuda_without_cuda_warns_once(tmp_path, caplog, monkeypatch):
+    recorded, warnings = _windows_and_warnings(tmp_path, caplog, monkeypatch, ["cpu", "cuda"])
+    assert recorded == [["cpu"], ["cpu"]]
+    assert warnings == ["distprof: CUDA activity requested but CUDA is not available; capturing CPU only"]

@@ -20,8 +20,8 @@ def run(name, tmp_path, *args):
 
 def test_every_example_is_tested():
     tested = {"verl_discrete_worker_groups.py", "skyrl_policy_trainer.py", "rlinf_profiled_worker_groups.py",
-              "slime_grad_step_targets.py", "swift_hf_trainer_roles.py"}
-    assert {n for n in os.listdir(EXAMPLES) if n.endswith(".py")} <= tested
+              "slime_profile_targets.py", "swift_hf_trainer_roles.py"}
+    assert {n for n in os.listdir(EXAMPLES) if n.endswith(".py")} == tested
 
 
 @pytest.mark.xdist_group("ray")
@@ -51,3 +51,21 @@ def test_rlinf_profiled_worker_groups(tmp_path):
     [path] = [x for x in out.split() if x.startswith("rollout/py_spy-pid")]
     data = json.loads((root / "profile" / path).read_text())
     assert "speedscope" in data["$schema"]
+
+
+def test_slime_profile_targets(tmp_path):
+    out, root = run("slime_profile_targets.py", tmp_path)
+    # Only the target the flags name captures, on rollout ids 2-3 (slime's end is exclusive).
+    assert out.split(":")[0] == "train_log_probs"
+    assert sorted(p.relative_to(root).as_posix() for p in root.glob("*/rank*/*.gz")) == [
+        "train_log_probs/rank00000/step00000002-00000003.pt.trace.json.gz"]
+
+
+def test_swift_hf_trainer_roles(tmp_path):
+    out, root = run("swift_hf_trainer_roles.py", tmp_path)
+    [trace] = (root / "profile" / "main" / "rank00000").glob("step00000002-00000003.pt.trace.json.gz")
+    import gzip
+
+    with gzip.open(trace, "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"] if e.get("cat") == "user_annotation"}
+    assert {"swift/compute_loss", "train/forward", "train/backward", "train/optimizer", "ProfilerStep#2"} <= names

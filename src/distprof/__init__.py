@@ -6,9 +6,10 @@ from .annotate import annotate
 
 __version__ = "0.1.0"
 
-__all__ = ["ProfilerConfig", "Profiler", "annotate", "__version__"]
+__all__ = ["ProfilerConfig", "Profiler", "annotate", "add_profiler_args", "__version__"]
 
 if TYPE_CHECKING:
+    from .args import add_profiler_args
     from .config import ProfilerConfig
     from .profiler import Profiler
 
@@ -19,6 +20,10 @@ def __getattr__(name: str) -> Any:
         from .config import ProfilerConfig
 
         return ProfilerConfig
+    if name == "add_profiler_args":
+        from .args import add_profiler_args
+
+        return add_profiler_args
     if name == "Profiler":
         from .profiler import Profiler
 

@@ -385,6 +385,98 @@ def report(
     _done(r, as_json, draw)
 
 
+@app.command()
+@_guarded
+def validate(
+    file: str = typer.Argument(..., help="A config file: YAML, JSON or TOML."),
+    dialect: Optional[str] = typer.Option(
+        None, "--dialect", help="The framework the config is written for: verl, skyrl, slime, swift, rlinf, torchtitan, "
+                                "nemo_rl (default: a distprof config)."),
+    section: Optional[str] = typer.Option(None, "--section", help="Dotted path to the part of the file that holds the "
+                                                                  "config, e.g. trainer.policy.torch_profiler_config."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: config, roles, mapping, dropped, "
+                                                       "errors, warnings."),
+) -> None:
+    """Check a profiler config, distprof's own or another framework's (--dialect): the distprof config it becomes,
+    each role's captures, the mapping field by field, what is dropped and why, every error at once, and warnings
+    when it would capture nothing.
+
+    Exit code 0 valid; 1 valid, but it captures less than it asks for (see the warnings); 2 invalid or unreadable.
+    """
+    from .dialects import NATIVE, ConfigFileError, load_file, translate
+
+    try:
+        t = translate(dialect or NATIVE, load_file(file), section)
+    except (ConfigFileError, ValueError) as e:  # an unreadable file or an unknown dialect: one line, exit 2
+        if as_json:
+            _print_json({"file": file, "dialect": dialect, "valid": False,
+                         "errors": [{"source": file, "message": str(e), "text": str(e)}], "warnings": []}, EXIT_NOTHING)
+        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
+        raise typer.Exit(EXIT_NOTHING)
+    code = EXIT_NOTHING if not t.ok else EXIT_SOME_UNREADABLE if t.warnings else EXIT_OK
+    if as_json:
+        _print_json({"file": file, **t.to_dict()}, code)
+    _render_validation(t, file)
+    raise typer.Exit(code)
+
+
+def _render_validation(t: Any, file: str) -> None:
+    """validate's tables; every string from the config goes in as Text (a config is untrusted input)."""
+    import yaml
+
+    from .dialects.source import MISSING, short
+
+    def txt(v: Any) -> Text:
+        return Text(render.plain(v))
+
+    what = "distprof config" if t.dialect == "distprof" else f"{t.dialect} config"
+    where = f", section {t.section}" if t.section else ""
+    console.print(Text(f"{render.plain(file)}: {what}{render.plain(where)}", style="bold"), soft_wrap=True)
+    if t.profiler_config is not None:
+        body = yaml.safe_dump(t.profiler_config.model_dump(mode="json", exclude_defaults=True), sort_keys=False,
+                              default_flow_style=None, width=100).rstrip()
+        console.print(Text("Resulting distprof config (settings that differ from the defaults):", style="bold"))
+        for line in (body or "{}").splitlines():
+            console.print(txt(line), soft_wrap=True)
+        roles = Table(title="Roles", title_justify="left")
+        for col in ("role", "captures", "backend", "ranks", "steps", "options"):
+            roles.add_column(col, overflow="fold")
+        for role, s in t.roles().items():
+            steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
+            opts = s.get("torch") or s.get(s["backend"]) or {}
+            if s.get("discrete"):
+                opts = {"discrete": True, **opts}
+            roles.add_row(txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
+                          txt(s["backend"]), txt(short(s["ranks"])), txt(steps), txt(short(opts)))
+        console.print(roles)
+    if t.dialect != "distprof" and t.mapping:
+        table = Table(title="Mapping, field by field", title_justify="left")
+        for col in ("source field", "value", "distprof field", "becomes", "note"):
+            table.add_column(col, overflow="fold")
+        for m in t.mapping:
+            table.add_row(txt(m.source), txt(short(m.value)), txt(m.target),
+                          txt("-" if m.result is MISSING else short(m.result)), txt(m.note))
+        console.print(table)
+    if t.dropped:
+        table = Table(title="Dropped (not honoured)", title_justify="left")
+        for col in ("source field", "value", "why"):
+            table.add_column(col, overflow="fold")
+        for d in t.dropped:
+            table.add_row(txt(d.source), txt(short(d.value)), txt(d.reason))
+        console.print(table)
+    for e in t.errors:
+        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
+    for w in t.warnings:
+        err.print(Text.assemble(("warning: ", "yellow"), render.plain(w)), soft_wrap=True)
+    if not t.ok:
+        n = len(t.errors)
+        console.print(Text(f"invalid: {n} error{'s' if n != 1 else ''}", style="red"))
+    elif t.warnings:
+        console.print(Text("valid, but it captures less than it asks for (see the warnings)", style="yellow"))
+    else:
+        console.print(Text("valid", style="green"))
+
+
 def main() -> None:
     app(prog_name="distprof")
 

@@ -5,67 +5,265 @@ environment variables. The environment wins so that a job can be profiled
 without editing its code or its config (``DISTPROF_ENABLE=1
 DISTPROF_SAVE_PATH=/tmp/p python train.py``).
 
-Every unusable setting raises ``ValueError`` (pydantic's ``ValidationError`` is
-one) naming the field, the value and the fix.
+Every unusable setting raises ``ConfigError`` (a ``ValueError``) listing every
+problem at once, each naming the field (or the ``DISTPROF_*`` variable or
+command-line flag it came from), the value and the fix. Config is untrusted
+input: shown values are cut short, YAML is read with the safe loader and
+refused when its anchors/aliases would expand past a small bound, and step
+ranges are measured before they are built.
 """
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import fnmatch
 import os
 import re
+import reprlib
 import typing
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal, Mapping
+import unicodedata
+from pathlib import PurePosixPath
+from typing import Any, Literal, Mapping, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
+from .envvars import PREFIX as ENV_PREFIX
 from .plan import Plan, Schedule
 
-__all__ = ["ProfilerConfig", "ScheduleConfig", "TorchOptions", "BACKENDS", "ENV_PREFIX"]
+__all__ = ["ProfilerConfig", "ScheduleConfig", "TorchOptions", "ConfigError", "ConfigProblem", "BACKENDS",
+           "ENV_PREFIX"]
 
-ENV_PREFIX = "DISTPROF_"
 BACKENDS = ("torch", "cuda_memory", "nsys", "rocprof_sys", "py_spy", "memray")
 ACTIVITIES = ("cpu", "cuda", "xpu")
+AUTO_ACTIVITIES = "auto"  # cpu plus the accelerator present, resolved when a window opens (backends/torch_backend)
 _MAX_STEPS = 1_000_000  # an explicit step list longer than this is a typo, not a plan
+_MAX_DIGITS = 18  # a step or rank with more digits is a typo (and int() of 4,300+ digits raises)
+# Untrusted input bounds: a profiler config is a few dozen values. Past these it is a mistake or an attack
+# (a YAML "billion laughs" is 358 bytes that expand to 10^9 values), refused before anything walks it.
+_MAX_VALUES = 2 * _MAX_STEPS  # values visited, counting every alias expansion
+_MAX_DEPTH = 32  # nesting of mappings and lists
+_MAX_YAML_BYTES = 4 << 20
+_MAX_SHOWN = 80  # characters of a value shown in a message
+_MAX_MESSAGE = 400  # characters of one problem's message
+_MAX_LISTED = 4  # problems spelled out in str(ConfigError); .problems holds all
+
+
+_short = reprlib.Repr()
+_short.maxlevel, _short.maxlist, _short.maxtuple, _short.maxdict, _short.maxset = 3, 6, 6, 4, 6
+_short.maxstring, _short.maxother, _short.maxlong = 60, 60, 40
+
+
+def _show(value: Any, limit: int = _MAX_SHOWN) -> str:
+    """A repr for messages that is never longer than ``limit``: the value may be huge or self-referencing."""
+    try:
+        text = _short.repr(value)
+    except Exception:  # a hostile __repr__ must not replace the config error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ConfigProblem(NamedTuple):
+    """One unusable setting: ``field`` (dotted, or the variable / flag it came from; "" for the whole config),
+    ``value`` (a short repr) and ``message`` (what is wrong and the fix, one line)."""
+
+    field: str
+    value: str
+    message: str
+
+
+class ConfigError(ValueError):
+    """Every problem of a config at once. ``str()`` is one line per problem, readable without pydantic."""
+
+    def __init__(self, problems: list[ConfigProblem]):
+        self.problems = list(problems)
+        lines = [p.message for p in self.problems[:_MAX_LISTED]]
+        if len(self.problems) > _MAX_LISTED:
+            lines.append(f"... and {len(self.problems) - _MAX_LISTED} more problems")
+        super().__init__("\n".join(lines))
+
+    @property
+    def errors(self) -> list[ConfigProblem]:
+        return self.problems
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Ray and multiprocessing pickle a worker's exception; the default would rebuild it from the message.
+        return (type(self), (self.problems,))
+
+
+class _FieldError(ValueError):
+    """A whole-config check's error that knows which field it is about (pydantic files those under no field)."""
+
+    def __init__(self, field: str, value: Any, message: str):
+        super().__init__(message)
+        self.field, self.value = field, value
+
+
+# Where values came from, for the validation running in this context: {field path: "DISTPROF_X=v" or "--flag v"},
+# so a message names what the person typed. Set by _validated(); env_overrides() and from_args() fill it.
+_SOURCES: contextvars.ContextVar[dict[tuple[str, ...], str] | None] = contextvars.ContextVar("distprof_sources",
+                                                                                              default=None)
+
+_PYDANTIC_TYPES = {
+    "bool_parsing": "expected 0/1/true/false", "bool_type": "expected 0/1/true/false",
+    "int_parsing": "expected a whole number", "int_type": "expected a whole number",
+    "int_from_float": "expected a whole number", "float_parsing": "expected a number",
+    "float_type": "expected a number", "finite_number": "expected a finite number",
+    "string_type": "expected a string", "list_type": "expected a list",
+    "dict_type": "expected a mapping", "model_type": "expected a mapping of settings",
+    "model_attributes_type": "expected a mapping of settings",
+}
+
+
+def _problem(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str]) -> ConfigProblem:
+    # Union member tags (e.g. "list[int]") are pydantic's, not the user's: keep only the path the user wrote.
+    parts = [p for p in err["loc"] if isinstance(p, int) or not any(c in p for c in "[]")]
+    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
+    value = err.get("input")
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, _FieldError):
+        field, value = f"{field}.{cause.field}" if field else cause.field, cause.value
+    names = tuple(p for p in parts if isinstance(p, str))
+    label = next((lab for path, lab in sorted(sources.items(), key=lambda kv: -len(kv[0]))
+                  if names[: len(path)] == path), None)
+    if err["type"] == "value_error":
+        text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
+        if label:
+            text = f"{label}: {text}"
+        elif field and field.rsplit(".", 1)[-1].split("[")[0] not in text:
+            text = f"{field}: {text}"
+    else:
+        why = _PYDANTIC_TYPES.get(err["type"])
+        if err["type"] == "literal_error":
+            why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
+        why = why or str(err["msg"]).lower()
+        text = f"{label}: {why}" if label else f"{field or 'config'}={_show(value)}: {why}"
+    return ConfigProblem(field, _show(value), _cut(text, _MAX_MESSAGE))
+
+
+def _readable(e: ValidationError, sources: Mapping[tuple[str, ...], str]) -> ConfigError:
+    seen: dict[str, ConfigProblem] = {}
+    for err in e.errors(include_url=False):
+        p = _problem(err, sources)
+        seen.setdefault(p.field + "\0" + p.message if not p.field else p.field, p)  # a union reports once per member
+    return ConfigError(list(seen.values()))
+
+
+_CONTAINERS = (Mapping, list, tuple, set, frozenset)
+
+
+def _check_bounded(data: Any, what: str) -> None:
+    """Refuse input too deep or too big to be a config before anything walks it.
+
+    Size counts shared parts (YAML aliases, or one list put in twice) as often as they are referred to, but
+    each distinct container is visited once, so a "billion laughs" costs as little to refuse as to hold.
+    """
+    if not isinstance(data, _CONTAINERS):
+        return
+    size: dict[int, int] = {}  # id -> values inside, expanded
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        kids = [c for c in ((*node.keys(), *node.values()) if isinstance(node, Mapping) else node)
+                if isinstance(c, _CONTAINERS)]
+        if done:
+            on_path.discard(key)
+            size[key] = len(node) + sum(size[id(c)] for c in kids)
+            if size[key] > _MAX_VALUES:
+                raise _error(f"{what} holds more than {_MAX_VALUES:,} values (shared parts counted each time they "
+                             "are used, e.g. YAML aliases: a 'billion laughs'?); a profiler config is a few dozen "
+                             "values: write it without nested anchors/aliases")
+            continue
+        if key in size:
+            continue
+        if key in on_path or len(on_path) >= _MAX_DEPTH:
+            raise _error(f"{what} nests mappings/lists more than {_MAX_DEPTH} deep (or contains itself); "
+                         "a profiler config is flat: write its values out")
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in kids if id(c) not in size)
+
+
+def _validated(call: Any, data: Any, sources: Mapping[tuple[str, ...], str] | None = None) -> Any:
+    """Run a pydantic validation of ``data``; its errors become one ConfigError listing them all."""
+    _check_bounded(data, "the config")
+    token = _SOURCES.set(dict(sources or {}))
+    try:
+        return call()
+    except ValidationError as e:
+        raise _readable(e, _SOURCES.get() or {}) from None
+    finally:
+        _SOURCES.reset(token)
 
 
 def _did_you_mean(name: str, choices: list[str]) -> str:
+    if len(name) > 100:  # difflib indexes every character: a huge value would cost hundreds of MB
+        return ""
     close = difflib.get_close_matches(name, choices, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 
 
 class _Strict(BaseModel):
-    """Unknown keys are refused, with a suggestion for the likely typo."""
+    """Unknown keys are refused, with a suggestion for the likely typo; every error is a ConfigError."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        # pydantic builds nested sections through __init__ too: inside a validation, let its errors reach the
+        # outer one, which reports them with their full path.
+        if _SOURCES.get() is not None:
+            super().__init__(**data)
+        else:
+            _validated(lambda: super(_Strict, self).__init__(**data), data)
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return _validated(lambda: super(_Strict, cls).model_validate(obj, *args, **kwargs), obj)
 
     @model_validator(mode="before")
     @classmethod
     def _reject_unknown(cls, data: Any) -> Any:
         if isinstance(data, Mapping):
             known = list(cls.model_fields)
-            for key in data:
-                if key not in cls.model_fields:
-                    raise ValueError(
-                        f"unknown setting {key!r} in {cls.__name__} (value {data[key]!r}); "
-                        f"valid settings are {', '.join(known)}.{_did_you_mean(str(key), known)}"
-                    )
+            unknown = [k for k in data if not isinstance(k, str) or k not in cls.model_fields]
+            if unknown:
+                key = unknown[0]
+                more = f" (and {', '.join(_show(k, 30) for k in unknown[1:4])})" if len(unknown) > 1 else ""
+                raise _FieldError(
+                    _cut(str(key), _MAX_SHOWN), data[key],
+                    f"unknown setting {_show(key, 40)} in {cls.__name__} (value {_show(data[key])}){more}; "
+                    f"valid settings are {', '.join(known)}.{_did_you_mean(_cut(str(key), 100), known)}"
+                )
         return data
 
 
 def _non_negative_int(field: str, value: Any, fix: str) -> int:
     # bool is an int subclass; True as a step or rank is always a mistake.
     if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        if isinstance(value, str) and re.fullmatch(rf"\s*-?[0-9]{{1,{_MAX_DIGITS}}}\s*", value):
             value = int(value.strip())
         elif isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ValueError(f"{field} must hold whole numbers, got {value!r}; {fix}")
+            raise ValueError(f"{field} must hold whole numbers, got {_show(value)}; {fix}")
     if value < 0:
-        raise ValueError(f"{field} must not be negative, got {value!r}; {fix}")
+        raise ValueError(f"{field} must not be negative, got {_show(value)}; {fix}")
+    if value >= 10**_MAX_DIGITS:
+        raise ValueError(f"{field} {_show(value)} is too large (more than {_MAX_DIGITS} digits); {fix}")
     return value
 
 
@@ -100,7 +298,9 @@ class ScheduleConfig(_Strict):
 class TorchOptions(_Strict):
     """torch.profiler's capture surface. Every memory-amplifying flag is off by default."""
 
-    activities: list[str] = Field(default_factory=lambda: ["cpu", "cuda"])
+    # ["auto"]: cpu plus the accelerator present (CUDA, ROCm, XPU), found when a window opens (so building a config
+    # never imports torch) and silent on a CPU-only machine. Activities named explicitly warn once when missing.
+    activities: list[str] = Field(default_factory=lambda: [AUTO_ACTIVITIES])
     record_shapes: bool = False
     profile_memory: bool = False
     with_stack: bool = False
@@ -116,20 +316,23 @@ class TorchOptions(_Strict):
     @field_validator("activities", mode="before")
     @classmethod
     def _activities(cls, v: Any) -> list[str]:
-        fix = f"list one or more of {', '.join(ACTIVITIES)}"
+        fix = f"list one or more of {', '.join(ACTIVITIES)}, or 'auto' (cpu + the accelerator present)"
         if v is None:
             raise ValueError(f"torch.activities must be a list, got null; {fix}")
         if isinstance(v, str):
             v = [p for p in re.split(r"[,\s]+", v) if p]
         if not isinstance(v, (list, tuple)) or not v:
-            raise ValueError(f"torch.activities must be a non-empty list, got {v!r}; {fix}")
+            raise ValueError(f"torch.activities must be a non-empty list, got {_show(v)}; {fix}")
         out = []
         for a in v:
-            name = str(a).lower()
-            if name not in ACTIVITIES:
-                raise ValueError(f"torch.activities has unknown activity {a!r}; {fix}")
+            name = a.strip().lower() if isinstance(a, str) else None
+            if name not in (*ACTIVITIES, AUTO_ACTIVITIES):
+                raise ValueError(f"torch.activities has unknown activity {_show(a)}; {fix}")
             if name not in out:
                 out.append(name)
+        if AUTO_ACTIVITIES in out and len(out) > 1:
+            raise ValueError(f"torch.activities {_show(v)} mixes 'auto' with named activities; 'auto' already means "
+                             "cpu + the accelerator present: give 'auto' alone, or name every activity")
         return out
 
     @model_validator(mode="after")
@@ -169,14 +372,14 @@ class ProcessOptions(_Strict):
         if v is None:
             return {}
         if not isinstance(v, Mapping):
-            raise ValueError(f"options must be a mapping of option name to value, got {v!r}; e.g. {{t: cuda,nvtx}}")
+            raise ValueError(f"options must be a mapping of option name to value, got {_show(v)}; e.g. {{t: cuda,nvtx}}")
         for k, val in v.items():
             if not isinstance(k, str) or not _OPTION_KEY.fullmatch(k):
                 raise ValueError(
-                    f"options key {k!r} is not an option name; write it without dashes, e.g. 't' or 'capture-range'"
+                    f"options key {_show(k)} is not an option name; write it without dashes, e.g. 't' or 'capture-range'"
                 )
             if val is None or isinstance(val, (list, dict)):
-                raise ValueError(f"options[{k!r}] = {val!r} must be a single value; put bare switches in flags")
+                raise ValueError(f"options[{_show(k)}] = {_show(val)} must be a single value; put bare switches in flags")
         return dict(v)
 
     @field_validator("flags", mode="before")
@@ -186,11 +389,13 @@ class ProcessOptions(_Strict):
             return []
         if isinstance(v, str):
             v = [v]
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"flags must be a list of flag names, got {_show(v)}; e.g. flags: [python-backtrace]")
         out = []
         for f in v:
-            name = str(f).lstrip("-")
+            name = str(f).lstrip("-") if isinstance(f, (str, int)) and not isinstance(f, bool) else ""
             if not _OPTION_KEY.fullmatch(name):
-                raise ValueError(f"flags entry {f!r} is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
+                raise ValueError(f"flags entry {_show(f)} is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
             out.append(name)
         return out
 
@@ -200,10 +405,10 @@ class ProcessOptions(_Strict):
         if v is None:
             return {}
         if not isinstance(v, Mapping):
-            raise ValueError(f"env must be a mapping of variable name to value, got {v!r}")
+            raise ValueError(f"env must be a mapping of variable name to value, got {_show(v)}")
         for k in v:
             if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
-                raise ValueError(f"env variable name {k!r} is not valid; use letters, digits and '_'")
+                raise ValueError(f"env variable name {_show(k)} is not valid; use letters, digits and '_'")
         return {k: str(val) for k, val in v.items()}
 
 
@@ -244,6 +449,9 @@ class CudaMemoryOptions(_Strict):
 PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")
 
 
+_RANGE = re.compile(rf"\s*([0-9]{{1,{_MAX_DIGITS}}})\s*-\s*([0-9]{{1,{_MAX_DIGITS}}})\s*")
+
+
 def _parse_steps(v: Any) -> list[int]:
     """Steps from ints, "A-B" ranges, or one string such as "3,10,20-25"."""
     fix = "give global step numbers >= 0, e.g. [3, 10] or '20-25'"
@@ -252,31 +460,47 @@ def _parse_steps(v: Any) -> list[int]:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         v = [v]
     if not isinstance(v, (list, tuple)):
-        raise ValueError(f"steps must be a list of global steps, got {v!r}; {fix}")
-    out: set[int] = set()
+        raise ValueError(f"steps must be a list of global steps, got {_show(v)}; {fix}")
+    if len(v) > _MAX_STEPS:
+        raise ValueError(f"steps lists more than {_MAX_STEPS:,} steps; {fix} (use schedule for periodic capture)")
+    spans: list[tuple[int, int]] = []
+    total = 0  # steps named, overlaps counted twice: the whole list is measured before any range is built
     for item in v:
-        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", item) if isinstance(item, str) else None
+        m = _RANGE.fullmatch(item) if isinstance(item, str) else None
         if m:
             a, b = int(m.group(1)), int(m.group(2))
             if b < a:
-                raise ValueError(f"steps range {item!r} ends before it starts; write it as 'START-END' with START <= END")
-            out.update(range(a, b + 1))
+                raise ValueError(f"steps range {_show(item)} ends before it starts; write it as 'START-END' with START <= END")
         else:
-            out.add(_non_negative_int("steps", item, fix))
-        if len(out) > _MAX_STEPS:
-            raise ValueError(f"steps lists more than {_MAX_STEPS} steps; {fix} (use schedule for periodic capture)")
+            a = b = _non_negative_int("steps", item, fix)
+        spans.append((a, b))
+        total += b - a + 1
+        if total > _MAX_STEPS:
+            raise ValueError(f"steps {_show(item)} brings the steps listed past {_MAX_STEPS:,}; {fix} "
+                             "(use schedule for periodic capture)")
+    out: set[int] = set()
+    for a, b in spans:
+        out.update(range(a, b + 1))
     if not out:
         raise ValueError(f"steps is empty, so nothing would be captured; {fix}, or remove steps to use a schedule")
     return sorted(out)
 
 
+def _control_char(text: str) -> str | None:
+    """The first control character (NUL, newline, escape ...) in ``text``: never part of a path, role or URL."""
+    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
+
+
 def _check_role_name(field: str, role: Any) -> str:
     if not isinstance(role, str) or not role.strip():
-        raise ValueError(f"{field} has an empty or non-string role name {role!r}; use names such as 'actor' or 'rollout'")
+        raise ValueError(f"{field} has an empty or non-string role name {_show(role)}; use names such as 'actor' or 'rollout'")
+    if len(role) > 200 or _control_char(role):
+        raise ValueError(f"{field} role {_show(role)} is over 200 characters or holds control characters; "
+                         "use a short printable name such as 'actor/micro_step'")
     p = PurePosixPath(role.replace("\\", "/"))
     if p.is_absolute() or ".." in p.parts or role.startswith("~"):
         raise ValueError(
-            f"{field} role {role!r} would write outside save_path; use a relative name without '..', such as 'actor/micro_step'"
+            f"{field} role {_show(role)} would write outside save_path; use a relative name without '..', such as 'actor/micro_step'"
         )
     return role
 
@@ -318,14 +542,14 @@ class ProfilerConfig(_Strict):
     @classmethod
     def _backend(cls, v: Any) -> str:
         if v not in BACKENDS:
-            raise ValueError(f"backend {v!r} is unknown; choose one of {', '.join(BACKENDS)}.{_did_you_mean(str(v), list(BACKENDS))}")
+            raise ValueError(f"backend {_show(v)} is unknown; choose one of {', '.join(BACKENDS)}.{_did_you_mean(str(v), list(BACKENDS))}")
         return v
 
     @field_validator("on_error", mode="before")
     @classmethod
     def _on_error(cls, v: Any) -> str:
         if v not in ("disable", "raise"):
-            raise ValueError(f"on_error {v!r} is unknown; use 'disable' (log once, keep training) or 'raise'")
+            raise ValueError(f"on_error {_show(v)} is unknown; use 'disable' (log once, keep training) or 'raise'")
         return v
 
     @field_validator("ranks", mode="before")
@@ -343,7 +567,7 @@ class ProfilerConfig(_Strict):
         if isinstance(v, int) and not isinstance(v, bool):
             v = [v]
         if not isinstance(v, (list, tuple)):
-            raise ValueError(f"ranks must be 'all' or a list, got {v!r}; {fix}")
+            raise ValueError(f"ranks must be 'all' or a list, got {_show(v)}; {fix}")
         if not v:
             raise ValueError(f"ranks is empty, so no rank would capture; {fix}")
         return sorted({_non_negative_int("ranks", r, fix) for r in v})
@@ -365,13 +589,13 @@ class ProfilerConfig(_Strict):
             return {}
         v = _to_plain(v)
         if not isinstance(v, Mapping):
-            raise ValueError(f"per_role must map role names to settings, got {v!r}; e.g. per_role: {{actor: {{ranks: all}}}}")
+            raise ValueError(f"per_role must map role names to settings, got {_show(v)}; e.g. per_role: {{actor: {{ranks: all}}}}")
         out = {}
         for role, over in v.items():
             _check_role_name("per_role", role)
             over = _to_plain(over)
             if not isinstance(over, Mapping):
-                raise ValueError(f"per_role.{role} must be a mapping of settings, got {over!r}; e.g. {{ranks: all}}")
+                raise ValueError(f"per_role.{role} must be a mapping of settings, got {_show(over)}; e.g. {{ranks: all}}")
             bad = sorted(set(over) & _NOT_PER_ROLE)
             if bad:
                 raise ValueError(f"per_role.{role} sets {', '.join(bad)}, which are the same for every role; "
@@ -387,7 +611,7 @@ class ProfilerConfig(_Strict):
         if isinstance(v, str):
             v = [p for p in re.split(r"[,\s]+", v.strip()) if p]
         if not isinstance(v, (list, tuple)) or not v:
-            raise ValueError(f"roles must be null (every role) or a non-empty list of role names, got {v!r}")
+            raise ValueError(f"roles must be null (every role) or a non-empty list of role names, got {_show(v)}")
         return [_check_role_name("roles", r) for r in v]
 
     @field_validator("steps", mode="before")
@@ -403,7 +627,12 @@ class ProfilerConfig(_Strict):
         if isinstance(v, os.PathLike):
             v = os.fspath(v)
         if not isinstance(v, str):
-            raise ValueError(f"save_path must be a path or URL string, got {v!r}")
+            raise ValueError(f"save_path must be a path or URL string, got {_show(v)}")
+        bad = _control_char(v)
+        if bad is not None:
+            # A NUL cuts the path short in the OS, a newline forges log lines: neither is ever meant.
+            raise ValueError(f"save_path {_show(v)} contains the control character {bad!r}; "
+                             "give a plain directory or URL, e.g. save_path: runs/exp1/profile")
         return v.strip()
 
     # ---- whole-config checks ----------------------------------------------------------
@@ -413,14 +642,14 @@ class ProfilerConfig(_Strict):
         if data is None:
             data = {}
         if isinstance(data, Mapping) and not (info.context or {}).get("no_env"):
-            return env_overrides(dict(data), os.environ)
+            return env_overrides(dict(data), os.environ, _SOURCES.get())
         return data
 
     @model_validator(mode="after")
     def _consistent(self) -> "ProfilerConfig":
         if self.steps is not None and self.schedule is not None:
             raise ValueError(
-                f"steps={self.steps} and schedule are both set; they are exclusive: keep steps for explicit "
+                f"steps={_show(self.steps)} and schedule are both set; they are exclusive: keep steps for explicit "
                 "global steps or schedule for a periodic pattern"
             )
         if self.discrete and self.backend in PROCESS_BACKENDS:
@@ -431,13 +660,12 @@ class ProfilerConfig(_Strict):
         for role in self.per_role:
             try:
                 self._merged(role)
-            except ValidationError as e:
-                inner = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'config'}: {x['msg'].removeprefix('Value error, ')}"
-                                  for x in e.errors())
-                raise ValueError(f"per_role.{role}: {inner}") from None
+            except ConfigError as e:
+                inner = "; ".join(f"{p.field or 'config'}: {p.message}" for p in e.problems)
+                raise ValueError(f"per_role.{_cut(role, 60)}: {inner}") from None
         if self.enable and not self.save_path:
             raise ValueError(
-                f"save_path is {self.save_path!r} but enable=True; set save_path to a directory or URL "
+                f"save_path is {_show(self.save_path)} but enable=True; set save_path to a directory or URL "
                 "(e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"
             )
         return self
@@ -493,7 +721,7 @@ class ProfilerConfig(_Strict):
         if isinstance(self.ranks, dict):
             if mesh is None:
                 raise ValueError(
-                    f"ranks selects by mesh coordinates {self.ranks}, but no mesh was given; pass the job's "
+                    f"ranks selects by mesh coordinates {_show(self.ranks)}, but no mesh was given; pass the job's "
                     "DeviceMesh (Profiler(..., mesh=device_mesh)) or its dims outermost first, e.g. "
                     "mesh={'pp': 4, 'dp': 2, 'tp': 2}")
             m = RankMesh.of(mesh)
@@ -533,19 +761,48 @@ class ProfilerConfig(_Strict):
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, section: str | None = None) -> "ProfilerConfig":
-        """From a YAML file: the whole file, a top-level ``distprof:`` / ``profiler:`` section, or ``section``."""
-        import yaml
+        """From a YAML file: the whole file, a top-level ``distprof:`` / ``profiler:`` section, or ``section``.
 
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{path}: expected a mapping at the top of the YAML file, got {type(data).__name__}")
-        if section is None and not (set(data) & set(cls.model_fields)):
-            for key in ("distprof", "profiler"):
-                if key in data:
-                    section = key
-                    break
-        return cls.from_dict(data, section=section)
+        The file is untrusted: read with yaml's safe loader (no ``!!python/...`` tags), at most 4 MB, and refused
+        when nesting or anchors/aliases would expand it past a config's size; every error names the file and line.
+        """
+        return cls.from_dict(*_yaml_config(path, section))
+
+    @classmethod
+    def from_dialect(cls, name: str, cfg: Any, section: str | None = None) -> "ProfilerConfig":
+        """From the config another framework's users already write: ``name`` is one of verl, skyrl, slime, swift,
+        rlinf, torchtitan, nemo_rl (see ``distprof.dialects``). One ValueError lists every error; fields not
+        honoured and warnings are logged. ``distprof validate FILE --dialect NAME`` shows the mapping."""
+        from .dialects import to_config
+
+        return to_config(name, cfg, section)
+
+    @classmethod
+    def from_args(cls, args: Any, base: "ProfilerConfig | Mapping[str, Any] | None" = None,
+                  prefix: str | None = None) -> "ProfilerConfig":
+        """From command-line flags: an argparse namespace from ``distprof.add_profiler_args`` or a
+        ``distprof.args.ProfilerArguments`` (``HfArgumentParser``).
+
+        Precedence, weakest first: defaults < ``base`` (a config or mapping) < the ``--profile-config`` YAML file <
+        the flags given < ``DISTPROF_*`` environment variables. The environment wins over flags as it wins over
+        files (DESIGN.md: "env overrides both"), so a job is re-profiled without editing its launch command. A flag
+        not given leaves the value below it; ``--profile-steps`` replaces a schedule from below. An error in a flag
+        names it (``--profile-steps x: ...``). ``prefix`` is ``add_profiler_args``'s, found on the namespace.
+        """
+        from .args import flag_values
+
+        file, flags = flag_values(args, prefix)
+        data = dict(_to_plain(base) or {})
+        if file is not None:
+            over, section = _yaml_config(file, None)
+            data = _deep_merge(data, _select(over, section) if section else over)
+        sources = {}
+        for field, (value, label) in flags.items():
+            data[field] = value
+            sources[(field,)] = label
+            if field == "steps":
+                data["schedule"] = None
+        return _validated(lambda: super(_Strict, cls).model_validate(data), data, sources)
 
 
 _NOT_PER_ROLE = {"save_path", "on_error", "roles", "per_role"}
@@ -562,6 +819,10 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 DEFAULT_SCHEDULE = ScheduleConfig(skip_first=10, wait=0, warmup=1, active=2, repeat=1)
 
 
+def _error(message: str, field: str = "", value: Any = None) -> ConfigError:
+    return ConfigError([ConfigProblem(field, _show(value), _cut(message, _MAX_MESSAGE))])
+
+
 def _to_plain(data: Any) -> Any:
     if data is None or isinstance(data, Mapping) and not _is_omegaconf(data):
         return data
@@ -571,7 +832,105 @@ def _to_plain(data: Any) -> Any:
         return OmegaConf.to_container(data, resolve=True)
     if isinstance(data, ProfilerConfig):
         return data.model_dump()
-    raise ValueError(f"cannot read a profiler config from {type(data).__name__}; pass a dict, a YAML path or an OmegaConf object")
+    raise _error(f"cannot read a profiler config from {type(data).__name__}; pass a dict, a YAML path or an OmegaConf object")
+
+
+def _yaml_config(path: str | os.PathLike, section: str | None) -> tuple[dict[str, Any], str | None]:
+    """A YAML config file's mapping, and the section to read (``distprof:``/``profiler:`` found when not given)."""
+    data = _load_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise _error(f"{os.fspath(path)}: expected a mapping at the top of the YAML file, got {type(data).__name__}; "
+                     "write settings as 'key: value' lines")
+    if section is None and not (set(data) & set(ProfilerConfig.model_fields)):
+        section = next((key for key in ("distprof", "profiler") if key in data), None)
+    return dict(data), section
+
+
+def _load_yaml(path: str | os.PathLike) -> Any:
+    import stat
+
+    import yaml
+
+    name = os.fspath(path)
+    try:
+        if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO or device would block or never end
+            raise _error(f"{name}: not a regular file; give the path of a YAML config file")
+        with open(name, "rb") as f:
+            raw = f.read(_MAX_YAML_BYTES + 1)
+    except OSError as e:
+        raise _error(f"{name}: cannot read the config file ({e.strerror or e}); check the path") from None
+    if len(raw) > _MAX_YAML_BYTES:
+        raise _error(f"{name}: larger than {_MAX_YAML_BYTES >> 20} MB; a profiler config is a few lines")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _error(f"{name}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
+    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same rules, faster
+    try:
+        _check_yaml_shape(loader_cls, text, name)
+        loader = loader_cls(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as e:
+        raise _yaml_error(name, e) from None
+
+
+def _check_yaml_shape(loader_cls: Any, text: str, name: str) -> None:
+    """Walk the YAML's events (no objects built) and refuse deep nesting or an alias blow-up before loading.
+
+    Each anchor's size is its values counted with aliases expanded; an alias adds that size. A 358-byte
+    "billion laughs" is refused at its first big alias, and libyaml is never asked to build deep nesting
+    (it recurses in C, and its scanner slows down quadratically with depth: both stop at the first bad event).
+    """
+    import yaml
+
+    sizes: dict[str, int] = {}
+    stack: list[list[Any]] = [[None, 0]]  # open collections: [anchor, values so far]
+    loader = loader_cls(text)
+    try:
+        while loader.check_event():
+            ev = loader.get_event()
+            if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([ev.anchor, 1])
+                if len(stack) - 1 > _MAX_DEPTH:
+                    raise _error(f"{name}:{ev.start_mark.line + 1}: nests mappings/lists more than {_MAX_DEPTH} deep; "
+                                 "a profiler config is flat: write its values out")
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                anchor, n = stack.pop()
+                if anchor is not None:
+                    sizes[anchor] = n
+                stack[-1][1] += n
+            elif isinstance(ev, yaml.ScalarEvent):
+                if ev.anchor is not None:
+                    sizes[ev.anchor] = 1
+                stack[-1][1] += 1
+            elif isinstance(ev, yaml.AliasEvent):
+                stack[-1][1] += sizes.get(ev.anchor, 1)
+                if sum(n for _, n in stack) > _MAX_VALUES:
+                    raise _error(f"{name}:{ev.start_mark.line + 1}: anchors/aliases expand the file past "
+                                 f"{_MAX_VALUES:,} values (a 'billion laughs'?); a profiler config is a few dozen "
+                                 "values: refer to anchors less, or write the values out")
+    finally:
+        loader.dispose()
+
+
+def _yaml_error(name: str, e: Exception) -> ConfigError:
+    import yaml
+
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    where = f"{name}:{mark.line + 1}" if mark is not None else name
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or ["unreadable YAML"])[0]
+    text = f"{where}: not a valid YAML config ({_cut(str(problem), 160)})"
+    if isinstance(e, yaml.constructor.ConstructorError) and "tag" in str(problem):
+        text += ("; tags such as !!python/object are not allowed: config files are read with yaml's safe loader, "
+                 "which builds only mappings, lists, strings and numbers")
+    else:
+        text += "; fix the YAML at that line"
+    return _error(text)
 
 
 def _is_omegaconf(obj: Any) -> bool:
@@ -582,7 +941,7 @@ def _select(data: Any, section: str) -> Any:
     cur = data
     for part in section.split("."):
         if not isinstance(cur, Mapping) or part not in cur:
-            raise ValueError(f"config section {section!r} not found (missing {part!r}); check the dotted path")
+            raise _error(f"config section {_show(section)} not found (missing {_show(part)}); check the dotted path")
         cur = cur[part]
     return cur
 
@@ -608,22 +967,27 @@ def _env_fields() -> dict[str, tuple[str, ...]]:
     return out
 
 
-# Variables with this prefix that are not config fields but are ours too.
-_ENV_OTHER = {f"{ENV_PREFIX}LOG_LEVEL"}
+def _typed(raw: str) -> str:
+    """A variable's value as the person typed it (unquoted), unless quoting is needed to see it."""
+    return raw if len(raw) <= 60 and raw.isprintable() and raw.strip() == raw and raw else _show(raw, 60)
 
 
-def env_overrides(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Return ``data`` with every ``DISTPROF_*`` variable applied on top."""
+def env_overrides(data: dict[str, Any], environ: Mapping[str, str],
+                  sources: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
+    """Return ``data`` with every ``DISTPROF_*`` variable applied on top; ``sources`` learns which field each set."""
     fields = None
     for key, raw in environ.items():
-        if not key.startswith(ENV_PREFIX) or key in _ENV_OTHER:
+        if not key.startswith(ENV_PREFIX) or key in _ENV_NOT_SETTINGS:
             continue
         fields = fields or _env_fields()
         if key not in fields:
-            raise ValueError(
-                f"environment variable {key}={raw!r} is not a distprof setting; "
-                f"valid ones include {', '.join(sorted(fields)[:6])}, ...{_did_you_mean(key, list(fields))}"
+            raise _FieldError(
+                _cut(key, _MAX_SHOWN), raw,
+                f"environment variable {_cut(key, _MAX_SHOWN)}={_typed(raw)} is not a distprof setting; "
+                f"valid ones include {', '.join(sorted(fields)[:6])}, ...{_did_you_mean(_cut(key, 100), list(fields))}"
             )
+        if sources is not None:
+            sources[fields[key]] = f"{key}={_typed(raw)}"
         value: Any = raw
         if raw.strip().lower() in ("null", "none", ""):
             value = None

@@ -450,6 +450,7 @@ def _short_summary(summary: dict[str, Any] | None, top: int = 10) -> dict[str, A
     if not summary:
         return None
     return {
+        **({"activities": summary["activities"]} if "activities" in summary else {}),  # what "auto" became here
         "device_busy_us": summary["device_busy_us"],
         "self_device_us": summary["self_device_us"],
         "self_cpu_us": summary["self_cpu_us"],

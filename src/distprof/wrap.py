@@ -19,6 +19,7 @@ import sys
 import time
 
 from .backends.process import FINALIZER_SUFFIX, WrapSpec, alive, finalize_outputs, tool_command
+from .envvars import WRAPPED_BY
 from .output import TMP_PREFIX
 
 logger = logging.getLogger("distprof.wrap")
@@ -35,7 +36,7 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     pid = os.getpid()
     os.makedirs(spec.out_dir, exist_ok=True)
     argv, extra_env = tool_command(spec, pid, worker_args)
-    env = {**os.environ, **extra_env, "DISTPROF_WRAPPED_BY": f"{spec.backend}:{pid}"}
+    env = {**os.environ, **extra_env, WRAPPED_BY: f"{spec.backend}:{pid}"}  # known to config (envvars)
     try:
         child = subprocess.Popen(argv, env=env, start_new_session=True)
     except OSError as e:

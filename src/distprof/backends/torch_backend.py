@@ -21,14 +21,14 @@ import sys
 from typing import Any
 
 from ..compat import release, window_options
-from ..config import TorchOptions
+from ..config import AUTO_ACTIVITIES, TorchOptions
 from ..intervals import union_length
 from ..plan import Window
 from .base import WindowContext, WindowFiles
 
 logger = logging.getLogger(__name__)
 
-_warned_no_cuda = False
+_warned_missing: set[str] = set()  # accelerators already warned about in this process
 
 
 def trace_suffix(opts: TorchOptions) -> str:
@@ -45,6 +45,7 @@ class TorchBackend:
         self._exported: dict[str, str] = {}
         self._summary: dict[str, Any] | None = None
         self._ready: Any = None  # the profile whose trace torch has stopped, not yet written
+        self._resolved: list[str] = []  # the activities the open window records (resolve_activities)
 
     # ---- window lifecycle ---------------------------------------------------------------------------
     def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
@@ -87,7 +88,8 @@ class TorchBackend:
             p._prev_schedule_action = action
 
         meta = {"role": ctx.role, "rank": ctx.rank, "world_size": ctx.world_size,
-                "window": [window.start, window.end], "pid": os.getpid()}
+                "window": [window.start, window.end], "pid": os.getpid(),
+                "activities": self._resolved}  # what "auto" became on this machine
         if flags_off:
             meta["flags_off"] = flags_off  # the trace says which requested flags it lacks (distprof.compat)
         metadata = {"distprof": json.dumps(meta)}
@@ -157,24 +159,40 @@ class TorchBackend:
             tmp = ctx.tmp_path("stacks.txt")
             prof.export_stacks(tmp, self.opts.stacks_metric)
             self._exported[".stacks.txt"] = tmp
-        self._summary = summarize(prof, self.opts.summary_top)
+        self._summary = {**summarize(prof, self.opts.summary_top), "activities": list(self._resolved)}
 
     def _activities(self, torch: Any) -> list[Any]:
         from torch.profiler import ProfilerActivity
 
-        global _warned_no_cuda
-        wanted = list(self.opts.activities)
-        if "cuda" in wanted and not torch.cuda.is_available():
-            if not _warned_no_cuda:
-                _warned_no_cuda = True
-                logger.warning("distprof: CUDA activity requested but CUDA is not available; capturing CPU activity only")
-            wanted = [a for a in wanted if a != "cuda"] or ["cpu"]
-            if "cpu" not in wanted:
-                wanted.append("cpu")
-        if "xpu" in wanted and not (hasattr(torch, "xpu") and torch.xpu.is_available()):
-            logger.warning("distprof: XPU activity requested but XPU is not available; skipping it")
-            wanted = [a for a in wanted if a != "xpu"] or ["cpu"]
-        return [getattr(ProfilerActivity, a.upper()) for a in wanted]
+        self._resolved = resolve_activities(self.opts.activities, accelerators_present(torch))
+        return [getattr(ProfilerActivity, a.upper()) for a in self._resolved]
+
+
+def accelerators_present(torch: Any) -> list[str]:
+    """The accelerator activities this process can record: cuda (NVIDIA, and AMD ROCm, whose HIP runtime torch
+    exposes as torch.cuda with torch.version.hip set; Kineto traces it as CUDA activity), xpu (Intel)."""
+    found = []
+    if torch.cuda.is_available():
+        found.append("cuda")
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        found.append("xpu")
+    return found
+
+
+def resolve_activities(requested: list[str], present: list[str]) -> list[str]:
+    """``requested`` as a machine with the accelerators ``present`` can record it. ``["auto"]`` (the default) is
+    cpu plus the accelerators present, silently; one named explicitly but absent is dropped with one warning per
+    process (a CPU-only run of a GPU config still captures the host side)."""
+    if requested == [AUTO_ACTIVITIES]:
+        return ["cpu", *present]
+    out = [a for a in requested if a == "cpu" or a in present] or ["cpu"]
+    for a in requested:
+        if a not in out and a not in _warned_missing:
+            _warned_missing.add(a)
+            logger.warning("distprof: %s activity requested but %s is not available; capturing %s only",
+                           a.upper(), a.upper(), ", ".join(x.upper() for x in out))
+    return out
 
 
 def summarize(prof: Any, top: int) -> dict[str, Any]:

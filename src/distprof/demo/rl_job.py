@@ -180,8 +180,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     profile_steps = profile_steps or [max(1, steps - 3), max(1, steps - 2)]
     scratch = tempfile.mkdtemp(prefix="distprof-scratch-")  # node-local: collect() moves files through Ray
     rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
-    config = distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps,
-                                     torch={"activities": ["cpu", "cuda"]})
+    # Default activities: CPU plus whichever accelerator this machine has.
+    config = distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps)
     say("starting a local Ray cluster on 127.0.0.1")
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..config import ProfilerConfig
+from ..envvars import WRAPPED_BY
 from ..plan import role_selected
 from ..profiler import Profiler
 
@@ -69,7 +70,7 @@ class ProfiledWorker:
         gppid = parent_pid(ppid)
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "ppid": ppid,
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
-                "wrapped_by": os.environ.get("DISTPROF_WRAPPED_BY")}
+                "wrapped_by": os.environ.get(WRAPPED_BY)}
 
     def collect_profile(self) -> list[dict[str, Any]]:
         """The finished files under this worker's save_path on its node: ``[{"path", "bytes"}]``."""

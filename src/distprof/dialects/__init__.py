@@ -1,0 +1,103 @@
+"""Other frameworks' profiler configs, as distprof configs: ``translate("verl", cfg)``.
+
+Each dialect module reads the config its framework's users already write (verl's ``global_profiler`` and per-role
+``profiler`` sections, RLinf's ``cluster.profiling``, slime's flags ...) with that framework's defaults and
+semantics, and writes the distprof fields; :class:`~distprof.dialects.translation.Translation` keeps the mapping
+field by field, what was dropped and why, every error at once, and warnings for a config that captures nothing.
+``distprof validate FILE --dialect NAME`` prints it; ``ProfilerConfig.from_dialect`` raises one ValueError listing
+every error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+import os
+from typing import Any, Mapping
+
+from .source import (
+    MISSING,
+    ConfigFileError,
+    check_bounded,
+    load_file,
+    resolve_interpolations,
+    select,
+    to_plain,
+)
+from .translation import Builder, Dropped, Mapped, Problem, Translation, finish
+
+__all__ = ["DIALECTS", "NATIVE", "translate", "to_config", "guess", "load_file", "ConfigFileError", "Translation",
+           "Mapped", "Dropped", "Problem"]
+
+logger = logging.getLogger(__name__)
+
+# The dialect names (DESIGN.md), each a module of this package with translate(builder) and looks_like(data).
+DIALECTS = ("verl", "skyrl", "slime", "swift", "rlinf", "torchtitan", "nemo_rl")
+NATIVE = "distprof"  # a distprof config itself, validated the same way (``distprof validate`` without --dialect)
+_ALIASES = {"ms_swift": "swift", "nemorl": "nemo_rl", "nemo": "nemo_rl", "sky_rl": "skyrl"}
+
+
+def _module(name: Any):
+    key = str(name).strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key == NATIVE:
+        return key, importlib.import_module(".native", __name__)
+    if key not in DIALECTS:
+        close = difflib.get_close_matches(key, DIALECTS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"dialect {name!r} is unknown; choose one of {', '.join(DIALECTS)}.{hint}")
+    return key, importlib.import_module(f".{key}", __name__)
+
+
+def translate(name: str, cfg: Any, section: str | None = None, *, env: Mapping[str, str] | None = None) -> Translation:
+    """Translate ``cfg`` (a mapping, an OmegaConf config, an argparse Namespace, or, for flag-driven frameworks,
+    a list of command-line tokens) written for framework ``name`` into a distprof config.
+
+    ``section`` is a dotted path to the part of ``cfg`` that holds the framework's config, when it is nested
+    (interpolations such as ``${global_profiler.tool}`` are still resolved from the top). ``env`` holds the
+    framework's environment variables (``SLIME_PROFILE_*``, ``NRL_NSYS_*``); default ``os.environ``.
+    Never raises for a bad config: read ``.errors`` (or call ``.raise_for_errors()``).
+    """
+    key, module = _module(name)
+    data = to_plain(cfg)
+    if isinstance(data, (Mapping, list)):
+        check_bounded(data, f"the {key} config")
+        data = resolve_interpolations(data)
+    b = Builder(key, data, os.environ if env is None else env)
+    if section:
+        try:
+            b.data = select(data, section)
+        except ValueError as e:
+            b.error("section", section, str(e))
+            return finish(b, section)
+    module.translate(b)
+    t = finish(b, section)
+    if t.errors and key == NATIVE:
+        hint = guess(b.data)
+        if hint:  # first: the rest are this file's keys refused as distprof settings
+            t.errors.insert(0, Problem("dialect", MISSING, f"this looks like a {hint} config, not a distprof one; "
+                                                           f"validate it with --dialect {hint}"))
+    return t
+
+
+
+def to_config(name: str, cfg: Any, section: str | None = None):
+    """The ProfilerConfig for ``cfg``; one ValueError listing every error. Dropped fields and warnings are logged."""
+    t = translate(name, cfg, section)
+    t.raise_for_errors()
+    for d in t.dropped:
+        logger.info("distprof: %s config: %s is not honoured: %s", t.dialect, d.source, d.reason)
+    for w in t.warnings:
+        logger.warning("distprof: %s config: %s", t.dialect, w)
+    return t.profiler_config
+
+
+def guess(data: Any) -> str | None:
+    """The dialect ``data`` looks written for, if any (for a hint when it fails as a distprof config)."""
+    if not isinstance(data, Mapping):
+        return None
+    for key in DIALECTS:
+        if importlib.import_module(f".{key}", __name__).looks_like(data):
+            return key
+    return None

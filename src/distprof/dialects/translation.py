@@ -1,0 +1,411 @@
+"""A translated config: the distprof settings, how each source field became one, what was dropped and why,
+every error at once, and warnings for a config that is valid but captures less than it asks for (or nothing).
+
+A dialect module fills a :class:`Builder` (reading fields with ``get``/``as_*``, writing distprof fields with
+``set``); :func:`finish` validates what it wrote field by field, so a config with three mistakes reports three
+errors, each named by its source field, then builds the :class:`~distprof.config.ProfilerConfig`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .source import MISSING, Unresolved, clip, get, short
+
+__all__ = ["Mapped", "Dropped", "Problem", "Translation", "Builder", "finish"]
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """``source`` (the field as the framework names it) with ``value`` became distprof's ``target``."""
+
+    source: str
+    value: Any
+    target: str
+    note: str = ""
+    result: Any = MISSING  # the value the distprof field got (MISSING: honoured without setting a field)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "value": clip(self.value), "target": self.target,
+                "result": clip(self.result), "note": self.note}
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """``source`` is not honoured, for ``reason``."""
+
+    source: str
+    value: Any
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "value": clip(self.value), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An error or a warning about ``source``; ``message`` says what is wrong and how to fix it."""
+
+    source: str
+    value: Any
+    message: str
+
+    def __str__(self) -> str:
+        if self.value is MISSING:
+            return f"{self.source}: {self.message}"
+        return f"{self.source} = {short(self.value)}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "value": clip(self.value), "message": self.message, "text": str(self)}
+
+
+@dataclass
+class Translation:
+    """The result of ``distprof.dialects.translate``."""
+
+    dialect: str
+    section: str | None
+    config: dict[str, Any]  # the distprof config, as a dict (what ProfilerConfig.from_dict would take)
+    profiler_config: Any  # the built ProfilerConfig, or None when there are errors
+    mapping: list[Mapped] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.profiler_config is not None
+
+    def roles(self) -> dict[str, dict[str, Any]]:
+        """What each role's Profiler does: per role the config names, and ``*`` for any other role when the config
+        does not restrict roles."""
+        pc = self.profiler_config
+        if pc is None:
+            return {}
+        names = list(dict.fromkeys([*(pc.roles or []), *pc.per_role]))
+        if pc.roles is None:
+            names.insert(0, "*")
+        return {role: _role_summary(pc, role) for role in names}
+
+    def raise_for_errors(self) -> None:
+        """One ValueError listing every error (``ProfilerConfig.from_dialect`` calls this)."""
+        if self.ok:
+            return
+        if not self.errors:
+            raise ValueError(f"{self.dialect} config could not be translated")
+        lines = "\n".join(f"  - {p}" for p in self.errors)
+        n = len(self.errors)
+        raise ValueError(f"{self.dialect} config has {n} problem{'s' if n != 1 else ''}:\n{lines}")
+
+    def to_dict(self) -> dict[str, Any]:
+        pc = self.profiler_config
+        return {
+            "dialect": self.dialect,
+            "section": self.section,
+            "valid": self.ok,
+            "config": pc.model_dump(mode="json") if pc is not None else _jsonable(self.config),
+            "roles": self.roles(),
+            "mapping": [m.to_dict() for m in self.mapping],
+            "dropped": [d.to_dict() for d in self.dropped],
+            "errors": [e.to_dict() for e in self.errors],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+def _jsonable(v: Any) -> Any:
+    return clip(v, depth=8, items=1000, chars=2000)
+
+
+def _role_summary(pc: Any, role: str) -> dict[str, Any]:
+    from ..plan import role_selected
+
+    eff = pc if role == "*" else pc.for_role(role)
+    captures = bool(eff.enable and (role == "*" or role_selected(pc.roles, role)))
+    out: dict[str, Any] = {"captures": captures, "backend": eff.backend, "ranks": eff.ranks,
+                           "steps": eff.steps, "schedule": eff.schedule.model_dump() if eff.schedule else None}
+    if eff.steps is None and eff.schedule is None:
+        out["steps"] = "whole lifetime" if eff.whole_lifetime else None
+        if not eff.whole_lifetime:
+            out["schedule"] = eff.effective_schedule.model_dump()
+    if eff.discrete:
+        out["discrete"] = True
+    if eff.backend == "torch":
+        t = eff.torch
+        out["torch"] = {"activities": t.activities, **{k: True for k in ("record_shapes", "profile_memory", "with_stack",
+                                                                          "with_flops", "with_modules")
+                                                         if getattr(t, k)}}
+    elif eff.is_process_backend:
+        opts = getattr(eff, eff.backend)
+        out[eff.backend] = {"options": dict(opts.options), "flags": list(opts.flags), "env": dict(opts.env)}
+    return out
+
+
+class Builder:
+    """What a dialect module writes into: distprof settings, and the record of how they came about."""
+
+    def __init__(self, dialect: str, data: Any, env: Mapping[str, str]):
+        self.dialect = dialect
+        self.data = data
+        self.env = env
+        self.config: dict[str, Any] = {}
+        self.mapping: list[Mapped] = []
+        self.dropped: list[Dropped] = []
+        self.errors: list[Problem] = []
+        self.warnings: list[Problem] = []
+        self.nothing: list[str] = []  # why nothing would be captured, in the framework's own terms
+        self.last_step: tuple[str, int] | None = None  # (source field, the last global step the job runs)
+        self.world_size: tuple[str, int] | None = None  # (source fields, ranks in the job)
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def get(self, path: str, default: Any = MISSING, data: Any = None) -> Any:
+        """The value at dotted ``path`` (of ``data``, default the whole config); an unresolvable interpolation
+        is reported as an error and read as ``default``."""
+        v = get(self.data if data is None else data, path, MISSING)
+        if v is MISSING:
+            return default
+        bad = _find_unresolved(v)
+        if bad is not None:
+            self.error(path, bad, f"interpolation not resolved: {bad.why}; write the value itself")
+            return default
+        return v
+
+    def as_bool(self, source: str, v: Any) -> bool | None:
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, (int, float)) and v in (0, 1):
+            return bool(v)
+        if isinstance(v, str) and v.strip().lower() in _TRUE | _FALSE:
+            return v.strip().lower() in _TRUE
+        self.error(source, v, "expected true or false")
+        return None
+
+    def as_int(self, source: str, v: Any, minimum: int | None = 0, what: str = "a whole number") -> int | None:
+        if (isinstance(v, float) and v.is_integer()) or (isinstance(v, str) and _INT.fullmatch(v)):
+            v = int(v)
+        elif not isinstance(v, int) or isinstance(v, bool):
+            self.error(source, v, f"expected {what}")
+            return None
+        if minimum is not None and v < minimum:
+            self.error(source, v, f"must be >= {minimum}")
+            return None
+        return v
+
+    def as_int_list(self, source: str, v: Any, minimum: int = 0, what: str = "step numbers") -> list[int] | None:
+        """A list of whole numbers (a single number or a comma/space separated string also accepted); all the
+        bad items are reported in one error."""
+        if isinstance(v, (int, str)) and not isinstance(v, bool):
+            v = [p for p in re.split(r"[,\s]+", v.strip("[] ")) if p] if isinstance(v, str) else [v]
+        if not isinstance(v, (list, tuple)):
+            self.error(source, v, f"expected a list of {what}, e.g. [1, 2, 5]")
+            return None
+        out, bad = [], []
+        for item in v:
+            if isinstance(item, bool):
+                bad.append(item)
+                continue
+            if isinstance(item, str) and _INT.fullmatch(item):
+                item = int(item)
+            if isinstance(item, float) and item.is_integer():
+                item = int(item)
+            if not isinstance(item, int) or item < minimum:
+                bad.append(item)
+            else:
+                out.append(item)
+        if bad:
+            self.error(source, v, f"holds {', '.join(map(short, bad[:5]))} where {what} (whole numbers >= {minimum}) "
+                                  "are expected")
+            return None
+        return out
+
+    def as_range(self, source: str, value: Any, start: int, stop: int, note: str = "") -> list[int] | None:
+        """``range(start, stop)`` as a step list, refused (one error) when it is longer than any step list can be."""
+        from ..config import _MAX_STEPS
+
+        if stop - start > _MAX_STEPS:
+            self.error(source, value, f"spans {stop - start:,} steps, more than the {_MAX_STEPS:,} a step list may "
+                                      "hold; profile a short range")
+            return None
+        return list(range(start, stop))
+
+    def as_str_list(self, source: str, v: Any) -> list[str] | None:
+        if isinstance(v, str):
+            return [p for p in re.split(r"[,\s]+", v.strip()) if p]
+        if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v):
+            return list(v)
+        self.error(source, v, "expected a list of names")
+        return None
+
+    # ---- writing ---------------------------------------------------------------------------------------------
+    def set(self, target: str, value: Any, source: str | None = None, src_value: Any = MISSING,
+            note: str = "") -> None:
+        """Set distprof field ``target`` (dotted: ``torch.record_shapes``, ``per_role.actor.ranks``); record that
+        ``source`` (with ``src_value``, default ``value``) became it."""
+        cur = self.config
+        parts = target.split(".")
+        if parts[0] == "per_role" and len(parts) > 2:
+            cur = cur.setdefault("per_role", {}).setdefault(parts[1], {})
+            parts = parts[2:]
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+        if source is not None:
+            self.mapping.append(Mapped(source, value if src_value is MISSING else src_value, target, note, value))
+
+    def note(self, source: str, value: Any, target: str, note: str) -> None:
+        """Record how ``source`` is honoured without setting a field (distprof does it anyway, or it is implied)."""
+        self.mapping.append(Mapped(source, value, target, note))
+
+    def drop(self, source: str, value: Any, reason: str) -> None:
+        self.dropped.append(Dropped(source, value, reason))
+
+    def error(self, source: str, value: Any, message: str) -> None:
+        self.errors.append(Problem(source, value, message))
+
+    def warn(self, source: str, value: Any, message: str) -> None:
+        self.warnings.append(Problem(source, value, message))
+
+    def captures_nothing(self, reason: str) -> None:
+        self.nothing.append(reason)
+
+
+_INT = re.compile(r"\s*-?[0-9]{1,18}\s*")  # more digits is a typo (and int() of thousands of digits raises)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _find_unresolved(v: Any) -> Unresolved | None:
+    if isinstance(v, Unresolved):
+        return v
+    if isinstance(v, Mapping):
+        for x in v.values():
+            u = _find_unresolved(x)
+            if u is not None:
+                return u
+    elif isinstance(v, list):
+        for x in v:
+            u = _find_unresolved(x)
+            if u is not None:
+                return u
+    return None
+
+
+# ---- validation ------------------------------------------------------------------------------------------------
+def finish(b: Builder, section: str | None) -> Translation:
+    """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ProfilerConfig when
+    nothing is wrong, and add the warnings for what would capture nothing."""
+    from ..config import ProfilerConfig
+
+    t = Translation(b.dialect, section, b.config, None, b.mapping, b.dropped, list(b.errors), list(b.warnings))
+    _validate_fields(b, t)
+    if not t.errors:
+        try:  # DISTPROF_* environment variables are applied here, as they are at run time
+            t.profiler_config = ProfilerConfig.model_validate(b.config)
+        except ValueError as e:
+            for loc, message in _problems(e):
+                t.errors.append(Problem(_sources_for(b, loc) if loc else "distprof config", MISSING, message))
+    if t.profiler_config is not None:
+        _warnings(b, t)
+    return t
+
+
+def _validate_fields(b: Builder, t: Translation) -> None:
+    from ..config import ProfilerConfig
+
+    def check(prefix: str, fields: Mapping[str, Any]) -> None:
+        for name, value in fields.items():
+            if name in ("per_role", "enable"):  # enable alone would demand save_path; it is a plain bool anyway
+                continue
+            try:
+                ProfilerConfig.model_validate({name: value}, context={"no_env": True})
+            except ValueError as e:
+                for loc, message in _problems(e):
+                    target = f"{prefix}{loc or name}"
+                    t.errors.append(Problem(_sources_for(b, target), _value_at(b.config, target), message))
+
+    check("", b.config)
+    for role, over in (b.config.get("per_role") or {}).items():
+        check(f"per_role.{role}.", over)
+
+
+def _problems(e: ValueError) -> list[tuple[str, str]]:
+    """(dotted field, message) for each problem of a config error (distprof's ConfigError or pydantic's)."""
+    problems = getattr(e, "problems", None)
+    if problems is not None:
+        return [(re.sub(r"\[\d+\]", "", str(p.field)), str(p.message)) for p in problems]
+    if callable(getattr(e, "errors", None)):
+        return [(".".join(str(x) for x in err["loc"] if not isinstance(x, int)),
+                 str(err.get("msg", "")).removeprefix("Value error, ")) for err in e.errors()]
+    return [("", str(e))]
+
+
+def _value_at(config: Mapping[str, Any], target: str) -> Any:
+    parts = target.split(".")
+    if parts[0] == "per_role" and len(parts) > 2:
+        config = (config.get("per_role") or {}).get(parts[1], {})
+        parts = parts[2:]
+    return get(config, ".".join(parts), MISSING)
+
+
+def _sources_for(b: Builder, target: str) -> str:
+    """The source fields that became ``target`` (or a part of it), for naming an error in the user's terms."""
+    hits = [m.source for m in b.mapping
+            if m.target == target or m.target.startswith(target + ".") or target.startswith(m.target + ".")]
+    if not hits and target.startswith("per_role.") and target.count(".") >= 2:
+        inherited = target.split(".", 2)[2]  # a role's field may come from the top level
+        hits = [m.source for m in b.mapping if m.target == inherited or m.target.startswith(inherited + ".")]
+    hits = list(dict.fromkeys(hits))
+    return ", ".join(hits) if hits else target
+
+
+def _warnings(b: Builder, t: Translation) -> None:
+    """Valid, but captures less than it says: nothing enabled, steps past the job's end, ranks beyond its size."""
+    pc = t.profiler_config
+    if not pc.enable:
+        why = "; ".join(b.nothing) or "profiling is not enabled"
+        t.warnings.append(Problem(b.dialect, MISSING, f"this config captures nothing: {why}"))
+        return
+    summaries = t.roles()
+    if summaries and not any(s["captures"] for s in summaries.values()):
+        why = "; ".join(b.nothing) or "no role is enabled"
+        t.warnings.append(Problem(b.dialect, MISSING, f"this config captures nothing: {why}"))
+        return
+    for role, s in summaries.items():
+        if not s["captures"]:
+            continue
+        eff = pc if role == "*" else pc.for_role(role)
+        who = "" if role == "*" else f"role {role}: "
+        if b.last_step is not None:
+            src, last = b.last_step
+            _check_steps(t, eff, who, src, last)
+        if b.world_size is not None and isinstance(eff.ranks, list):
+            src, n = b.world_size
+            beyond = [r for r in eff.ranks if r >= n]
+            if beyond:
+                all_gone = len(beyond) == len(eff.ranks)
+                t.warnings.append(Problem(
+                    src, n, f"{who}ranks {beyond} do not exist in a job of {n} ranks (0..{n - 1}); "
+                            f"{'nothing would be captured and ' if all_gone else ''}distprof's Profiler refuses "
+                            "them when it starts: remove them or select all ranks"))
+
+
+def _check_steps(t: Translation, eff: Any, who: str, src: str, last: int) -> None:
+    if eff.steps is not None:
+        late = [s for s in eff.steps if s > last]
+        if late and len(late) == len(eff.steps):
+            t.warnings.append(Problem(src, last, f"{who}captures nothing: every profiled step ({_steps(late)}) comes "
+                                                 f"after the job's last step {last}; profile earlier steps"))
+        elif late:
+            t.warnings.append(Problem(src, last, f"{who}steps {_steps(late)} come after the job's last step {last} and "
+                                                 "will not be captured"))
+        return
+    if eff.schedule is not None:
+        w = eff.plan().next_window(0)
+        if w is not None and w.start > last:
+            t.warnings.append(Problem(src, last, f"{who}captures nothing: the schedule's first window records step "
+                                                 f"{w.start}, after the job's last step {last}"))
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(map(str, steps[:8])) + (f" ... ({len(steps)} steps)" if len(steps) > 8 else "")
