@@ -848,25 +848,35 @@ def _yaml_config(path: str | os.PathLike, section: str | None) -> tuple[dict[str
     return dict(data), section
 
 
-def _load_yaml(path: str | os.PathLike) -> Any:
+def read_config_text(path: str | os.PathLike) -> str:
+    """A config file's text, read as untrusted input: a regular file (a FIFO or device would block or never
+    end), at most 4 MB, UTF-8 (a BOM is dropped). Every refusal is one ConfigError naming the file."""
     import stat
-
-    import yaml
 
     name = os.fspath(path)
     try:
-        if not stat.S_ISREG(os.stat(name).st_mode):  # a FIFO or device would block or never end
-            raise _error(f"{name}: not a regular file; give the path of a YAML config file")
+        st = os.stat(name)
+        if stat.S_ISDIR(st.st_mode):
+            raise _error(f"{name}: is a directory; give the config file itself")
+        if not stat.S_ISREG(st.st_mode):
+            raise _error(f"{name}: not a regular file; give the path of a config file")
         with open(name, "rb") as f:
-            raw = f.read(_MAX_YAML_BYTES + 1)
+            raw = f.read(_MAX_YAML_BYTES + 1)  # the file may grow between stat and read
     except OSError as e:
         raise _error(f"{name}: cannot read the config file ({e.strerror or e}); check the path") from None
     if len(raw) > _MAX_YAML_BYTES:
         raise _error(f"{name}: larger than {_MAX_YAML_BYTES >> 20} MB; a profiler config is a few lines")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         raise _error(f"{name}: not UTF-8 text (byte {e.start}); save the config as UTF-8") from None
+
+
+def _load_yaml(path: str | os.PathLike) -> Any:
+    import yaml
+
+    name = os.fspath(path)
+    text = read_config_text(name)
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same rules, faster
     try:
         _check_yaml_shape(loader_cls, text, name)

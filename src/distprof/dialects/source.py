@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 __all__ = ["ConfigFileError", "load_file", "check_bounded", "to_plain", "select", "resolve_interpolations",
-           "Unresolved", "MAX_FILE_BYTES", "MISSING", "parse_flags", "clip", "short"]
+           "Unresolved", "MISSING", "parse_flags", "clip", "short"]
 
-MAX_FILE_BYTES = 4 * 1024 * 1024  # a training config is a few KB; anything this big is not one
 
 
 class _Missing:
@@ -50,39 +49,21 @@ class Unresolved:
 def load_file(path: str | os.PathLike) -> Any:
     """A YAML, JSON or TOML file as plain data (by its suffix; anything else is read as YAML).
 
-    Raises a ValueError naming the file for a missing file, a directory, a file over MAX_FILE_BYTES, text that is
+    Raises a ValueError naming the file for a missing file, a directory, a file over 4 MB, text that is
     not UTF-8, a parse error, an unsafe YAML tag, or nesting / aliases past a config's size. YAML goes through the
     one YAML reader distprof has (``config._load_yaml``: safe loader, alias expansion measured before loading).
     """
-    from ..config import _check_bounded, _load_yaml
+    from ..config import ConfigError, _check_bounded, _load_yaml, read_config_text
 
     p = Path(path)
     try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise ConfigFileError(f"{p}: no such file") from None
-    except OSError as e:
-        raise ConfigFileError(f"{p}: cannot read ({e.strerror or e})") from None
-    if p.is_dir():
-        raise ConfigFileError(f"{p}: is a directory; give the config file itself")
-    if not p.is_file():
-        raise ConfigFileError(f"{p}: not a regular file")
-    if st.st_size > MAX_FILE_BYTES:
-        raise ConfigFileError(f"{p}: {st.st_size:,} bytes is too big for a config file (limit {MAX_FILE_BYTES:,})")
+        if p.suffix.lower() not in (".json", ".toml"):
+            return _load_yaml(p)
+        text = read_config_text(p)
+    except ConfigError as e:
+        raise ConfigFileError(str(e)) from None
     suffix = p.suffix.lower()
-    if suffix not in (".json", ".toml"):
-        return _load_yaml(p)
-    try:
-        with open(p, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)  # the file may grow between stat and read
-    except OSError as e:
-        raise ConfigFileError(f"{p}: cannot read ({e.strerror or e})") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ConfigFileError(f"{p}: too big for a config file (limit {MAX_FILE_BYTES:,} bytes)")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise ConfigFileError(f"{p}: not UTF-8 text (byte {e.start}); a config file is text") from None
+    raw = text.encode()
     data = _json(p, raw) if suffix == ".json" else _toml(p, text)
     _check_bounded(data, str(p))
     return data
