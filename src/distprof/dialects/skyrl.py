@@ -56,17 +56,7 @@ def translate(b: Builder) -> None:
         b.error(where or "torch_profiler_config", sec, "expected a mapping of profiler settings")
         return
 
-    def src(k: str) -> str:
-        return f"{where}.{k}" if where else k
-
-    for k in sec:
-        if k not in DEFAULTS:
-            import difflib
-
-            close = difflib.get_close_matches(str(k), list(DEFAULTS), n=1)
-            b.error(src(str(k)), sec[k], "not a SkyRL TorchProfilerConfig field"
-                                         f"{f' (did you mean {close[0]!r}?)' if close else ''}")
-    v = {k: sec.get(k, d) for k, d in DEFAULTS.items()}
+    v, src = b.section_fields(sec, where, DEFAULTS, "SkyRL TorchProfilerConfig")
 
     enable = b.as_bool(src("enable"), v["enable"])
     b.set("enable", bool(enable), src("enable"), v["enable"])

@@ -47,16 +47,7 @@ def translate(b: Builder) -> None:
         b.error("profiling", MISSING, "not found; torchtitan reads [profiling] (profiler in newer configs)")
         return
 
-    def src(k: str) -> str:
-        return f"{where}.{k}" if where else k
-
-    for k in sec:
-        if k not in DEFAULTS:
-            import difflib
-
-            close = difflib.get_close_matches(str(k), list(DEFAULTS), n=1)
-            b.error(src(str(k)), sec[k], f"not a torchtitan profiling field{f' (did you mean {close[0]!r}?)' if close else ''}")
-    v = {k: sec.get(k, d) for k, d in DEFAULTS.items()}
+    v, src = b.section_fields(sec, where, DEFAULTS, "torchtitan profiling")
     dump = b.get("job.dump_folder", "./torchtitan/outputs")
     trace_on = b.as_bool(src("enable_profiling"), v["enable_profiling"])
     memory_on = b.as_bool(src("enable_memory_snapshot"), v["enable_memory_snapshot"])

@@ -260,6 +260,21 @@ class Builder:
     def drop(self, source: str, value: Any, reason: str) -> None:
         self.dropped.append(Dropped(source, value, reason))
 
+    def section_fields(self, sec: Mapping[str, Any], where: str, known: Mapping[str, Any], what: str
+                       ) -> tuple[dict[str, Any], Any]:
+        """A framework's settings section: every key it does not know is an error (with a did-you-mean);
+        returns (each known field's value or its default, ``src(key)`` naming a field where it was read)."""
+        import difflib
+
+        def src(k: str) -> str:
+            return f"{where}.{k}" if where else k
+
+        for k in sec:
+            if k not in known:
+                close = difflib.get_close_matches(str(k), list(known), n=1)
+                self.error(src(str(k)), sec[k], f"not a {what} field{f' (did you mean {close[0]!r}?)' if close else ''}")
+        return {k: sec.get(k, d) for k, d in known.items()}, src
+
     def error(self, source: str, value: Any, message: str) -> None:
         self.errors.append(Problem(source, value, message))
 
