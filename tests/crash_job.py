@@ -6,6 +6,7 @@ write the steps it captured, and the process must end exactly as it would withou
     python crash_job.py HOW SAVE_PATH [STYLE]
 
 HOW: raise | exit | sigterm_wait (print "ready" at step 4, then block on stdin until SIGTERM) | ok |
+sigterm_in_step (SIGTERM arrives inside the profiler's step that starts step 4) |
 peer_dies (under torchrun, 2 ranks: rank 1 raises at step 4 while rank 0 is still busy in it, until torchrun
 tears rank 0 down with SIGTERM).
 STYLE: startstop (default) | with | callback.
@@ -57,6 +58,22 @@ def step_body(step: int) -> None:
         print("ready", flush=True)
         sys.stdin.readline()  # the parent sends SIGTERM now; nothing ever arrives on stdin
 
+
+if HOW == "sigterm_in_step":
+    # SIGTERM lands inside the profiler's own step (torch.profiler's state change) at step 4.
+    import signal
+
+    from distprof.backends import torch_backend
+
+    _advance = torch_backend.TorchBackend.advance
+
+    def advance(self, step):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # Python code runs on: the handler has run by now
+        _advance(self, step)
+
+    torch_backend.TorchBackend.advance = advance
 
 dist_on = "RANK" in os.environ
 if dist_on:

@@ -70,6 +70,17 @@ def test_sigterm_writes_the_window_and_ends_by_sigterm(tmp_path):
     assert "writing its open window" in err
 
 
+def test_sigterm_inside_the_profilers_own_step_waits_for_it(tmp_path):
+    """Unwinding from the middle of torch.profiler's step would leave it half-switched (its export then crashes
+    the process); the step completes, then the process unwinds and ends by SIGTERM with the window written."""
+    proc, out = run_job(tmp_path, "sigterm_in_step")
+    assert proc.returncode == -signal.SIGTERM, proc.stderr[-2000:]
+    assert "Segmentation fault" not in proc.stderr
+    [rec] = manifest(out)
+    assert rec["steps"][0] == 3 and rec["complete"] is False and rec["stopped_by"] == "SIGTERM"
+    assert step_numbers(out, rec)[:2] == [3, 4]  # step 3 ended, and the profiler's step into 4 completed
+
+
 def test_a_clean_run_is_untouched(tmp_path):
     proc, out = run_job(tmp_path, "ok")
     assert proc.returncode == 0

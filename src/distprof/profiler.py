@@ -395,12 +395,15 @@ class Profiler:
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:
+        shutdown.enter()  # a SIGTERM now unwinds after this state change, never from the middle of it
         try:
             fn()
         except Exception:
             self._fault(where)
             if self.config.on_error == "raise":
                 raise
+        finally:
+            shutdown.leave()
 
     def _fault(self, where: str) -> None:
         logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",

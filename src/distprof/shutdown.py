@@ -12,8 +12,9 @@ A ``Profiler`` registers here when it starts and leaves when it stops. What happ
 - ``SIGTERM`` (a scheduler's preemption, torchrun tearing the other ranks down, ``kill``): its
   default action ends the process on the spot, running nothing. When SIGTERM still has its
   default action as the first profiler starts (in the main thread), distprof installs a handler
-  whose body only raises ``SystemExit``: no I/O, no locks, nothing that could deadlock against the
-  code it interrupted (Python runs signal handlers between bytecodes of the main thread, which may
+  whose body only raises ``SystemExit`` (or, when the signal lands inside one of the profiler's own
+  state changes, marks it so that the change finishes and then raises): no I/O, no locks, nothing
+  that could deadlock against the code it interrupted (Python runs signal handlers between bytecodes of the main thread, which may
   hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
   ``finally`` blocks run, ``except Exception`` does not catch it); the export then happens in the
   ``atexit`` handler, in ordinary code. Last, the handler puts SIGTERM's default action back and
@@ -37,13 +38,15 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["register", "unregister"]
+__all__ = ["register", "unregister", "enter", "leave"]
 
 _started: list[Any] = []  # profilers between start() and stop(), in start order
 _lock = threading.Lock()
 _hooked = False  # atexit handler registered (once per process)
 _sigterm_installed = False
 _terminated_by: int | None = None  # the signal our handler turned into SystemExit
+_critical = 0  # profiler state changes in progress (see enter / leave)
+_pending: int | None = None  # a signal that came during one, to unwind with when it ends
 
 
 def register(profiler: Any) -> None:
@@ -68,9 +71,30 @@ def unregister(profiler: Any) -> None:
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     # The whole body: remember the signal and unwind. Everything else happens in _at_exit.
-    global _terminated_by
+    global _terminated_by, _pending
     _terminated_by = signum
+    if _critical:
+        # Inside a profiler's own state change (torch.profiler's step / stop / export are Python code): unwinding
+        # from the middle of one leaves torch's profiler half-switched, and exporting it later crashes the
+        # process. The change finishes first; leave() then unwinds.
+        _pending = signum
+        return
     raise SystemExit(128 + signum)
+
+
+def enter() -> None:
+    """A profiler state change begins (``Profiler._guard``): SIGTERM waits for its end."""
+    global _critical
+    _critical += 1
+
+
+def leave() -> None:
+    """The state change is done: unwind now if SIGTERM came during it."""
+    global _critical, _pending
+    _critical -= 1
+    if not _critical and _pending is not None:
+        signum, _pending = _pending, None
+        raise SystemExit(128 + signum)
 
 
 def _install_sigterm() -> None:
