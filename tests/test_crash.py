@@ -117,3 +117,40 @@ def test_torchrun_tearing_down_after_a_rank_fails(tmp_path):
         [rec] = manifest(out, rank=rank)
         assert rec["steps"] == [3, 4] and rec["complete"] is False and rec["stopped_by"] == cause
         assert step_numbers(out, rec) == [3, 4]
+
+
+def test_two_profilers_with_overlapping_windows_do_not_crash_the_process(tmp_path):
+    """torch.profiler records one session per process: the second profiler is switched off with a message, the
+    first writes its window, and the process ends normally (a second session used to end with a segfault)."""
+    code = (
+        "import sys, torch, distprof\n"
+        f"c = distprof.ProfilerConfig(enable=True, save_path={str(tmp_path / 'r')!r}, steps=[1, 2],"
+        " torch={'activities': ['cpu']})\n"
+        "a = distprof.Profiler(c, role='actor').start(); b = distprof.Profiler(c, role='ref').start()\n"
+        "for _ in range(4):\n"
+        "    torch.randn(8, 8).sum(); a.step(); b.step()\n"
+        "a.stop(); b.stop()\n"
+        "assert a.windows_closed == 1 and not b.enabled\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "another profiler in this process (role 'actor') has a window open" in proc.stderr
+
+
+def test_sigterm_is_the_default_again_once_profiling_stops_and_in_forked_children(tmp_path):
+    code = (
+        "import os, signal, multiprocessing as mp, distprof\n"
+        f"p = distprof.Profiler(distprof.ProfilerConfig(enable=True, save_path={str(tmp_path / 'r')!r}, steps=[50],"
+        " torch={'activities': ['cpu']})).start()\n"
+        "assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL\n"
+        "ctx = mp.get_context('fork')\n"
+        # The child ends by SIGTERM only if its handler is the default (else it exits 7 itself).
+        "c = ctx.Process(target=lambda: os.kill(os.getpid(), signal.SIGTERM) if signal.getsignal(signal.SIGTERM)"
+        " is signal.SIG_DFL else os._exit(7))\n"
+        "c.start(); c.join(60)\n"
+        "assert c.exitcode == -signal.SIGTERM, c.exitcode\n"
+        "p.stop()\n"
+        "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

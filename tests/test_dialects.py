@@ -316,3 +316,19 @@ def test_validate_a_distprof_config_and_point_at_the_dialect(tmp_path):
     code, out, _ = cli("validate", fixture("skyrl_grpo.yaml"), "--dialect", "skyrl",
                        "--section", "trainer.policy.torch_profiler_config", "--json")
     assert code == 0 and out["config"]["ranks"] == [0, 1]
+
+
+def test_hostile_files_end_in_one_line(tmp_path):
+    """Interpolations that build huge strings, nesting deeper than Python's parsers go, and thousands of unknown
+    keys: one readable line, exit 2, quickly (the string bomb once reached 13 GB)."""
+    bomb = ["a: " + "x" * 1000] + [f"l{i}: ${{l{i - 1}}}${{l{i - 1}}}" if i else "l0: ${a}${a}" for i in range(30)]
+    (tmp_path / "strbomb.yaml").write_text("\n".join(bomb) + "\n")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "many.yaml").write_text("\n".join(f"k{i}: {i}" for i in range(3000)))
+    for name, dialect, expect in (("strbomb.yaml", "verl", "interpolations build strings past"),
+                                  ("deep.json", "verl", "nests too deep"),
+                                  ("many.yaml", None, "more fields not checked")):
+        args = ["validate", tmp_path / name] + (["--dialect", dialect] if dialect else [])
+        code, out, err = cli(*args)
+        assert code == 2 and expect in (out + err), (name, out[-500:], err[-500:])
+        assert "Traceback" not in err

@@ -42,11 +42,13 @@ __all__ = ["register", "unregister", "enter", "leave"]
 
 _started: list[Any] = []  # profilers between start() and stop(), in start order
 _lock = threading.Lock()
+_MAIN = threading.main_thread().ident
 _hooked = False  # atexit handler registered (once per process)
 _sigterm_installed = False
 _terminated_by: int | None = None  # the signal our handler turned into SystemExit
 _critical = 0  # profiler state changes in progress (see enter / leave)
 _pending: int | None = None  # a signal that came during one, to unwind with when it ends
+_threads: dict[int, int] = {}  # id(profiler) -> the thread that started it
 
 
 def register(profiler: Any) -> None:
@@ -55,6 +57,7 @@ def register(profiler: Any) -> None:
     with _lock:
         if profiler not in _started:
             _started.append(profiler)
+            _threads[id(profiler)] = threading.get_ident()
         first = not _hooked
         _hooked = True
     if first:
@@ -67,6 +70,10 @@ def unregister(profiler: Any) -> None:
     with _lock:
         if profiler in _started:
             _started.remove(profiler)
+            _threads.pop(id(profiler), None)
+        idle = not _started
+    if idle:
+        _restore_sigterm()  # nothing to write any more: SIGTERM is the default again (children, C calls)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -83,18 +90,49 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 
 
 def enter() -> None:
-    """A profiler state change begins (``Profiler._guard``): SIGTERM waits for its end."""
+    """A profiler state change begins (``Profiler._guard``): SIGTERM waits for its end. Only the main thread's
+    count: the handler runs in the main thread, and a change in another thread must not hold the exit back."""
     global _critical
-    _critical += 1
+    if threading.get_ident() == _MAIN:
+        _critical += 1
 
 
 def leave() -> None:
     """The state change is done: unwind now if SIGTERM came during it."""
     global _critical, _pending
+    if threading.get_ident() != _MAIN:
+        return
     _critical -= 1
     if not _critical and _pending is not None:
         signum, _pending = _pending, None
         raise SystemExit(128 + signum)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (multiprocessing, DataLoader workers) holds none of the parent's profilers: it must not
+    write their windows at its exit, and SIGTERM must end it the default way."""
+    global _MAIN, _critical, _pending, _terminated_by
+    _started.clear()
+    _threads.clear()
+    _MAIN = threading.get_ident()  # the forking thread is the child's only thread
+    _critical, _pending, _terminated_by = 0, None, None
+    _restore_sigterm()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _restore_sigterm() -> None:
+    global _sigterm_installed
+    if not _sigterm_installed or _terminated_by is not None or threading.get_ident() != _MAIN:
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _sigterm_installed = False
+    except (ValueError, OSError):  # pragma: no cover
+        pass
 
 
 def _install_sigterm() -> None:
@@ -115,6 +153,11 @@ def _at_exit() -> None:
     # An uncaught exception or a signal interrupted the step in progress: keep what it recorded.
     crashed = _terminated_by is not None or getattr(sys, "last_value", None) is not None
     for prof in pending:
+        if _threads.get(id(prof), _MAIN) != _MAIN:
+            # torch's profiler must be stopped by the thread that started it: from here it crashes the process.
+            logger.warning("distprof: %s was started in another thread and is still open at exit; its window is "
+                           "not written (stop it in that thread)", prof._who())
+            continue
         logger.warning("distprof: %s was still started when the process exited (by %s); writing its open window",
                        prof._who(), _cause(crashed))
         try:

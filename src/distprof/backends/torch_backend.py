@@ -29,6 +29,14 @@ from .base import WindowContext, WindowFiles
 logger = logging.getLogger(__name__)
 
 _warned_missing: set[str] = set()  # accelerators already warned about in this process
+# torch.profiler traces one session per process: the backend whose window is open now (see begin()).
+_capturing: "TorchBackend | None" = None
+
+
+def _release_session(backend: "TorchBackend") -> None:
+    global _capturing
+    if _capturing is backend:
+        _capturing = None
 
 
 def trace_suffix(opts: TorchOptions) -> str:
@@ -52,6 +60,15 @@ class TorchBackend:
         import torch
         from torch.profiler import ProfilerAction, profile
 
+        global _capturing
+        if _capturing is not None and _capturing is not self:
+            # A second torch.profiler session would fail inside torch and, on the way out, end the first one's
+            # session too (a segfault at its export). Refuse before touching torch: this profiler is switched
+            # off with this message, the one capturing goes on.
+            raise RuntimeError(
+                f"another profiler in this process (role {_capturing._ctx.role!r}) has a window open at the same "
+                "time; torch.profiler records one session per process. Give the two roles disjoint steps, or select "
+                "one of them (roles: [...])")
         self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
         opts, flags_off = window_options(self.opts)
 
@@ -102,6 +119,7 @@ class TorchBackend:
                 preset(k, v)
         p.start()
         self._prof = p  # only now: stop() must never be called on a profiler that did not start
+        _capturing = self
         if preset is None:  # older torch: add while the profiler runs
             for k, v in metadata.items():
                 p.add_metadata_json(k, v)
@@ -113,6 +131,7 @@ class TorchBackend:
         from ..output import window_file_name
 
         p, self._prof = self._prof, None
+        _release_session(self)
         ready = None
         files: dict[str, str] = {}
         try:
@@ -132,6 +151,7 @@ class TorchBackend:
 
     def abort(self) -> None:
         p, ready, self._prof, self._ready = self._prof, self._ready, None, None
+        _release_session(self)
         if p is not None:
             try:
                 p.stop()

@@ -60,10 +60,14 @@ def translate(name: str, cfg: Any, section: str | None = None, *, env: Mapping[s
     Never raises for a bad config: read ``.errors`` (or call ``.raise_for_errors()``).
     """
     key, module = _module(name)
-    data = to_plain(cfg)
-    if isinstance(data, (Mapping, list)):
-        check_bounded(data, f"the {key} config")
-        data = resolve_interpolations(data)
+    try:
+        data = to_plain(cfg)
+        if isinstance(data, (Mapping, list)):
+            check_bounded(data, f"the {key} config")
+            data = resolve_interpolations(data)
+    except RecursionError:  # a self-referencing or absurdly deep object: no config nests like that
+        raise ValueError(f"the {key} config nests too deep (or refers to itself); a profiler config is a few "
+                         "levels deep") from None
     b = Builder(key, data, os.environ if env is None else env)
     if section:
         try:

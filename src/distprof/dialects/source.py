@@ -46,7 +46,7 @@ class Unresolved:
 
 
 # ---- files -----------------------------------------------------------------------------------------------
-def load_file(path: str | os.PathLike) -> Any:
+def _load_file(path: str | os.PathLike) -> Any:
     """A YAML, JSON or TOML file as plain data (by its suffix; anything else is read as YAML).
 
     Raises a ValueError naming the file for a missing file, a directory, a file over 4 MB, text that is
@@ -67,6 +67,18 @@ def load_file(path: str | os.PathLike) -> Any:
     data = _json(p, raw) if suffix == ".json" else _toml(p, text)
     _check_bounded(data, str(p))
     return data
+
+
+def load_file(path: str | os.PathLike) -> Any:
+    """:func:`_load_file`, with nesting too deep for Python's parsers refused by one line naming the file."""
+    try:
+        return _load_file(path)
+    except RecursionError:
+        raise ConfigFileError(f"{path}: nests too deep to read; a profiler config is a few levels deep") from None
+    except ValueError as e:
+        if isinstance(e, ConfigFileError) or "int_max_str_digits" not in str(e):
+            raise
+        raise ConfigFileError(f"{path}: holds a number with too many digits; this is not a training config") from None
 
 
 def _json(p: Path, raw: bytes) -> Any:
@@ -144,6 +156,7 @@ def get(data: Any, path: str, default: Any = MISSING) -> Any:
 
 
 # ---- interpolations ---------------------------------------------------------------------------------------
+_MAX_CHARS = 1_000_000
 _INTERP = re.compile(r"\$\{([^${}]*)\}")
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z0-9_\-]+)*")
 
@@ -154,6 +167,8 @@ def resolve_interpolations(data: Any, limit: int = 2_000_000) -> Any:
     reads that field. Interpolations copy what they point at, so the values made are counted: past ``limit``
     (an interpolation bomb, like YAML's billion laughs) this raises ValueError."""
     made = [0]
+    chars = [0]  # characters made by string interpolation, all strings together
+
     def value_of(text: str, depth: int) -> Any:
         m = _INTERP.fullmatch(text.strip())
         if m:
@@ -167,6 +182,10 @@ def resolve_interpolations(data: Any, limit: int = 2_000_000) -> Any:
             parts.append(text[pos:m.start()])
             parts.append("null" if v is None else str(v).lower() if isinstance(v, bool) else str(v))
             pos = m.end()
+            chars[0] += len(parts[-1])
+            if chars[0] > _MAX_CHARS:  # strings built from strings: each level can multiply the length
+                raise ValueError(f"the config's interpolations build strings past {_MAX_CHARS:,} characters; this "
+                                 "is not a training config (an interpolation bomb?)")
         parts.append(text[pos:])
         return "".join(parts)
 

@@ -307,6 +307,9 @@ def _find_unresolved(v: Any) -> Unresolved | None:
 
 
 # ---- validation ------------------------------------------------------------------------------------------------
+MAX_ERRORS = 100  # problems listed for one config
+
+
 def finish(b: Builder, section: str | None) -> Translation:
     """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ProfilerConfig when
     nothing is wrong, and add the warnings for what would capture nothing."""
@@ -328,9 +331,14 @@ def finish(b: Builder, section: str | None) -> Translation:
 def _validate_fields(b: Builder, t: Translation) -> None:
     from ..config import ProfilerConfig
 
+    skipped = [0]
+
     def check(prefix: str, fields: Mapping[str, Any]) -> None:
         for name, value in fields.items():
             if name in ("per_role", "enable"):  # enable alone would demand save_path; it is a plain bool anyway
+                continue
+            if len(t.errors) >= MAX_ERRORS:  # nobody reads more, and naming each costs a scan of the mapping
+                skipped[0] += 1
                 continue
             try:
                 ProfilerConfig.model_validate({name: value}, context={"no_env": True})
@@ -342,6 +350,9 @@ def _validate_fields(b: Builder, t: Translation) -> None:
     check("", b.config)
     for role, over in (b.config.get("per_role") or {}).items():
         check(f"per_role.{role}.", over)
+    if skipped[0]:
+        t.errors.append(Problem("distprof config", MISSING, f"... and {skipped[0]:,} more fields not checked "
+                                                             f"(only the first {MAX_ERRORS} problems are listed)"))
 
 
 def _problems(e: ValueError) -> list[tuple[str, str]]:
