@@ -198,3 +198,30 @@ def test_explicit_cuda_without_cuda_warns_once(tmp_path, caplog, monkeypatch):
     recorded, warnings = _windows_and_warnings(tmp_path, caplog, monkeypatch, ["cpu", "cuda"])
     assert recorded == [["cpu"], ["cpu"]]
     assert warnings == ["distprof: CUDA activity requested but CUDA is not available; capturing CPU only"]
+
+
+def test_environment_steps_replace_a_files_schedule(monkeypatch):
+    """DISTPROF_* wins over the file: explicit steps replace its schedule (as --profile-steps does), and
+    DISTPROF_SCHEDULE=null removes it."""
+    monkeypatch.setenv("DISTPROF_STEPS", "5")
+    c = ProfilerConfig.from_dict({"schedule": {"active": 2}})
+    assert c.steps == [5] and c.schedule is None
+    monkeypatch.delenv("DISTPROF_STEPS")
+    monkeypatch.setenv("DISTPROF_SCHEDULE", "null")
+    assert ProfilerConfig.from_dict({"schedule": {"active": 2}}).schedule is None
+    monkeypatch.setenv("DISTPROF_SCHEDULE", "weekly")
+    with pytest.raises(ValueError, match="DISTPROF_SCHEDULE=weekly: only null is accepted"):
+        ProfilerConfig.from_dict({})
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(torch={"summary_top": -5}), "summary_top must be >= 1"),
+    (dict(torch={"post_processing_timeout_s": float("nan")}), "finite number of seconds"),
+    (dict(py_spy={"rate": 0}), "py_spy.rate must be between 1 and 10000"),
+    (dict(nsys={"finalize_timeout_s": float("inf")}), "finite number of seconds"),
+    (dict(nsys={"executable": "nsys\n--evil"}), "without control characters"),
+    (dict(cuda_memory={"max_entries": 10**30}), "between 1 and 100,000,000"),
+])
+def test_numeric_and_command_settings_are_checked(kw, message):
+    with pytest.raises(ValueError, match=message):
+        ProfilerConfig(**kw)

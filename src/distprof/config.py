@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import math
 import fnmatch
 import os
 import re
@@ -313,6 +314,20 @@ class TorchOptions(_Strict):
     summary_top: int = 20
     post_processing_timeout_s: float | None = None  # passed on only where the installed torch accepts it
 
+    @field_validator("summary_top")
+    @classmethod
+    def _top(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"torch.summary_top must be >= 1, got {v}; it is how many ops summary() keeps")
+        return v
+
+    @field_validator("post_processing_timeout_s")
+    @classmethod
+    def _pp_timeout(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"torch.post_processing_timeout_s must be a finite number of seconds > 0, got {v}")
+        return v
+
     @field_validator("activities", mode="before")
     @classmethod
     def _activities(cls, v: Any) -> list[str]:
@@ -365,6 +380,20 @@ class ProcessOptions(_Strict):
     flags: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     finalize_timeout_s: float = 120.0  # how long collect() waits for the tool to finish writing after a worker ends
+
+    @field_validator("finalize_timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"finalize_timeout_s must be a finite number of seconds > 0, got {v}")
+        return v
+
+    @field_validator("executable")
+    @classmethod
+    def _executable(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or not v.isprintable()):
+            raise ValueError(f"executable {v!r} must be a command name or path, without control characters")
+        return v
 
     @field_validator("options", mode="before")
     @classmethod
@@ -422,6 +451,14 @@ class RocprofSysOptions(ProcessOptions):
 
 class PySpyOptions(ProcessOptions):
     rate: int = 100
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: int) -> int:
+        if not 1 <= v <= 10_000:
+            raise ValueError(f"py_spy.rate must be between 1 and 10000 samples per second, got {v}")
+        return v
+
     format: Literal["speedscope", "chrometrace", "raw", "flamegraph"] = "speedscope"
     native: bool = False
     subprocesses: bool = False
@@ -441,8 +478,9 @@ class CudaMemoryOptions(_Strict):
     @field_validator("max_entries")
     @classmethod
     def _max(cls, v: int) -> int:
-        if v < 1:
-            raise ValueError(f"cuda_memory.max_entries must be >= 1, got {v}; it bounds the allocator history kept")
+        if not 1 <= v <= 100_000_000:
+            raise ValueError(f"cuda_memory.max_entries must be between 1 and 100,000,000, got {v}; it bounds the "
+                             "allocator history kept in memory")
         return v
 
 
@@ -969,7 +1007,8 @@ def _env_fields() -> dict[str, tuple[str, ...]]:
             model = ScheduleConfig
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             continue
-        out.pop(f"{ENV_PREFIX}{section.upper()}", None)
+        if section != "schedule":  # DISTPROF_SCHEDULE=null removes a file's schedule (then steps can replace it)
+            out.pop(f"{ENV_PREFIX}{section.upper()}", None)
         for name, sub in model.model_fields.items():
             if typing.get_origin(sub.annotation) is dict:
                 continue  # mappings (options, env) are set in config files, not one variable
@@ -1002,6 +1041,11 @@ def env_overrides(data: dict[str, Any], environ: Mapping[str, str],
         if raw.strip().lower() in ("null", "none", ""):
             value = None
         path = fields[key]
+        if path == ("schedule",) and value is not None:
+            raise _FieldError(key, raw, f"{key}={_typed(raw)}: only null is accepted (it removes the schedule); "
+                                        "set its fields with DISTPROF_SCHEDULE_ACTIVE=... and so on")
+        if path == ("steps",) and value is not None and not any(k.startswith(f"{ENV_PREFIX}SCHEDULE") for k in environ):
+            data.pop("schedule", None)  # explicit steps from the environment replace a file's schedule, as flags do
         if len(path) == 1:
             data[path[0]] = value
         else:
