@@ -154,3 +154,23 @@ def test_sigterm_is_the_default_again_once_profiling_stops_and_in_forked_childre
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_window_cut_short_by_stop_has_no_phantom_step(tmp_path):
+    """The trace of a window cut short holds one more ProfilerStep (from the last step's end to the profiler's
+    stop); the manifest lists the steps that ran, and the analysis counts only those."""
+    from distprof import Profiler, ProfilerConfig
+    from distprof.analysis import analyze
+
+    import torch
+
+    p = Profiler(ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), steps="3-8",
+                                torch={"activities": ["cpu"]})).start()
+    for _ in range(6):
+        torch.randn(8, 8).sum()
+        p.step()
+    p.stop()
+    d = analyze.steps(str(tmp_path / "r"), workers=1)
+    assert [row["step"] for row in d["steps"]] == [3, 4, 5]
+    [rec] = manifest(tmp_path / "r")
+    assert rec["steps"] == [3, 5] and rec["stopped_by"] == "stop"

@@ -284,9 +284,17 @@ class TraceTable:
         self.comm = comm
         self.meta = {j: (None if g is None else str(g), c) for j, (g, c) in meta.items()}
 
-        # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range).
+        # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range). When the
+        # manifest lists the window's steps, a ProfilerStep past them is not a step: a window cut short by stop()
+        # or exit holds one more range, from the last step's end to the profiler's teardown.
+        listed = getattr(t, "window", None)
+        listed = listed.get("steps") if isinstance(listed, dict) else None
+        last_listed = int(listed[1]) if isinstance(listed, list) and len(listed) == 2 and isinstance(listed[1], int) \
+            else None
         rows, seen = [], Counter()
         for j, num in step_rows:
+            if last_listed is not None and num > last_listed:
+                continue
             if num not in seen:
                 rows.append((self.ts[j], self.end[j], float(num)))
             seen[num] += 1
