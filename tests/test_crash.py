@@ -174,3 +174,25 @@ def test_a_window_cut_short_by_stop_has_no_phantom_step(tmp_path):
     assert [row["step"] for row in d["steps"]] == [3, 4, 5]
     [rec] = manifest(tmp_path / "r")
     assert rec["steps"] == [3, 5] and rec["stopped_by"] == "stop"
+
+
+@pytest.mark.parametrize("how, cause", [("exit", "exit"), ("raise", "exception")])
+def test_stopped_by_names_the_cause_with_a_with_block(tmp_path, how, cause):
+    proc, out = run_job(tmp_path, how, "with")
+    [rec] = manifest(out)
+    assert rec["stopped_by"] == cause and rec["complete"] is False
+
+
+def test_sigterm_in_a_with_block_is_recorded_as_sigterm(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, JOB, "sigterm_wait", str(out), "with"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM
+    [rec] = manifest(out)
+    assert rec["stopped_by"] == "SIGTERM" and rec["steps"] == [3, 4]

@@ -145,3 +145,13 @@ def test_check_names_a_planned_step_without_stages(tmp_path):
     res = check_run(str(tmp_path / "run"))
     missing = [i for i in res.items if i.status == "missing"]
     assert [(i.steps, i.detail.split(" (")[0]) for i in missing] == [([2, 2], "no stage window for this step")]
+
+
+def test_a_stage_left_by_an_exception_is_not_complete(tmp_path):
+    prof = Profiler(_config(tmp_path, steps=[0]), role="actor").start()
+    with pytest.raises(RuntimeError):
+        with distprof.annotate("actor/update"):
+            raise RuntimeError("boom")
+    prof.stop()
+    [line] = _manifest(tmp_path)
+    assert line["complete"] is False and line["stopped_by"] == "exception"

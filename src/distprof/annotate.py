@@ -125,7 +125,7 @@ class Annotation:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if _STATE.opened:
-            self._close()
+            self._close(exc_type)
         return False  # never swallow the caller's exception
 
     def __call__(self, func: F) -> F:
@@ -171,7 +171,7 @@ class Annotation:
         with _STATE.lock:
             _STATE.opened += 1
 
-    def _close(self) -> None:
+    def _close(self, exc_type: Any = None) -> None:
         stack = _tls.__dict__.get("stack")
         if not stack or stack[-1][0] is not self:
             return  # this range was entered while no window was open
@@ -191,7 +191,7 @@ class Annotation:
             p._record_annotation(self.name, elapsed)
         for p in profilers:
             if p._discrete:
-                p._guard("stage end", lambda p=p: p._stage_exit(self.name))
+                p._guard("stage end", lambda p=p: p._stage_exit(self.name, exc_type))
 
 
 def annotate(name: str) -> Annotation:

@@ -162,7 +162,7 @@ class Profiler:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         # Leaving on an exception: the step about to end is the one that failed; keep it in the trace.
-        self._finish(crashed=exc_type is not None, cause="exception" if exc_type is not None else "stop")
+        self._finish(crashed=exc_type is not None, cause=shutdown.cause_of(exc_type))
         return False
 
     @property
@@ -293,13 +293,13 @@ class Profiler:
         self._backend.begin(w, g, ctx)
         refresh_emitters()  # the backend may have imported torch just now: the stage's own range must show
 
-    def _stage_exit(self, name: str) -> None:
+    def _stage_exit(self, name: str, exc_type: Any = None) -> None:
         st = self._stage
         if st is None or st[2] != threading.get_ident():
             return
         st[1] -= 1
-        if st[1] == 0:
-            self._close_stage()
+        if st[1] == 0:  # a stage left by an exception (or SystemExit) is cut short: say why
+            self._close_stage(stopped_by=None if exc_type is None else shutdown.cause_of(exc_type))
 
     def _close_stage(self, stopped_by: str | None = None) -> None:
         name = self._stage[0]

@@ -168,6 +168,18 @@ def _at_exit() -> None:
         _die_by(_terminated_by)
 
 
+def cause_of(exc_type: Any) -> str:
+    """What ended a ``with`` block, as the manifest's ``stopped_by`` says it: ``stop`` (no exception), the
+    signal's name (SIGTERM through our handler, SIGINT as KeyboardInterrupt), ``exit`` or ``exception``."""
+    if exc_type is None:
+        return "stop"
+    if issubclass(exc_type, SystemExit):
+        return signal.Signals(_terminated_by).name if _terminated_by is not None else "exit"
+    if issubclass(exc_type, KeyboardInterrupt):
+        return "SIGINT"
+    return "exception"
+
+
 def _cause(crashed: bool) -> str:
     if _terminated_by is not None:
         return signal.Signals(_terminated_by).name
