@@ -120,15 +120,4 @@ def translate(b: Builder) -> None:
 
 
 def _job(b: Builder) -> None:
-    last = b.get("trainer.max_training_steps", None)
-    if last is not None:
-        n = b.as_int("trainer.max_training_steps", last, minimum=1)
-        if n is not None:
-            b.last_step = ("trainer.max_training_steps", n)  # global steps 1..max_training_steps
-    nodes = b.get("trainer.placement.policy_num_nodes", None)
-    gpus = b.get("trainer.placement.policy_num_gpus_per_node", None)
-    if nodes is not None and gpus is not None:
-        a = b.as_int("trainer.placement.policy_num_nodes", nodes, minimum=1)
-        c = b.as_int("trainer.placement.policy_num_gpus_per_node", gpus, minimum=1)
-        if a and c:
-            b.world_size = ("trainer.placement.policy_num_nodes * policy_num_gpus_per_node", a * c)
+    b.job_size("trainer.max_training_steps", "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node")

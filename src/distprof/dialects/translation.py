@@ -275,6 +275,21 @@ class Builder:
                 self.error(src(str(k)), sec[k], f"not a {what} field{f' (did you mean {close[0]!r}?)' if close else ''}")
         return {k: sec.get(k, d) for k, d in known.items()}, src
 
+    def job_size(self, last_step: str, nodes: str, gpus: str) -> None:
+        """The job's last global step (steps 1..N) and world size (nodes x GPUs per node), where the framework's
+        config states them: the warnings about steps or ranks that would never be reached use them."""
+        total = self.get(last_step, None)
+        if total is not None:
+            n = self.as_int(last_step, total, minimum=1)
+            if n is not None:
+                self.last_step = (last_step, n)
+        a, c = self.get(nodes, None), self.get(gpus, None)
+        if a is not None and c is not None:
+            n_nodes = self.as_int(nodes, a, minimum=1)
+            n_gpus = self.as_int(gpus, c, minimum=1)
+            if n_nodes and n_gpus:
+                self.world_size = (f"{nodes} * {gpus}", n_nodes * n_gpus)
+
     def error(self, source: str, value: Any, message: str) -> None:
         self.errors.append(Problem(source, value, message))
 

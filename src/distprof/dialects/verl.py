@@ -137,17 +137,7 @@ def _steps(b: Builder) -> list[int] | None:
 
 
 def _job_size(b: Builder) -> None:
-    total = b.get("trainer.total_training_steps", None)
-    if total is not None:
-        n = b.as_int("trainer.total_training_steps", total, minimum=1)
-        if n is not None:
-            b.last_step = ("trainer.total_training_steps", n)  # global steps 1..total
-    nodes, gpus = b.get("trainer.nnodes", None), b.get("trainer.n_gpus_per_node", None)
-    if nodes is not None and gpus is not None:
-        n_nodes = b.as_int("trainer.nnodes", nodes, minimum=1)
-        n_gpus = b.as_int("trainer.n_gpus_per_node", gpus, minimum=1)
-        if n_nodes and n_gpus:
-            b.world_size = ("trainer.nnodes * trainer.n_gpus_per_node", n_nodes * n_gpus)
+    b.job_size("trainer.total_training_steps", "trainer.nnodes", "trainer.n_gpus_per_node")
 
 
 def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool: Any) -> str | None:
