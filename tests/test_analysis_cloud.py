@@ -41,7 +41,7 @@ def test_run_directory_written_to_s3_is_analysed_there(s3, tmp_path):
     for rank in (0, 1):
         run(Profiler(cfg, role="actor", rank=rank, world_size=2), 5)
     files = find_traces(url)
-    assert [(f.role, f.manifest_rank, f.window["steps"]) for f in files] == [("actor", 0, [2, 3]), ("actor", 1, [2, 3])]
+    assert [(f.role, f.manifest_rank, f.window.steps) for f in files] == [("actor", 0, [2, 3]), ("actor", 1, [2, 3])]
     steps = _cli("steps", url, "--json")
     assert steps.returncode == 0, steps.stderr
     rows = json.loads(steps.stdout)["steps"]

@@ -379,7 +379,7 @@ def test_a_manifest_with_foreign_lines_is_not_trusted(tmp_path):
              b' "role": ["a"], "steps": ["a", "b"], "start_time": "x", "end_time": null}', b'{"torn": ']
     (rank_dir / "manifest.jsonl").write_bytes(b"\n".join(lines))
     (f,) = find_traces(str(tmp_path / "run"))
-    assert f.manifest_rank == 0 and f.role == "train" and "steps" not in f.window and "start_time" not in f.window
+    assert f.manifest_rank == 0 and f.role == "train" and f.window is None  # no line of the right shape names it
     for verb in ("summary", "steps", "stragglers"):
         code, doc, err = cli(verb, tmp_path / "run", "--json")
         assert code == 0 and "Traceback" not in err, (verb, err)

@@ -63,7 +63,7 @@ def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_pat
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[2, 3], torch={"activities": ["cpu"]})
     run(Profiler(cfg, role="actor", rank=0, world_size=1), 5)
     (f,) = find_traces(str(tmp_path / "r"))
-    assert f.window["steps"] == [2, 3] and f.role == "actor"
+    assert f.window.steps == [2, 3] and f.role == "actor"
     # Strip the ProfilerStep ranges, as a trace from another tool or an older exporter would lack them.
     with gzip.open(f.path, "rt") as fh:
         doc = json.load(fh)
@@ -74,7 +74,7 @@ def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_pat
                            for tb in [table(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window)]])
     (row,) = d["steps"]
     assert row["step"] == 2 and row["window"] == [2, 3] and row["ranks"][0]["source"] == "manifest"
-    assert row["max_us"] == (f.window["end_time"] - f.window["start_time"]) * 1e6
+    assert row["max_us"] == (f.window.end_time - f.window.start_time) * 1e6
     forward = [e for e in doc["traceEvents"] if e.get("name") == "train/forward" and e.get("cat") == "user_annotation"]
     expected = sum(float(e["dur"]) for e in forward)
     assert expected > 0 and row["ranks"][0]["phases"]["train/forward"] == pytest.approx(expected)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from distprof import Profiler, ProfilerConfig
-from distprof.check import check_run
+from distprof.rundir.check import check_run
 
 from helpers import run
 

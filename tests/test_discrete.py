@@ -10,7 +10,7 @@ import torch
 import distprof
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import analyze
-from distprof.check import check_run
+from distprof.rundir.check import check_run
 
 from tracekit import cli
 

@@ -7,7 +7,7 @@ import pytest
 
 from distprof import Profiler, ProfilerConfig
 from distprof.backends.torch_backend import TorchBackend
-from distprof.output import RunDir
+from distprof.rundir.store import RunDir
 
 from conftest import all_files, trace_files
 from helpers import run

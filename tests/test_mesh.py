@@ -132,7 +132,7 @@ def test_per_node_keeps_the_first_local_ranks_of_every_node():
 import json  # noqa: E402
 
 from distprof import Profiler, ProfilerConfig  # noqa: E402
-from distprof.check import check_run  # noqa: E402
+from distprof.rundir.check import check_run  # noqa: E402
 
 
 def _run_ranks(tmp_path, world, mesh=None, local_ranks=None, **cfg):

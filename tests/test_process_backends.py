@@ -12,7 +12,8 @@ import time
 import pytest
 
 from distprof import ProfilerConfig
-from distprof.backends.process import (WrapSpec, check_tool, finalize_outputs, nsys_capture_options, output_name,
+from distprof.wrap import finalize_outputs
+from distprof.backends.process import (WrapSpec, check_tool, nsys_capture_options, output_name,
                                        render_options, tool_command)
 from distprof.ray import runtime_env
 
@@ -253,7 +254,7 @@ def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
     app_pid = int(re.search(r"app running (\d+)", line).group(1))
     # In Ray the worker dies long after start. Here: once py-spy samples (its SIGINT handler is in place; a
     # child killed before that leaves py-spy nothing to write) and the wrapper has started its finalizer.
-    from distprof.wrap import _handles
+    from distprof.procfs import handles_signal as _handles
 
     with open(f"/proc/{app_pid}/stat") as f:
         pyspy_pid = int(f.read().rsplit(")", 1)[1].split()[1])

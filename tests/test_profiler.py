@@ -226,7 +226,7 @@ def test_plain_json_when_gzip_off(tmp_path):
 
 
 def test_run_json_first_writer_wins(tmp_path):
-    from distprof.output import RunDir
+    from distprof.rundir.store import RunDir
 
     r = RunDir(str(tmp_path / "r"))
     assert r.write_run_json({"who": 1}) is True

@@ -11,7 +11,7 @@ import pytest
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.check import check_run
+from distprof.rundir.check import check_run
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
 

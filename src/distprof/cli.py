@@ -126,7 +126,7 @@ def check(
     Exit code 0 only when the run directory is complete.
     """
 
-    from .check import check_run
+    from .rundir.check import check_run
 
     result = check_run(run_dir)
     if as_json:

@@ -39,6 +39,7 @@ from pydantic import (
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
 from .plan import Plan, Schedule
+from .rundir.layout import PROCESS_BACKENDS
 
 __all__ = ["ProfilerConfig", "ScheduleConfig", "TorchOptions", "ConfigError", "ConfigProblem", "BACKENDS",
            "ENV_PREFIX"]
@@ -484,7 +485,6 @@ class CudaMemoryOptions(_Strict):
         return v
 
 
-PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")
 
 
 _RANGE = re.compile(rf"\s*([0-9]{{1,{_MAX_DIGITS}}})\s*-\s*([0-9]{{1,{_MAX_DIGITS}}})\s*")

@@ -24,7 +24,9 @@ from typing import Any
 from . import shutdown
 from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
-from .output import ROLE_JSON, RunDir, rank_dir, sanitize_role, stage_label
+from .rundir.layout import ROLE_JSON, rank_dir, sanitize_role, stage_label
+from .rundir.manifest import FileEntry, WindowRecord
+from .rundir.store import RunDir
 from .plan import Window, role_selected
 from .runtime import detect_local_rank, detect_rank_world, host_name, torch_version
 
@@ -374,21 +376,15 @@ class Profiler:
             raise
         if published:
             self._windows_closed += 1
-            record = {
-                "role": self.role, "rank": self.rank, "world_size": self.world_size,
-                "steps": [w.start, last], "complete": stopped_by is None and last >= w.end,
-                "start_time": self._window_t0, "end_time": t1, "written_time": time.time(),
-                "files": [{"path": p.path, "bytes": p.bytes} for p in published],
-                "file": published[0].path, "bytes": published[0].bytes,
-                "host": host_name(), "pid": os.getpid(),
-                "backend": self.config.backend, "torch": torch_version(),
-                "annotations": self.annotation_times(),
-                "summary": _short_summary(result.summary),
-            }
-            if stopped_by is not None:
-                record["stopped_by"] = stopped_by
-            if stage is not None:
-                record["stage"] = stage
+            record = WindowRecord(
+                role=self.role, rank=self.rank, world_size=self.world_size,
+                steps=[w.start, last], complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
+                start_time=self._window_t0, end_time=t1, written_time=time.time(),
+                files=[FileEntry(p.path, p.bytes) for p in published],
+                file=published[0].path, bytes=published[0].bytes,
+                host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
+                stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
+            )
             self._run.append_manifest(self._dir, record)
             logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
         self._next = self._plan.next_window(self.global_step)

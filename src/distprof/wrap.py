@@ -18,9 +18,10 @@ import subprocess
 import sys
 import time
 
-from .backends.process import FINALIZER_SUFFIX, WrapSpec, alive, finalize_outputs, tool_command
+from .backends.process import WrapSpec, tool_command
 from .envvars import WRAPPED_BY
-from .output import TMP_PREFIX
+from .procfs import alive, first_child, wait_for_handler
+from .rundir.layout import temp_name
 
 logger = logging.getLogger("distprof.wrap")
 
@@ -30,6 +31,31 @@ FINALIZE_SIGNAL = {"py_spy": signal.SIGINT, "nsys": signal.SIGINT, "rocprof_sys"
 # py-spy 0.4 neither writes nor exits then (seen here). memray is the worker itself; nsys and
 # rocprof-sys launch the app through their own helpers, so they are left to finish by themselves.
 KICK_SIGNAL = {"py_spy": signal.SIGINT}
+
+
+FINALIZER_SUFFIX = "-finalizer"  # marker `.tmp-{finalizer pid}-finalizer`: an output is still to come
+
+
+def finalize_outputs(out_dir: str, pid: int) -> list[str]:
+    """Rename the tool's hidden outputs for this pid to their final names; return the final names.
+
+    Safe to run twice at once (the wrapper and its finalizer may race): a name already moved is skipped.
+    """
+    prefix = temp_name(pid, "")
+    done = []
+    try:
+        names = os.listdir(out_dir)
+    except FileNotFoundError:
+        return done
+    for name in names:
+        if name.startswith(prefix) and not name.endswith(FINALIZER_SUFFIX):
+            final = name[len(prefix):]
+            try:
+                os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
+            except FileNotFoundError:
+                continue
+            done.append(final)
+    return done
 
 
 def run(spec: WrapSpec, worker_args: list[str]) -> int:
@@ -51,7 +77,7 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     def forward(signum, _frame):
         sig = FINALIZE_SIGNAL[spec.backend]
         # A tool signalled before it installs its handler dies without writing: give it a moment.
-        _wait_for_handler(child.pid, sig, timeout_s=10.0)
+        wait_for_handler(child.pid, sig, timeout_s=10.0)
         try:
             child.send_signal(sig)
         except ProcessLookupError:
@@ -80,10 +106,10 @@ def finalize_later(out_dir: str, wrapper_pid: int, tool_pid: int, finalize_signa
         signalled = not finalize_signal  # nothing to send: just wait
         while alive(tool_pid):
             if worker is None and not signalled:
-                worker = _first_child(tool_pid)
+                worker = first_child(tool_pid)
             if not signalled and worker is not None and not alive(worker):
                 signalled = True
-                _wait_for_handler(tool_pid, finalize_signal, timeout_s=10.0)
+                wait_for_handler(tool_pid, finalize_signal, timeout_s=10.0)
                 try:
                     os.kill(tool_pid, finalize_signal)
                 except ProcessLookupError:
@@ -95,39 +121,8 @@ def finalize_later(out_dir: str, wrapper_pid: int, tool_pid: int, finalize_signa
     return 0
 
 
-def _first_child(pid: int) -> int | None:
-    """A child of ``pid``: any of its threads may have started it (py-spy spawns from a worker thread)."""
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids = f.read().split()
-            if kids:
-                return int(kids[0])
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 def _marker(out_dir: str, finalizer_pid: int) -> str:
-    return os.path.join(out_dir, f"{TMP_PREFIX}{finalizer_pid}{FINALIZER_SUFFIX}")
-
-
-def _handles(pid: int, sig: int) -> bool | None:
-    """Does process ``pid`` catch ``sig``? None when /proc cannot tell (not Linux, or gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
-    except OSError:
-        return None
-    return None
-
-
-def _wait_for_handler(pid: int, sig: int, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _handles(pid, sig) is False and time.monotonic() < deadline:
-        time.sleep(0.01)  # another process's state: nothing to block on
+    return os.path.join(out_dir, temp_name(finalizer_pid, FINALIZER_SUFFIX.lstrip("-")))
 
 
 def _wait(child: subprocess.Popen) -> int:

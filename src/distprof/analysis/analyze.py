@@ -109,7 +109,7 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
         # What the run directory's manifest says rules a file out before it is opened.
         if (f.manifest_rank is not None and not selection.rank_ok(f.manifest_rank)) or \
                 (f.role is not None and not selection.role_ok(f.role)) or \
-                not selection.window_ok((f.window or {}).get("steps")):
+                not selection.window_ok(f.window.steps if f.window is not None else None):
             run.skipped += 1
             continue
         files.append(f)

@@ -13,18 +13,15 @@ import os
 import posixpath
 import re
 import stat
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
-import msgspec
-
-from .source import TraceError, file_kind, is_remote, open_local
-from ..output import stage_of_file
+from .source import TraceError, file_kind, open_local
+from ..rundir.layout import MANIFEST, ROLE_JSON, RUN_JSON, is_url, rank_of_dir, stage_of_file
+from ..rundir.manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TraceFile", "find_traces", "rank_from_name"]
-
-_MANIFEST_LIMIT = 64 << 20  # bytes of a manifest read at most (a manifest is a few hundred bytes per window)
 
 
 class TraceFile(NamedTuple):
@@ -32,7 +29,7 @@ class TraceFile(NamedTuple):
     path: str
     manifest_rank: int | None = None
     role: str | None = None
-    window: dict[str, Any] | None = None  # the manifest record of the window that wrote this file
+    window: WindowRecord | None = None  # the manifest record of the window that wrote this file
 
 
 _RANK_PATTERNS = [re.compile(p) for p in (r"rank[-_]?(\d+)", r"worker[-_]?(\d+)")]
@@ -50,63 +47,32 @@ def rank_from_name(path: str) -> int | None:
 
 
 _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
-_MANIFEST = "manifest.jsonl"
 
 
 def _is_trace_name(n: str) -> bool:
     """A file worth reading: hidden files, distprof's own JSON files and py-spy's outputs are not traces."""
-    return not (n.startswith(".") or n in ("run.json", "role.json") or not _TRACE_NAME.search(n)
+    return not (n.startswith(".") or n in (RUN_JSON, ROLE_JSON) or not _TRACE_NAME.search(n)
                 or n.endswith((".speedscope.json", ".chrometrace.json")))
 
 
-def _number(v: Any) -> bool:
-    return type(v) in (int, float) and abs(v) < 1e18
-
-
-def _window_record(rec: Any) -> dict[str, Any] | None:
-    """A manifest record with the fields analyses use checked (a wrong-typed one is dropped, not trusted)."""
-    if not isinstance(rec, dict):
-        return None
-    rec = dict(rec)
-    steps = rec.get("steps")
-    if steps is not None and not (isinstance(steps, list) and len(steps) == 2 and all(type(s) is int for s in steps)):
-        del rec["steps"]
-    for k in ("start_time", "end_time"):
-        if k in rec and not _number(rec[k]):
-            del rec[k]
-    if "role" in rec and not isinstance(rec["role"], str):
-        del rec["role"]
-    return rec
-
-
-def _manifest_windows(data: bytes) -> dict[str, dict[str, Any]]:
-    """File name -> the manifest record of the window that published it (torn or foreign lines are skipped)."""
-    out: dict[str, dict[str, Any]] = {}
-    for line in data.splitlines():
-        try:
-            rec = _window_record(msgspec.json.decode(line))
-        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            continue  # a torn last line; the files it named are still found on disk
-        if rec is None:
-            continue
-        files = rec.get("files")
-        entries = files if isinstance(files, list) else [{"path": rec.get("file")}]
-        for entry in entries:
-            p = entry.get("path") if isinstance(entry, dict) else None
-            if isinstance(p, str) and p:
-                out[p.rsplit("/", 1)[-1]] = rec
+def _manifest_windows(data: bytes) -> dict[str, WindowRecord]:
+    """File name -> the manifest record of the window that published it (torn or wrong-shaped lines are skipped;
+    the files they named are still found on disk)."""
+    out: dict[str, WindowRecord] = {}
+    for rec in read_manifest(data).records:
+        for entry in rec.files:
+            out[entry.path.rsplit("/", 1)[-1]] = rec
     return out
 
 
 def _run_dir(d: str, names: set[str]) -> int | None:
     """The rank of a distprof rank folder (``.../rank00003`` holding a manifest), else None."""
-    m = re.search(r"rank(\d{5})$", d)
-    return int(m.group(1)) if m and _MANIFEST in names else None
+    return rank_of_dir(d) if MANIFEST in names else None
 
 
-def _role(d: str, windows: dict[str, dict[str, Any]]) -> str:
+def _role(d: str, windows: dict[str, WindowRecord]) -> str:
     # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
-    return next((w["role"] for w in windows.values() if w.get("role")), None) or \
+    return next((w.role for w in windows.values() if w.role), None) or \
         posixpath.basename(posixpath.dirname(d.rstrip("/")))
 
 
@@ -126,7 +92,7 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
         else:
             logger.warning("%s: %s", p, message)
 
-    if not is_remote(path):
+    if not is_url(path):
         return _find_local(path, problem)
     import fsspec
 
@@ -155,10 +121,10 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
         windows, manifest_rank, role = {}, _run_dir(d, set(names)), None
         if manifest_rank is not None:
             try:
-                with fs.open(posixpath.join(d, _MANIFEST), "rb") as f:
-                    windows = _manifest_windows(f.read(_MANIFEST_LIMIT))
+                with fs.open(posixpath.join(d, MANIFEST), "rb") as f:
+                    windows = _manifest_windows(f.read(MANIFEST_LIMIT))
             except OSError as e:
-                problem(fs.unstrip_protocol(posixpath.join(d, _MANIFEST)), f"cannot be read ({e})")
+                problem(fs.unstrip_protocol(posixpath.join(d, MANIFEST)), f"cannot be read ({e})")
             role = _role(d, windows)
         for n in sorted(names):
             if _is_trace_name(n):
@@ -205,7 +171,7 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
         names = {e.name for e in entries}
         windows, manifest_rank, role = {}, _run_dir(d, names), None
         if manifest_rank is not None:
-            windows = _read_manifest(os.path.join(d, _MANIFEST), inside, problem)
+            windows = _read_manifest(os.path.join(d, MANIFEST), inside, problem)
             role = _role(d, windows)
         subdirs = []
         for e in entries:
@@ -238,13 +204,13 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
     return found
 
 
-def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, dict[str, Any]]:
+def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, WindowRecord]:
     try:
         if not os.path.realpath(p).startswith(inside):
             problem(p, "symlink points outside the folder; not followed")
             return {}
         with open_local(p) as f:
-            return _manifest_windows(f.read(_MANIFEST_LIMIT))
+            return _manifest_windows(f.read(MANIFEST_LIMIT))
     except (OSError, TraceError) as e:
         problem(p, f"cannot be read ({getattr(e, 'strerror', None) or e})")
         return {}

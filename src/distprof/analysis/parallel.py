@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 
 from .listing import TraceFile
 from .source import TraceError
+from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def _or_error(fn: Callable, f: TraceFile) -> tuple[bool, Any]:
 
 def _size(path: str) -> int:
     try:
-        if "://" in path and not path.startswith("file://"):
+        if is_url(path):
             import fsspec
 
             fs, p = fsspec.core.url_to_fs(path)

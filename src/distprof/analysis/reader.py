@@ -38,6 +38,7 @@ from typing import Annotated, Any, Callable, Iterator, Union
 import msgspec
 
 from .listing import rank_from_name
+from ..rundir.manifest import WindowRecord
 from .source import TraceError, byte_chunks
 
 logger = logging.getLogger(__name__)
@@ -378,7 +379,7 @@ class TraceStream:
     """
 
     def __init__(self, path: str, rank: int | None = None, manifest_rank: int | None = None,
-                 role: str | None = None, window: dict[str, Any] | None = None, batch_bytes: int = BATCH_BYTES,
+                 role: str | None = None, window: WindowRecord | None = None, batch_bytes: int = BATCH_BYTES,
                  on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT, lean: bool = False):
         self.path = path
         self.lean = lean  # LeanEvents (what a TraceTable reads), not whole Events
@@ -801,7 +802,7 @@ class TraceStream:
 
 
 def open_trace(path: str, rank: int | None = None, manifest_rank: int | None = None, role: str | None = None,
-               window: dict[str, Any] | None = None, on_read: Callable[[int], None] | None = None,
+               window: WindowRecord | None = None, on_read: Callable[[int], None] | None = None,
                lean: bool = False) -> TraceStream:
     """A :class:`TraceStream` over one file (nothing is read until :meth:`TraceStream.batches` runs).
 
@@ -825,7 +826,7 @@ class RankTrace:
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     role: str | None = None
     report: ReadReport = field(default_factory=ReadReport)
-    window: dict[str, Any] | None = None
+    window: WindowRecord | None = None
 
     @property
     def salvaged(self) -> bool:
@@ -836,7 +837,7 @@ class RankTrace:
 
 
 def read_trace(path: str, rank: int | None = None, manifest_rank: int | None = None, role: str | None = None,
-               window: dict[str, Any] | None = None) -> RankTrace:
+               window: WindowRecord | None = None) -> RankTrace:
     """Read one whole trace into memory."""
     s = open_trace(path, rank=rank, manifest_rank=manifest_rank, role=role, window=window)
     events = [e for batch in s.batches() for e in batch]

@@ -14,19 +14,17 @@ import stat
 import zlib
 from typing import Callable, Iterator
 
+from ..rundir.layout import is_url
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceError", "is_remote", "file_kind", "open_local", "byte_chunks"]
+__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks"]
 
 _GZIP_FEED = 1 << 16  # compressed bytes per inflate call
 
 
 class TraceError(ValueError):
     """A file that cannot be read as a trace; the message names the file and what is wrong."""
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
 
 
 def file_kind(mode: int) -> str:
@@ -51,7 +49,7 @@ def open_local(path: str):
 
 
 def _open(path: str):
-    if is_remote(path):
+    if is_url(path):
         import fsspec
 
         try:

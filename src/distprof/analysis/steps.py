@@ -67,10 +67,10 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     window = tb.info.window
     if not rows and window and tb.info.start_us is not None and not tb.by_step:
         # No step markers: the manifest's window is the unit (it may span several steps).
-        w = getattr(tb, "window_record", None) or {}
+        w = getattr(tb, "window_record", None)
         dur = tb.info.end_us - tb.info.start_us
-        if w.get("end_time") and w.get("start_time"):
-            dur = (w["end_time"] - w["start_time"]) * 1e6  # the window's wall time, as the profiler measured it
+        if w is not None and w.end_time and w.start_time:
+            dur = (w.end_time - w.start_time) * 1e6  # the window's wall time, as the profiler measured it
         ph_m = ann & tb.scope
         phases = {}
         if ph_m.any():

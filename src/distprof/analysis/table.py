@@ -287,10 +287,8 @@ class TraceTable:
         # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range). When the
         # manifest lists the window's steps, a ProfilerStep past them is not a step: a window cut short by stop()
         # or exit holds one more range, from the last step's end to the profiler's teardown.
-        listed = getattr(t, "window", None)
-        listed = listed.get("steps") if isinstance(listed, dict) else None
-        last_listed = int(listed[1]) if isinstance(listed, list) and len(listed) == 2 and isinstance(listed[1], int) \
-            else None
+        listed = getattr(t, "window", None)  # a WindowRecord (typed: its steps are two ints)
+        last_listed = listed.last if listed is not None else None
         rows, seen = [], Counter()
         for j, num in step_rows:
             if last_listed is not None and num > last_listed:
@@ -320,10 +318,8 @@ class TraceTable:
         info = getattr(t, "distributed_info", None) or {}
         ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
         window = getattr(t, "window", None)
-        self.window_record = window if isinstance(window, dict) else None  # the manifest line (wall times)
-        win = None
-        if isinstance(window, dict) and isinstance(window.get("steps"), list) and len(window["steps"]) == 2:
-            win = [int(x) for x in window["steps"]]
+        self.window_record = window  # the manifest line (wall times), a WindowRecord or None
+        win = list(window.steps) if window is not None else None
         warnings = []
         if self._repeated_steps:
             shown = ", ".join(f"#{n}" for n in self._repeated_steps[:5])

@@ -13,7 +13,8 @@ import os
 import stat
 from typing import Iterable, Iterator
 
-from .source import TraceError, file_kind, is_remote
+from .source import TraceError, file_kind
+from ..rundir.layout import is_url
 
 __all__ = ["check_output", "atomic_output"]
 
@@ -23,7 +24,7 @@ def check_output(out: str, inputs: Iterable[str], verb: str, example: str) -> No
     a directory, a FIFO or device, one of the ``inputs``, a folder that does not exist or is not writable."""
     if not out:
         raise TraceError(f"{verb}: the output (-o) is empty; give a file name such as {example}")
-    if is_remote(out):
+    if is_url(out):
         raise TraceError(f"{out}: {verb} writes a local file; give a local path and copy it after")
     if os.path.isdir(out):
         raise TraceError(f"{out}: is a directory; give a file name such as {example}")
@@ -35,7 +36,7 @@ def check_output(out: str, inputs: Iterable[str], verb: str, example: str) -> No
         if not stat.S_ISREG(mode):
             raise TraceError(f"{out}: not a regular file ({file_kind(mode)}); give a new file name")
         real = os.path.realpath(out)
-        if any(not is_remote(p) and os.path.realpath(p.removeprefix("file://")) == real for p in inputs):
+        if any(not is_url(p) and os.path.realpath(p.removeprefix("file://")) == real for p in inputs):
             raise TraceError(f"{out}: is one of the traces being read; give another file name")
     parent = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(parent):

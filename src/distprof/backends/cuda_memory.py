@@ -57,7 +57,7 @@ class CudaMemoryBackend:
             if last >= first:
                 tmp = self._ctx.tmp_path("snapshot" + SUFFIX)
                 _dump(torch, tmp)
-                from ..output import window_file_name
+                from ..rundir.layout import window_file_name
 
                 files[window_file_name(first, last, SUFFIX)] = tmp
             torch.cuda.memory._record_memory_history(enabled=None)
@@ -80,7 +80,7 @@ class CudaMemoryBackend:
         """Write the snapshot right away, under its final name (the process may not survive the OOM)."""
         import torch
 
-        from ..output import rank_dir
+        from ..rundir.layout import rank_dir
 
         ctx = self._ctx
         tmp = ctx.tmp_path(f"oom{SUFFIX}")

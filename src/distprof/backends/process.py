@@ -1,4 +1,8 @@
-"""Process-wrapping backends (nsys, rocprof_sys, py_spy, memray): pure command rendering.
+"""Process-wrapping backends (nsys, rocprof_sys, py_spy, memray): what the wrapper runs.
+
+Command rendering (pure) and :func:`check_tool` (is the tool installed here; looks on PATH and asks the
+workers' interpreter for memray). Running the tool and publishing its output is ``distprof/wrap.py``'s job;
+what /proc says about processes is ``distprof/procfs.py``'s.
 
 A wrapped worker is started by Ray as ``<py_executable> default_worker.py ARGS``.
 distprof sets ``py_executable`` to ``<python> -m distprof.wrap SPEC``; the
@@ -23,7 +27,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..output import TMP_PREFIX
+from ..rundir.layout import process_output_prefix, temp_name
 
 __all__ = ["render_options", "WrapSpec", "tool_command", "output_name", "nsys_capture_options", "DEFAULT_EXECUTABLES"]
 
@@ -107,18 +111,13 @@ class WrapSpec:
 
 def output_name(spec: WrapSpec, pid: int) -> str:
     """Final output name (without nsys's own ``.nsys-rep`` suffix) for the wrapper with this pid."""
-    if spec.backend == "py_spy":
-        return f"py_spy-pid{pid}{PY_SPY_EXT[spec.extra.get('format', 'speedscope')]}"
-    if spec.backend == "memray":
-        return f"memray-pid{pid}.bin"
-    if spec.backend == "nsys":
-        return f"nsys-pid{pid}"
-    return f"rocprof_sys-pid{pid}"
+    ext = {"py_spy": PY_SPY_EXT[spec.extra.get("format", "speedscope")], "memray": ".bin"}.get(spec.backend, "")
+    return f"{process_output_prefix(spec.backend)}{pid}{ext}"
 
 
 def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The tool's argv and extra environment for one wrapped worker."""
-    tmp = os.path.join(spec.out_dir, f"{TMP_PREFIX}{pid}-{output_name(spec, pid)}")
+    tmp = os.path.join(spec.out_dir, temp_name(pid, output_name(spec, pid)))
     opts = render_options(spec.options, spec.flags)
     env = dict(spec.env)
     exe = spec.executable or DEFAULT_EXECUTABLES[spec.backend]
@@ -141,57 +140,6 @@ def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list
         env = {"ROCPROFSYS_OUTPUT_PATH": tmp, "ROCPROFSYS_OUTPUT_PREFIX": "", **env}
         return [exe, *opts, "--", *spec.python, *worker_args], env
     raise ValueError(f"backend {spec.backend!r} does not wrap processes")
-
-
-FINALIZER_SUFFIX = "-finalizer"  # marker `.tmp-{finalizer pid}-finalizer`: an output is still to come
-
-
-def finalize_outputs(out_dir: str, pid: int) -> list[str]:
-    """Rename the tool's hidden outputs for this pid to their final names; return the final names.
-
-    Safe to run twice at once (the wrapper and its finalizer may race): a name already moved is skipped.
-    """
-    prefix = f"{TMP_PREFIX}{pid}-"
-    done = []
-    try:
-        names = os.listdir(out_dir)
-    except FileNotFoundError:
-        return done
-    for name in names:
-        if name.startswith(prefix) and not name.endswith(FINALIZER_SUFFIX):
-            final = name[len(prefix):]
-            try:
-                os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
-            except FileNotFoundError:
-                continue
-            done.append(final)
-    return done
-
-
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the command name (state, ppid, ...); None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def parent_pid(pid: int) -> int | None:
-    fields = _stat(pid)
-    return int(fields[1]) if fields else None
-
-
-def alive(pid: int) -> bool:
-    """Is process ``pid`` running (a zombie has exited and writes nothing more)?"""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    fields = _stat(pid)
-    return fields is None or fields[0] != "Z"
 
 
 def check_tool(backend: str, executable: str | None, python: list[str]) -> str | None:

@@ -128,7 +128,7 @@ class TorchBackend:
         self._prof.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
-        from ..output import window_file_name
+        from ..rundir.layout import window_file_name
 
         p, self._prof = self._prof, None
         _release_session(self)

@@ -113,7 +113,9 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
     """
     import torch.multiprocessing as mp
 
-    from ..output import MANIFEST
+    import msgspec
+
+    from ..rundir.store import manifest_records
 
     config = {"enable": True, "save_path": out, "ranks": "all", "steps": [max(steps - 3, 1), max(steps - 2, 1)],
               "torch": {"activities": ["cpu"]}, **(config or {})}
@@ -123,12 +125,5 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
                            nprocs=world_size, join=True, start_method="spawn")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    files = []
-    for root, _, names in sorted(os.walk(out)):
-        if MANIFEST in names:
-            import msgspec
-
-            with open(os.path.join(root, MANIFEST), "rb") as f:
-                for line in f:
-                    files.append(msgspec.json.decode(line))
+    files = [msgspec.to_builtins(r) for r in manifest_records(out)]
     return DemoResult(run_dir=os.path.abspath(out), world_size=world_size, steps=steps, files=files)

@@ -139,7 +139,7 @@ class Actor(ProfiledWorker):
 
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (Ray's gcs, raylet, workers...), from /proc."""
-    from ..backends.process import parent_pid
+    from ..procfs import parent_pid
 
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -156,7 +156,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
-    from ..backends.process import alive
+    from ..procfs import alive
 
     deadline = time.monotonic() + timeout_s
     while any(alive(p) for p in pids):
@@ -172,7 +172,10 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # bind to 127.0.0.1, not the external address
     import ray
 
-    from ..check import check_run
+    import msgspec
+
+    from ..rundir.check import check_run
+    from ..rundir.store import manifest_records
     from ..ray import collect
     from .gloo_job import rendezvous_file
 
@@ -219,10 +222,5 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         shutil.rmtree(rdzv, ignore_errors=True)
     result = RLDemoResult(run_dir=os.path.abspath(out), steps=steps, rewards=rewards, collect=report,
                           check=check_run(out))
-    for d, _, names in sorted(os.walk(out)):
-        if "manifest.jsonl" in names:
-            import msgspec
-
-            with open(os.path.join(d, "manifest.jsonl"), "rb") as f:
-                result.files += [msgspec.json.decode(line) for line in f]
+    result.files = [msgspec.to_builtins(r) for r in manifest_records(out)]
     return result

@@ -58,7 +58,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from ..annotate import annotate
 from ..config import ProfilerConfig
-from ..output import sanitize_role
+from ..rundir.layout import sanitize_role
 from ..plan import role_selected
 from ..profiler import Profiler
 

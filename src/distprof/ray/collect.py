@@ -20,8 +20,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..backends.process import alive
-from ..output import TMP_PREFIX
+from ..procfs import alive
+from ..rundir.layout import MANIFEST, TMP_PREFIX, pid_of_temp, temp_name
+from ..rundir.store import list_files
 
 logger = logging.getLogger(__name__)
 
@@ -42,28 +43,15 @@ class CollectReport:
         return not (self.unreachable or self.pending or self.errors)
 
 
-def list_files(root: str) -> list[dict[str, Any]]:
-    """Finished files under ``root`` (hidden temporaries excluded), paths relative to it."""
-    out = []
-    for d, dirs, names in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if not x.startswith(TMP_PREFIX))
-        for n in sorted(names):
-            if n.startswith(TMP_PREFIX):
-                continue
-            full = os.path.join(d, n)
-            out.append({"path": os.path.relpath(full, root), "bytes": os.path.getsize(full)})
-    return out
-
-
 def _pending(root: str) -> list[tuple[str, int]]:
     """Temporaries of processes that are still alive: outputs being written right now."""
     found = []
     for d, dirs, names in os.walk(root):
         for n in names + dirs:
             if n.startswith(TMP_PREFIX):
-                pid = n[len(TMP_PREFIX):].split("-", 1)[0]
-                if pid.isdigit() and alive(int(pid)):
-                    found.append((os.path.relpath(os.path.join(d, n), root), int(pid)))
+                pid = pid_of_temp(n)
+                if pid is not None and alive(pid):
+                    found.append((os.path.relpath(os.path.join(d, n), root), pid))
     return found
 
 
@@ -137,7 +125,7 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float = 120.0) -> Coll
         for f in listing["files"]:
             target = os.path.join(dest, f["path"])
             if same_place or (os.path.exists(target) and os.path.getsize(target) == f["bytes"]
-                              and not f["path"].endswith("manifest.jsonl")):
+                              and os.path.basename(f["path"]) != MANIFEST):
                 report.unchanged.append(f["path"])
                 continue
             try:
@@ -154,7 +142,7 @@ def _fetch(read_task: Any, src: str, size: int, target: str) -> None:
     import ray
 
     os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(target), f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(target)}")
+    tmp = os.path.join(os.path.dirname(target), temp_name(os.getpid(), os.path.basename(target)))
     try:
         with open(tmp, "wb") as out:
             offset = 0

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..backends.process import WrapSpec, check_tool, nsys_capture_options
 from ..config import ProfilerConfig
-from ..output import is_url, sanitize_role
+from ..rundir.layout import is_url, sanitize_role
 from ..plan import rank_selected, role_selected
 
 logger = logging.getLogger(__name__)

@@ -63,7 +63,7 @@ class ProfiledWorker:
         """Where this worker runs and writes: node, pid, parent pids (a process wrapper's pid names its output)."""
         import ray
 
-        from ..backends.process import parent_pid
+        from ..procfs import parent_pid
 
         p = self._profiler()
         ppid = os.getppid()
@@ -74,7 +74,7 @@ class ProfiledWorker:
 
     def collect_profile(self) -> list[dict[str, Any]]:
         """The finished files under this worker's save_path on its node: ``[{"path", "bytes"}]``."""
-        from .collect import list_files
+        from ..rundir.store import list_files
 
         return list_files(os.path.abspath(os.path.expanduser(self._profiler().config.save_path)))
 

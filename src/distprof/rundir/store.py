@@ -1,15 +1,9 @@
-"""The run directory: layout, atomic publication, manifest lines, run.json.
+"""Writing a run directory: atomic publication, manifest lines, run.json; listing what a node holds.
 
-    {save_path}/run.json
-    {save_path}/{role}/rank{R:05d}/step{A:08d}-{B:08d}{suffix}
-    {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
-    {save_path}/{role}/rank{R:05d}/manifest.jsonl
-
-Files only ever appear complete: they are written under a hidden temporary
-name in the same directory and renamed. A ``save_path`` that is an fsspec URL
-(``s3://``, ``gs://``, ``memory://``) is staged on local disk and uploaded
-object by object (an object store publishes an object atomically).
-No step needs a collective: every writer owns its own files.
+Files only ever appear complete: they are written under a hidden temporary name (:func:`layout.temp_name`)
+in the same directory and renamed. A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
+``memory://``) is staged on local disk and uploaded object by object (an object store publishes an object
+atomically). No step needs a collective: every writer owns its own files.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -26,58 +19,14 @@ from typing import Any
 
 import msgspec
 
+from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, is_url, temp_name
+from .manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "rank_dir", "window_file_name", "stage_label", "stage_of_file", "sanitize_role", "is_url",
-           "TMP_PREFIX", "MANIFEST", "RUN_JSON"]
-
-TMP_PREFIX = ".tmp-"
-MANIFEST = "manifest.jsonl"
-RUN_JSON = "run.json"
-ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
+__all__ = ["RunDir", "Published", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
-
-
-def is_url(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
-
-
-def sanitize_role(role: str) -> str:
-    """Normalise a role given in code; refuse one that would leave the run directory."""
-    if not isinstance(role, str) or not role.strip():
-        raise ValueError(f"role must be a non-empty string, got {role!r}")
-    parts = [p for p in role.replace("\\", "/").split("/") if p not in ("", ".")]
-    if not parts or role.startswith(("/", "~")) or ".." in parts:
-        raise ValueError(f"role {role!r} would write outside save_path; use a relative name such as 'actor/micro_step'")
-    return "/".join(parts)
-
-
-def rank_dir(role: str, rank: int) -> str:
-    return f"{role}/rank{rank:05d}"
-
-
-def window_file_name(start: int, end: int, suffix: str, label: str | None = None) -> str:
-    """``step00000003-00000005.pt.trace.json.gz``; with a discrete stage's ``label`` (see :func:`stage_label`),
-    ``step00000003-00000003.stage-rollout-generate.pt.trace.json.gz``."""
-    return f"step{start:08d}-{end:08d}{'.' + label if label else ''}{suffix}"
-
-
-_STAGE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}\.stage-([A-Za-z0-9_-]+)\.")
-
-
-def stage_label(stage: str, nth: int = 1) -> str:
-    """A stage name as a file-name part: ``rollout/generate`` -> ``rollout-generate``; the stage's ``nth`` run
-    in one step (from 2) gets ``-2``, ``-3`` ... so every run keeps its own file."""
-    slug = _STAGE_UNSAFE.sub("-", stage).strip("-")[:80] or "unnamed"
-    return f"stage-{slug}" if nth == 1 else f"stage-{slug}-{nth}"
-
-
-def stage_of_file(name: str) -> str | None:
-    """The stage label in a discrete-mode file name (None for a window file)."""
-    m = _STAGE_FILE.match(posixpath.basename(name))
-    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)
@@ -147,7 +96,7 @@ class RunDir:
 
     def temp_path(self, rel_dir: str, name: str) -> str:
         """A hidden temporary path beside the final one, ending like it (torch gzips by suffix)."""
-        return os.path.join(self.local_dir(rel_dir), f"{TMP_PREFIX}{os.getpid()}-{name}")
+        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), name))
 
     def url(self, rel: str) -> str:
         return posixpath.join(self.save_path.rstrip("/"), rel) if self.remote else os.path.join(self.root, rel)
@@ -166,8 +115,8 @@ class RunDir:
             os.replace(tmp, os.path.join(self.root, rel))
         return Published(path=rel, bytes=size)
 
-    def append_manifest(self, rel_dir: str, record: dict[str, Any]) -> None:
-        line = _json.encode(record) + b"\n"
+    def append_manifest(self, rel_dir: str, record: WindowRecord) -> None:
+        line = encode_record(record)
         if self.remote:
             # Object stores cannot append; each role/rank directory has one writer, so rewrite it whole.
             path = posixpath.join(self.root, rel_dir, MANIFEST)
@@ -199,7 +148,7 @@ class RunDir:
         os.makedirs(os.path.dirname(final), exist_ok=True)
         if os.path.exists(final):
             return False
-        tmp = os.path.join(os.path.dirname(final), f"{TMP_PREFIX}{os.getpid()}-{os.path.basename(final)}")
+        tmp = os.path.join(os.path.dirname(final), temp_name(os.getpid(), os.path.basename(final)))
         with open(tmp, "wb") as f:
             f.write(data)
         try:
@@ -214,3 +163,30 @@ class RunDir:
         if self._staging:
             shutil.rmtree(self._staging, ignore_errors=True)
             self._staging = None
+
+
+def list_files(root: str) -> list[dict[str, Any]]:
+    """Finished files under a local ``root`` (hidden temporaries excluded), paths relative to it.
+
+    Only regular files are listed, and symlinks are neither listed nor followed: a link placed in a run
+    directory must never bring a file from elsewhere along (``collect`` copies what this lists).
+    """
+    out = []
+    for d, dirs, names in os.walk(root):  # os.walk does not descend into symlinked folders
+        dirs[:] = sorted(x for x in dirs if not x.startswith(TMP_PREFIX) and not os.path.islink(os.path.join(d, x)))
+        for n in sorted(names):
+            full = os.path.join(d, n)
+            if n.startswith(TMP_PREFIX) or os.path.islink(full) or not os.path.isfile(full):
+                continue
+            out.append({"path": os.path.relpath(full, root), "bytes": os.path.getsize(full)})
+    return out
+
+
+def manifest_records(root: str) -> list[WindowRecord]:
+    """Every well-formed manifest record under a local run directory, by path (torn lines skipped)."""
+    out: list[WindowRecord] = []
+    for f in list_files(root):
+        if os.path.basename(f["path"]) == MANIFEST:
+            with open(os.path.join(root, f["path"]), "rb") as fh:
+                out += read_manifest(fh.read(MANIFEST_LIMIT)).records
+    return out

@@ -18,9 +18,10 @@ from typing import Any
 
 import msgspec
 
-from .config import ProfilerConfig
-from .output import MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX
-from .plan import FOREVER, Window
+from ..config import ProfilerConfig
+from ..plan import FOREVER, Window
+from .layout import MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output, rank_dir, rank_of_dir
+from .manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
 
 __all__ = ["check_run", "CheckResult"]
 
@@ -89,7 +90,7 @@ def _roles(root: str) -> list[str]:
         rel = os.path.relpath(d, root)
         if rel == ".":
             continue
-        if ROLE_JSON in names or any(x.startswith("rank") and x[4:].isdigit() for x in dirs):
+        if ROLE_JSON in names or any(rank_of_dir(x) is not None for x in dirs):
             roles.append(rel.replace(os.sep, "/"))
     return sorted(roles)
 
@@ -108,40 +109,35 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
         config = ProfilerConfig.from_saved(info["config"])
     backend = info.get("backend", config.backend)
     res.roles.append({"role": role, "world_size": world, "backend": backend})
-    if backend in ("nsys", "rocprof_sys", "py_spy", "memray"):
+    if backend in PROCESS_BACKENDS:
         _check_process_outputs(root, role, backend, res)
         return
 
     ranks = _expected_ranks(root, role, config, info, world, res)
     manifests = {r: _read_manifest(root, role, r, res) for r in ranks}
     plan = config.plan()
-    reached = max((line["steps"][1] for lines in manifests.values() for line in lines), default=-1)
+    reached = max((line.last for lines in manifests.values() for line in lines), default=-1)
     expected = _expected_windows(config, plan, reached)
     discrete = config.discrete
     for rank in ranks:
         if discrete:
             _check_discrete(root, role, rank, manifests[rank], expected, res)
             continue
-        lines = {tuple(line["steps"]): line for line in manifests[rank]}
-        by_start = {line["steps"][0]: line for line in manifests[rank]}
+        lines = {tuple(line.steps): line for line in manifests[rank]}
+        by_start = {line.first: line for line in manifests[rank]}
         listed = set()
         for w in expected:
             line = lines.get((w.start, w.end)) or by_start.get(w.start)
             if line is None:
                 res.items.append(Item(role, rank, [w.start, w.end], "missing", detail="no manifest line for this window"))
                 continue
-            for f in line.get("files") or [{"path": line["file"], "bytes": line["bytes"]}]:
-                listed.add(f["path"])
-                status, detail = _check_file(os.path.join(root, f["path"]), f["bytes"])
-                if status == "ok" and not line.get("complete", True):
-                    status, detail = "incomplete", f"window cut short: recorded steps {line['steps'][0]}-{line['steps'][1]}"
-                res.items.append(Item(role, rank, [w.start, w.end], status, f["path"], detail))
-        rank_dir = os.path.join(role_dir, f"rank{rank:05d}")
-        if os.path.isdir(rank_dir):
-            for n in sorted(os.listdir(rank_dir)):
-                rel = f"{role}/rank{rank:05d}/{n}"
-                if n not in (MANIFEST,) and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
-                    res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
+            for f in line.files:
+                listed.add(f.path)
+                status, detail = _check_file(os.path.join(root, f.path), f.bytes)
+                if status == "ok" and not line.complete:
+                    status, detail = "incomplete", f"window cut short: recorded steps {line.first}-{line.last}"
+                res.items.append(Item(role, rank, [w.start, w.end], status, f.path, detail))
+        _unlisted(root, role, rank, listed, res)
 
 
 def _expected_ranks(root: str, role: str, config: ProfilerConfig, info: dict[str, Any], world: int,
@@ -149,14 +145,13 @@ def _expected_ranks(root: str, role: str, config: ProfilerConfig, info: dict[str
     """The ranks that should have captured: from the rank list, or mesh coordinates and the mesh in role.json.
     Where that cannot be known (per_node: local ranks are not recorded), the ranks that wrote something."""
     if isinstance(config.ranks, dict) and info.get("mesh"):
-        from .mesh import RankMesh, selected_ranks
+        from ..mesh import RankMesh, selected_ranks
 
         m = info["mesh"]
         sel = {k: (v if v == "*" else tuple(v)) for k, v in config.ranks.items()}
         ranks = selected_ranks(sel, RankMesh(tuple(m["names"]), tuple(m["shape"]), tuple(m["ranks"])))
     elif isinstance(config.ranks, dict) or config.per_node is not None:
-        on_disk = sorted(int(n[4:]) for n in os.listdir(os.path.join(root, role))
-                         if n.startswith("rank") and n[4:].isdigit())
+        on_disk = sorted(r for n in os.listdir(os.path.join(root, role)) if (r := rank_of_dir(n)) is not None)
         res.notes.append(f"{role}: which ranks should capture depends on "
                             f"{'local ranks (per_node)' if config.per_node is not None else 'a mesh not recorded'}; "
                             f"checking the {len(on_disk)} ranks that wrote files")
@@ -166,12 +161,12 @@ def _expected_ranks(root: str, role: str, config: ProfilerConfig, info: dict[str
     return [r for r in ranks if r < world]
 
 
-def _check_discrete(root: str, role: str, rank: int, lines: list[dict[str, Any]], expected: list[Window],
+def _check_discrete(root: str, role: str, rank: int, lines: list[WindowRecord], expected: list[Window],
                     res: CheckResult) -> None:
     """Discrete mode: every planned step should hold at least one stage window; every stage file listed is checked."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
+    by_step: dict[int, list[WindowRecord]] = {}
     for line in lines:
-        by_step.setdefault(line["steps"][0], []).append(line)
+        by_step.setdefault(line.first, []).append(line)
     listed = set()
     for w in expected:
         for step in range(w.start, w.end + 1):
@@ -180,18 +175,24 @@ def _check_discrete(root: str, role: str, rank: int, lines: list[dict[str, Any]]
                                       detail="no stage window for this step (did an annotated stage run in it?)"))
                 continue
             for line in by_step[step]:
-                for f in line.get("files") or [{"path": line["file"], "bytes": line["bytes"]}]:
-                    listed.add(f["path"])
-                    status, detail = _check_file(os.path.join(root, f["path"]), f["bytes"])
-                    if status == "ok" and not line.get("complete", True):
-                        status, detail = "incomplete", f"stage cut short ({line.get('stopped_by', 'stopped')})"
-                    res.items.append(Item(role, rank, [step, step], status, f["path"],
-                                          detail or f"stage {line.get('stage')}"))
-    rank_dir = os.path.join(root, role, f"rank{rank:05d}")
-    if os.path.isdir(rank_dir):
-        for n in sorted(os.listdir(rank_dir)):
-            rel = f"{role}/rank{rank:05d}/{n}"
-            if n != MANIFEST and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(rank_dir, n)):
+                for f in line.files:
+                    listed.add(f.path)
+                    status, detail = _check_file(os.path.join(root, f.path), f.bytes)
+                    if status == "ok" and not line.complete:
+                        status, detail = "incomplete", f"stage cut short ({line.stopped_by or 'stopped'})"
+                    res.items.append(Item(role, rank, [step, step], status, f.path,
+                                          detail or f"stage {line.stage}"))
+    _unlisted(root, role, rank, listed, res)
+
+
+def _unlisted(root: str, role: str, rank: int, listed: set[str], res: CheckResult) -> None:
+    """Files in the rank folder that no manifest line names."""
+    rel_dir = rank_dir(role, rank)
+    d = os.path.join(root, rel_dir)
+    if os.path.isdir(d):
+        for n in sorted(os.listdir(d)):
+            rel = f"{rel_dir}/{n}"
+            if n != MANIFEST and not n.startswith(TMP_PREFIX) and rel not in listed and os.path.isfile(os.path.join(d, n)):
                 res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
 
 
@@ -203,19 +204,16 @@ def _expected_windows(config: ProfilerConfig, plan, reached: int) -> list[Window
     return plan.windows_until(horizon)[: count if count is not None else None]
 
 
-def _read_manifest(root: str, role: str, rank: int, res: CheckResult) -> list[dict[str, Any]]:
-    path = os.path.join(root, role, f"rank{rank:05d}", MANIFEST)
-    lines = []
+def _read_manifest(root: str, role: str, rank: int, res: CheckResult) -> list[WindowRecord]:
+    rel = f"{rank_dir(role, rank)}/{MANIFEST}"
     try:
-        raw = open(path, "rb").read()
+        with open(os.path.join(root, rel), "rb") as f:
+            got = read_manifest(f.read(MANIFEST_LIMIT))
     except FileNotFoundError:
-        return lines
-    for i, line in enumerate(raw.splitlines(), 1):
-        try:
-            lines.append(msgspec.json.decode(line))
-        except msgspec.DecodeError as e:
-            res.items.append(Item(role, rank, None, "broken", os.path.relpath(path, root), f"manifest line {i}: {e}"))
-    return lines
+        return []
+    for problem in got.problems:
+        res.items.append(Item(role, rank, None, "broken", rel, f"manifest {problem}"))
+    return got.records
 
 
 def _check_file(path: str, size: int) -> tuple[str, str]:
@@ -240,7 +238,7 @@ _MAGIC = {".bin": (b"\x04\x22\x4d\x18", b"memray")}  # memray: lz4 frame, or its
 
 def _check_process_outputs(root: str, role: str, backend: str, res: CheckResult) -> None:
     role_dir = os.path.join(root, role)
-    outputs = sorted(n for n in os.listdir(role_dir) if n.startswith(f"{backend}-pid"))
+    outputs = sorted(n for n in os.listdir(role_dir) if is_process_output(n, backend))
     if not outputs:
         res.items.append(Item(role, None, None, "missing", detail=f"no {backend} output: did the wrapped workers end before collection?"))
     for n in outputs:

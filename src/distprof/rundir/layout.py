@@ -1,0 +1,101 @@
+"""Every name and layout rule of a run directory, defined once.
+
+    {save_path}/run.json
+    {save_path}/{role}/role.json
+    {save_path}/{role}/rank{R:05d}/step{A:08d}-{B:08d}{suffix}
+    {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
+    {save_path}/{role}/rank{R:05d}/manifest.jsonl
+    {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
+
+A file whose name starts with ``.tmp-{pid}-`` is a write in progress (or one that never finished).
+Pure functions and constants: no I/O, no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "PROCESS_BACKENDS", "is_url", "sanitize_role",
+           "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
+           "pid_of_temp", "process_output_prefix", "is_process_output"]
+
+TMP_PREFIX = ".tmp-"
+MANIFEST = "manifest.jsonl"
+RUN_JSON = "run.json"
+ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
+PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")  # tools that wrap the whole worker process
+
+_RANK_DIR = re.compile(r"^rank(\d{5})$")
+
+
+def is_url(path: str) -> bool:
+    """An fsspec URL (``s3://``, ``gs://``, ``memory://``); ``file://`` is a local path."""
+    return "://" in path and not path.startswith("file://")
+
+
+def sanitize_role(role: str) -> str:
+    """Normalise a role given in code; refuse one that would leave the run directory."""
+    if not isinstance(role, str) or not role.strip():
+        raise ValueError(f"role must be a non-empty string, got {role!r}")
+    parts = [p for p in role.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or role.startswith(("/", "~")) or ".." in parts:
+        raise ValueError(f"role {role!r} would write outside save_path; use a relative name such as 'actor/micro_step'")
+    return "/".join(parts)
+
+
+def rank_dir(role: str, rank: int) -> str:
+    """``actor/rank00003``: where one (role, rank) writes, relative to save_path."""
+    return f"{role}/rank{rank:05d}"
+
+
+def rank_of_dir(name: str) -> int | None:
+    """The rank of a rank folder's name (``rank00003`` -> 3; its last path component), else None."""
+    m = _RANK_DIR.match(posixpath.basename(name.rstrip("/")))
+    return int(m.group(1)) if m else None
+
+
+def window_file_name(start: int, end: int, suffix: str, label: str | None = None) -> str:
+    """``step00000003-00000005.pt.trace.json.gz``; with a discrete stage's ``label`` (see :func:`stage_label`),
+    ``step00000003-00000003.stage-rollout-generate.pt.trace.json.gz``."""
+    return f"step{start:08d}-{end:08d}{'.' + label if label else ''}{suffix}"
+
+
+_STAGE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}\.stage-([A-Za-z0-9_-]+)\.")
+
+
+def stage_label(stage: str, nth: int = 1) -> str:
+    """A stage name as a file-name part: ``rollout/generate`` -> ``stage-rollout-generate``; the stage's ``nth`` run
+    in one step (from 2) gets ``-2``, ``-3`` ... so every run keeps its own file."""
+    slug = _STAGE_UNSAFE.sub("-", stage).strip("-")[:80] or "unnamed"
+    return f"stage-{slug}" if nth == 1 else f"stage-{slug}-{nth}"
+
+
+def stage_of_file(name: str) -> str | None:
+    """The stage label in a discrete-mode file name (None for a window file)."""
+    m = _STAGE_FILE.match(posixpath.basename(name))
+    return m.group(1) if m else None
+
+
+def temp_name(pid: int, name: str) -> str:
+    """The hidden name ``name`` is written under by process ``pid`` before it is published (ends like it:
+    torch gzips by suffix)."""
+    return f"{TMP_PREFIX}{pid}-{name}"
+
+
+def pid_of_temp(name: str) -> int | None:
+    """The writer's pid in a temporary's name (None for any other name)."""
+    if not name.startswith(TMP_PREFIX):
+        return None
+    pid = name[len(TMP_PREFIX):].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def process_output_prefix(backend: str) -> str:
+    """Process-backend outputs are named ``{backend}-pid{P}...`` in the role folder."""
+    return f"{backend}-pid"
+
+
+def is_process_output(name: str, backend: str) -> bool:
+    return name.startswith(process_output_prefix(backend))

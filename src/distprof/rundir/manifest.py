@@ -1,0 +1,120 @@
+"""The manifest: one JSON line per closed window, in ``{role}/rank{R:05d}/manifest.jsonl``.
+
+Written by the profiler (one ``write()`` on an ``O_APPEND`` file: a reader never sees half a line, except
+after a crash of the storage itself) and read by ``check``, ``collect`` and the analysis. A manifest comes
+from another job and may be cut or hand-edited: :func:`read_manifest` keeps every line of the right shape,
+skips a torn or wrong-shaped one and says which, and never trusts a path it names (see
+:func:`safe_relpath`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Annotated, Any
+
+import msgspec
+
+__all__ = ["FileEntry", "WindowRecord", "ManifestRead", "read_manifest", "encode_record", "safe_relpath",
+           "MANIFEST_LIMIT"]
+
+MANIFEST_LIMIT = 64 << 20  # bytes of a manifest read at most (a manifest is a few hundred bytes per window)
+
+_Steps = Annotated[list[Annotated[int, msgspec.Meta(ge=0, lt=2**62)]], msgspec.Meta(min_length=2, max_length=2)]
+
+
+class FileEntry(msgspec.Struct, frozen=True):
+    """One published file of a window, relative to save_path (POSIX separators)."""
+    path: str
+    bytes: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One closed window. Field names are the manifest's JSON keys."""
+    role: str
+    rank: Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
+    steps: _Steps
+    """First and last global step recorded (a window cut short ends early)."""
+    files: list[FileEntry] = []
+    world_size: int
+    complete: bool
+    """False when the window closed before its planned end; ``stopped_by`` says why."""
+    stopped_by: str | None = None
+    """stop, exception, exit, a signal's name, step_end (discrete), memory_guard ..."""
+    start_time: float | None = None
+    """Wall clock (s since the epoch) when the window opened (warm-up included)."""
+    end_time: float | None = None
+    """Wall clock when its last step ended."""
+    written_time: float | None = None
+    host: str | None = None
+    pid: int | None = None
+    backend: str
+    torch: str | None = None
+    stage: str | None = None
+    """Discrete mode: the annotated stage this window holds."""
+    annotations: dict[str, Any] = {}
+    summary: dict[str, Any] | None = None
+    # The first file again, for readers of the first manifest version (kept on write).
+    file: str | None = None
+    bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.files and self.file is not None and self.bytes is not None:
+            self.files = [FileEntry(self.file, self.bytes)]  # a manifest line written before ``files`` existed
+
+    @property
+    def first(self) -> int:
+        return self.steps[0]
+
+    @property
+    def last(self) -> int:
+        return self.steps[1]
+
+
+class ManifestRead(msgspec.Struct):
+    records: list[WindowRecord]
+    problems: list[str]
+    """``line N: what is wrong`` for each line skipped."""
+
+
+_decoder = msgspec.json.Decoder(WindowRecord)
+_encoder = msgspec.json.Encoder()
+
+
+def encode_record(record: WindowRecord) -> bytes:
+    """One manifest line, newline included."""
+    return _encoder.encode(record) + b"\n"
+
+
+def read_manifest(data: bytes) -> ManifestRead:
+    """Every well-formed record of a manifest's bytes; each torn or wrong-shaped line is skipped and named."""
+    records, problems = [], []
+    lines = data.splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(_decoder.decode(line))
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
+            torn = i == len(lines) and not data.endswith(b"\n")
+            problems.append(f"line {i}: {'torn (the writer stopped mid-line)' if torn else _short(e)}")
+    return ManifestRead(records, problems)
+
+
+def safe_relpath(path: Any, under: str = "") -> str | None:
+    """``path`` if it names a file inside the run directory (relative, no ``..``, no NUL), normalised; else None.
+
+    ``under``: the folder it must also stay inside (a rank folder's manifest names only that folder's files).
+    """
+    if not isinstance(path, str) or not path or "\x00" in path or "\\" in path or path.startswith("/"):
+        return None
+    norm = posixpath.normpath(path)
+    if norm.startswith("..") or norm == ".":
+        return None
+    if under and not norm.startswith(under.rstrip("/") + "/"):
+        return None
+    return norm
+
+
+def _short(e: Exception) -> str:
+    text = str(e)
+    return text if len(text) <= 200 else text[:197] + "..."
