@@ -51,6 +51,21 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     torch: str | None = None
     stage: str | None = None
     """Discrete mode: the annotated stage this window holds."""
+    trigger: str | None = None
+    """On-demand capture: the id of the request (``distprof trigger``) that opened this window."""
+    step_times_s: list[float] = []
+    """Wall time of each recorded step, in order (profiling's own cost: compare with ``baseline_times_s``)."""
+    baseline_times_s: list[float] = []
+    """Wall time of a few steps that ran unprofiled on this rank just before the window's warm-up."""
+    guard: dict[str, Any] | None = None
+    """``stopped_by: memory_guard``: the numbers that crossed the limit (what was measured, the limit)."""
+    local_path: str | None = None
+    """The window's files stayed on ``host`` at this local folder: its upload to save_path failed."""
+    upload_error: str | None = None
+    """Why the upload failed (after retries); the files listed are at ``local_path``, not under save_path."""
+    writer_conflict: bool = False
+    """Another process already published this window's name for this (role, rank): both were kept, this one
+    under a name carrying its pid (two writers claimed the same rank, e.g. rank detection fell back to 0)."""
     annotations: dict[str, Any] = {}
     summary: dict[str, Any] | None = None
     # The first file again, for readers of the first manifest version (kept on write).
