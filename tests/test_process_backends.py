@@ -270,3 +270,19 @@ def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
     assert [f["path"] for f in listing["files"] if f["path"].startswith("rollout/")] == [
         f"rollout/py_spy-pid{proc.pid}.speedscope.json"]
     assert "profiles" in json.loads((tmp_path / "rollout" / f"py_spy-pid{proc.pid}.speedscope.json").read_text())
+
+
+def test_collect_waits_as_long_as_the_process_backends_finalize_timeout(tmp_path):
+    """``finalize_timeout_s`` is what collect() waits for outputs still being written (it was once ignored)."""
+    from distprof.ray.collect import DEFAULT_FINALIZE_TIMEOUT_S, finalize_timeout
+    from distprof.ray.workers import ProfiledGroup
+
+    def group(backend, role, **section):
+        cfg = {"enable": True, "backend": backend, "save_path": str(tmp_path), "roles": ["nobody"],  # no Ray calls
+               **({backend: section} if section else {})}
+        return ProfiledGroup([], cfg, role)
+
+    assert finalize_timeout([group("py_spy", "rollout", finalize_timeout_s=7.5),
+                             group("memray", "actor", finalize_timeout_s=30)]) == 30
+    assert finalize_timeout([group("torch", "actor")]) == DEFAULT_FINALIZE_TIMEOUT_S
+    assert finalize_timeout([group("py_spy", "actor")]) == 120.0  # the field's default

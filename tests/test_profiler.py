@@ -345,3 +345,18 @@ def test_held_export_ends_the_step_now_and_writes_later(tmp_path):
     p.stop()
     assert [steps_in(f) for f in trace_files(tmp_path / "run")] == [[1, 2], [4]]
     assert [m["steps"] for m in manifest(tmp_path, "actor")] == [[1, 2], [4, 4]]
+
+
+@pytest.mark.parametrize("value, shown", [("INFO", True), ("warning", False), ("loud", False)])
+def test_distprof_log_level_sets_distprof_loggers_level(tmp_path, value, shown):
+    """DISTPROF_LOG_LEVEL reaches a process whose logging the user does not configure (a Ray worker, a torchrun
+    child): here the application logs at WARNING, and the variable alone makes distprof's INFO lines appear."""
+    code = ("import logging, distprof\n"
+            "logging.basicConfig(level=logging.WARNING)\n"
+            f"p = distprof.Profiler({{'enable': True, 'save_path': {str(tmp_path / 'r')!r}, 'steps': [1]}}, rank=0, world_size=1)\n"
+            "with p:\n    [p.step() for _ in range(3)]\n")
+    env = {**os.environ, "DISTPROF_LOG_LEVEL": value}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert ("opened window 1-1" in proc.stderr) is shown
+    assert ("is not a log level" in proc.stderr) is (value == "loud")

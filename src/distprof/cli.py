@@ -34,6 +34,10 @@ err = Console(stderr=True)
 def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)])
+    if verbose == 0:  # -v wins over the environment
+        from .envvars import apply_log_level
+
+        apply_log_level()
 
 
 EXIT_OK, EXIT_SOME_UNREADABLE, EXIT_NOTHING, EXIT_INTERNAL = 0, 1, 2, 3

@@ -380,7 +380,7 @@ class ProcessOptions(_Strict):
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
     flags: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
-    finalize_timeout_s: float = 120.0  # how long collect() waits for the tool to finish writing after a worker ends
+    finalize_timeout_s: float = 120.0  # how long collect() waits for this tool's outputs still being written
 
     @field_validator("finalize_timeout_s")
     @classmethod

@@ -10,7 +10,33 @@ PREFIX = "DISTPROF_"
 
 # Set by ``distprof.wrap`` in a worker it runs under a profiling tool: "<backend>:<wrapper pid>".
 WRAPPED_BY = "DISTPROF_WRAPPED_BY"
-# Reserved for distprof's log level, so a user who sets it is never told it is a typo.
+# The level of distprof's own loggers ("DEBUG", "INFO", "WARNING", "ERROR" or a number), in every process that
+# builds a Profiler or runs the CLI: the one knob that reaches Ray workers and torchrun children without code.
 LOG_LEVEL = "DISTPROF_LOG_LEVEL"
 
 NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL})
+
+_applied: list[str | None] = []
+
+
+def apply_log_level() -> None:
+    """Set the ``distprof`` logger's level from ``DISTPROF_LOG_LEVEL`` (once per value; a bad value warns once).
+
+    Only the level of distprof's own logger is set: handlers stay the application's business.
+    """
+    import logging
+    import os
+
+    value = os.environ.get(LOG_LEVEL)
+    if _applied and _applied[-1] == value:
+        return
+    _applied.append(value)
+    if not value:
+        return
+    text = value.strip().upper()
+    level = int(text) if text.isdigit() else logging.getLevelName(text)
+    if not isinstance(level, int):
+        logging.getLogger("distprof").warning(
+            "distprof: %s=%r is not a log level; use DEBUG, INFO, WARNING or ERROR", LOG_LEVEL, value[:40])
+        return
+    logging.getLogger("distprof").setLevel(level)

@@ -24,6 +24,7 @@ from typing import Any
 from . import shutdown
 from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
+from .envvars import apply_log_level
 from .rundir.layout import ROLE_JSON, rank_dir, sanitize_role, stage_label
 from .rundir.manifest import FileEntry, WindowRecord
 from .rundir.store import RunDir
@@ -50,6 +51,7 @@ class Profiler:
     ):
         """``mesh``: the job's DeviceMesh or ``{dim: size}`` (outermost first), for ``ranks: {pp: "*", tp: 0}``;
         ``local_rank``: this process's rank on its node, for ``per_node`` (default: LOCAL_RANK and friends)."""
+        apply_log_level()  # DISTPROF_LOG_LEVEL: reaches workers whose logging the user cannot configure
         if config is None:
             config = ProfilerConfig()
         elif not isinstance(config, ProfilerConfig):

@@ -95,7 +95,6 @@ class WrapSpec:
     flags: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # backend specifics (py-spy rate/format, native)
-    finalize_timeout_s: float = 120.0
 
     def encode(self) -> str:
         return base64.urlsafe_b64encode(json.dumps(asdict(self)).encode()).decode()

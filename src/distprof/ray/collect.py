@@ -9,7 +9,8 @@ cannot be reached at all is reported, never fatal.
 
 Process backends write when the worker process ends: call ``ray.kill`` on the
 group (or let the actors exit) before collecting. Outputs still being written
-(a live ``.tmp-PID-`` file) are waited for up to ``timeout_s``.
+(a live ``.tmp-PID-`` file) are waited for up to ``timeout_s``: by default the largest
+``finalize_timeout_s`` of the groups' process backends (120 s when none is known).
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ def _node_read(path: str, offset: int, size: int) -> bytes:
         return f.read(size)
 
 
-def collect(workers: Sequence[Any], dest: str, timeout_s: float = 120.0) -> CollectReport:
+DEFAULT_FINALIZE_TIMEOUT_S = 120.0
+
+
+def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -> CollectReport:
     """Copy every file the workers' profilers (and process wrappers) wrote into ``dest``.
 
     ``workers``: ``ProfiledGroup`` objects and/or actor handles of ``ProfiledWorker`` actors.
@@ -113,6 +117,8 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float = 120.0) -> Coll
     list_task = ray.remote(num_cpus=0)(_node_list)
     read_task = ray.remote(num_cpus=0)(_node_read)
     here = ray.get_runtime_context().get_node_id()
+    if timeout_s is None:
+        timeout_s = finalize_timeout(workers)
     for (node, root), pids in sorted(sources.items()):
         pin = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         try:
@@ -136,6 +142,16 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float = 120.0) -> Coll
     logger.info("distprof: collected %d files into %s (%d unchanged, %d unreachable workers, %d pending)",
                 len(report.copied), dest, len(report.unchanged), len(report.unreachable), len(report.pending))
     return report
+
+
+def finalize_timeout(workers: Sequence[Any]) -> float:
+    """How long to wait for outputs still being written: the largest ``finalize_timeout_s`` among the process
+    backends the groups use (their config's section), else :data:`DEFAULT_FINALIZE_TIMEOUT_S`."""
+    from .workers import ProfiledGroup
+
+    found = [getattr(g.config, g.config.backend).finalize_timeout_s for g in workers
+             if isinstance(g, ProfiledGroup) and g.config.is_process_backend]
+    return max(found, default=DEFAULT_FINALIZE_TIMEOUT_S)
 
 
 def _fetch(read_task: Any, src: str, size: int, target: str) -> None:

@@ -54,7 +54,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
         backend=config.backend, group=group,
         out_dir=os.path.join(os.path.abspath(os.path.expanduser(config.save_path)), group),
         python=python, executable=executable, options=options, flags=list(section.flags),
-        env=dict(section.env), extra=extra, finalize_timeout_s=section.finalize_timeout_s,
+        env=dict(section.env), extra=extra,
     )
     base["py_executable"] = spec.py_executable(python)
     logger.info("distprof: %s wraps group %r: %s", config.backend, group, base["py_executable"])
