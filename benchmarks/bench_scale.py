@@ -1,0 +1,140 @@
+"""The per-rank verbs at 64, 256 and 1,024 ranks, against the time to merely decode the same files.
+
+The N-rank sets are made from the real 8-rank DLRM traces in shared/data (rank r is a copy of rank r % 8,
+renumbered to r of N, its events tiled ``--tile`` times in time, timings kept). Measured side by side in one
+run, each in a fresh process:
+
+- decode floor: every file gunzipped and msgspec-decoded into the lean events the analyses read, one file per
+  task over a process pool of ``--workers``; the target's floor is the per-file decode times summed, divided by
+  the workers (no pool overhead in it),
+- ``summary``, ``steps``, ``stragglers``, ``diagnose`` and ``merge`` as library calls (what the CLI verbs run), with
+  ``--workers`` processes: wall time, peak RSS of the driver and the largest peak RSS among the workers.
+
+Run: python benchmarks/bench_scale.py [--ranks 64,256,1024] [--workers 2] [--tile 4] [--verbs summary,steps,...]
+Targets (issue 12): the per-rank verbs within 1.5x of the floor; driver memory grows only by the compact
+per-rank results. Exit 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "traces",
+                      "dlrm-8rank-v100")
+TARGET = 1.5
+PER_RANK_VERBS = ("summary", "steps", "stragglers", "diagnose")
+
+# One fresh process per measure: its own peak RSS (RUSAGE_SELF: the driver; RUSAGE_CHILDREN: the largest
+# worker, the pool's processes being its children).
+RUN_VERB = """
+import json, resource, sys, time, os
+verb, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from distprof.analysis import analyze
+t0 = time.perf_counter()
+if verb == "merge":
+    from distprof.analysis.merge import merge_traces
+    merge_traces(path, os.path.join(sys.argv[4], "merged.json.gz"))  # sequential: one output stream
+else:
+    getattr(analyze, verb)(path, workers=workers)
+wall = time.perf_counter() - t0
+print(json.dumps({"wall": wall, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+"""
+FLOOR = """
+import gzip, json, resource, sys, time
+from concurrent.futures import ProcessPoolExecutor
+import msgspec
+from distprof.analysis.reader import _LEAN
+
+class Doc(msgspec.Struct, gc=False):
+    traceEvents: list[_LEAN] = []
+
+def decode(path):
+    t0 = time.perf_counter()
+    with gzip.open(path, "rb") as f:
+        doc = msgspec.json.decode(f.read(), type=Doc)
+    return time.perf_counter() - t0, len(doc.traceEvents)
+
+if __name__ == "__main__":
+    files, workers = sys.argv[1].split("\\n"), int(sys.argv[2])
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers) as pool:
+        got = list(pool.map(decode, files, chunksize=4))
+    wall = time.perf_counter() - t0
+    print(json.dumps({"pool_wall": wall, "sum_s": sum(t for t, _ in got), "events": sum(n for _, n in got)}))
+"""
+
+
+def make_set(n: int, tile: int, out: str) -> list[str]:
+    """N ranks from the 8 real ones: rank r copies rank r % 8, renumbered, tiled ``tile`` times in time."""
+    sources = sorted(glob.glob(os.path.join(SOURCE, "*.json.gz")))
+    docs = []
+    for src in sources:
+        with gzip.open(src, "rt") as f:
+            doc = json.load(f)
+        events = doc["traceEvents"]
+        ts = [float(e["ts"]) for e in events if "ts" in e and e.get("ph") != "M"]
+        span = max(ts) - min(ts) + 1000.0
+        meta = [e for e in events if e.get("ph") == "M"]
+        body = [e for e in events if e.get("ph") != "M"]
+        tiled = meta + [dict(e, ts=float(e["ts"]) + k * span) if "ts" in e else e for k in range(tile) for e in body]
+        docs.append(({k: v for k, v in doc.items() if k != "traceEvents"}, json.dumps(tiled)))
+    os.makedirs(out, exist_ok=True)
+    paths = []
+    for r in range(n):
+        head, events = docs[r % len(docs)]
+        head = dict(head, distributedInfo={**head.get("distributedInfo", {}), "rank": r, "world_size": n})
+        path = os.path.join(out, f"rank-{r}.json.gz")
+        with gzip.open(path, "wt", compresslevel=1) as f:
+            f.write(json.dumps(head)[:-1] + ', "traceEvents": ' + events + "}")
+        paths.append(path)
+    return paths
+
+
+def run(code: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ranks", default="64,256,1024")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tile", type=int, default=4)
+    ap.add_argument("--verbs", default="summary,steps,stragglers,diagnose,merge")
+    args = ap.parse_args()
+    verbs = args.verbs.split(",")
+    missed = []
+    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9}")
+    for n in (int(x) for x in args.ranks.split(",")):
+        with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
+            files = make_set(n, args.tile, os.path.join(tmp, "run"))
+            size = sum(os.path.getsize(p) for p in files) / 1e6
+            floor = run(FLOOR, "\n".join(files), str(args.workers))
+            target_floor = floor["sum_s"] / args.workers
+            print(f"{n:>5} {'floor':12} {target_floor:7.2f}s {1.0:8.2f}x {'':>9} {'':>9}   "
+                  f"({size:.0f} MB gzipped, {floor['events']:,} events; pool of {args.workers}: {floor['pool_wall']:.2f}s)")
+            for verb in verbs:
+                got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(args.workers), tmp)
+                ratio = got["wall"] / target_floor
+                print(f"{n:>5} {verb:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB {got['worker_mb']:6.0f} MB")
+                if verb in PER_RANK_VERBS and ratio > TARGET:
+                    missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
+            sys.stdout.flush()
+    for m in missed:
+        print(f"MISSED: {m}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
