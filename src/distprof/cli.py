@@ -155,7 +155,7 @@ def check(
     if result.ok:
         console.print(f"[green]complete[/green]: {len(result.items)} entries checked")
     else:
-        console.print(f"[red]incomplete[/red]: {bad} of {len(result.items)} entries missing or broken, "
+        console.print(f"[red]incomplete[/red]: {bad} of {len(result.items)} entries fail the check, "
                       f"{len(result.problems)} problems")
     raise typer.Exit(code)
 

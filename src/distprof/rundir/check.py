@@ -193,6 +193,10 @@ def _read_role(view: RunView, tree, name: str, config: Any, run: dict[str, Any],
         info = {}
         if why != "missing":
             res.items.append(Item(name, None, None, "broken", rel, why))
+    for where, d in ((rel, info), (RUN_JSON, run)):  # a wrong-typed world size is reported, then not used
+        if "world_size" in d and _pos_int(d["world_size"]) is None:
+            res.items.append(Item(name, None, None, "broken", where,
+                                  f"world_size is {_short(repr(d['world_size']))}, not a positive integer; ignored"))
     world = _pos_int(info.get("world_size")) or _pos_int(run.get("world_size")) or 1
     if isinstance(info.get("config"), dict):  # groups may run with their own configs; run.json holds the first's
         try:
