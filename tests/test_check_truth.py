@@ -116,6 +116,13 @@ def test_cut_short_run_leaves_later_windows_not_reached(tmp_path):
     assert code == 0 and json.loads(out)["ok"] is True
 
 
+def test_a_run_that_captured_nothing_fails_with_every_window_missing(copy):
+    os.unlink(rank_folder(copy) / "manifest.jsonl")
+    res = check_run(str(copy))
+    assert res.problems == ["main: nothing was captured (no manifest line in any rank folder)"]
+    assert [(i.steps, i.status) for i in res.items if i.status != "unlisted"] == [([1, 2], "missing"), ([4, 4], "missing")]
+
+
 def test_memory_guard_stop_names_its_numbers(copy):
     recs = records(copy)
     recs[0].update(steps=[1, 1], complete=False, stopped_by="memory_guard", guard={"rss_gb": 9.5, "limit_gb": 8})

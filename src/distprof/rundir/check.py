@@ -304,6 +304,9 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
     if reached < 0:
         reached = run_reached  # this role recorded nothing: judge by how far the run got
     expected = _expected_windows(role.config, reached, res, role.name)
+    if reached < 0:  # nothing recorded anywhere: the run's end is unknown, so no window counts as not reached
+        res.problems.append(f"{role.name}: nothing was captured (no manifest line in any rank folder)")
+        reached = FOREVER
     for rank in sorted(role.records):
         recs = role.records[rank]
         if rank not in role.ranks and not recs:
