@@ -486,9 +486,12 @@ def _check_discrete(view: RunView, role: str, rank: int, lines: list[WindowRecor
         steps += range(w.start, min(w.end, w.start + MAX_WINDOWS - len(steps)) + 1)
         if len(steps) >= MAX_WINDOWS:
             break
+    # A step may run without any stage, so the last stage window does not show how far the run got: only a run
+    # that was cut short (a stage left by an exception, a signal, stop) is known to have ended there.
+    cut = any(line.stopped_by not in (None, "step_end") for line in lines)
     for step in steps:
         if step not in by_step:
-            if step > reached:
+            if cut and step > reached:
                 res.items.append(Item(role, rank, [step, step], "not_reached",
                                       detail=f"not reached (the run ended at step {reached})"))
             else:
