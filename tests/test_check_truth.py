@@ -20,6 +20,7 @@ from distprof import Profiler, ProfilerConfig
 from distprof.rundir.check import STATUSES, check_run
 
 from helpers import run
+from test_ray import cfg as ray_cfg, cluster, make, train  # noqa: F401 - the local Ray cluster fixture
 
 JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
 CPU = {"activities": ["cpu"]}
@@ -353,3 +354,23 @@ def test_collect_node_listing_never_brings_a_symlink_along(copy):
     assert paths == {"run.json", "main/role.json", "main/rank00000/manifest.jsonl",
                      "main/rank00000/step00000001-00000002.pt.trace.json.gz",
                      "main/rank00000/step00000004-00000004.pt.trace.json.gz"}
+
+
+def test_collect_through_a_real_ray_cluster_leaves_symlinks_behind(cluster, tmp_path):
+    """Ray collect() from a real local cluster: a link to /etc/passwd and a linked folder placed in the worker's run
+    directory are neither copied nor followed; everything else arrives and passes check."""
+    from distprof.ray import ProfiledGroup, collect
+
+    ws = make(n=1)
+    g = ProfiledGroup(ws, ray_cfg(tmp_path), role="actor")
+    train(ws, g, 4)
+    folder = tmp_path / "scratch" / "actor" / "rank00000"
+    (folder / "step00000007-00000007.pt.trace.json.gz").symlink_to("/etc/passwd")
+    (folder / "etc").symlink_to("/etc")
+    report = collect([g], str(tmp_path / "dest"))
+    copied = {f["path"] for f in report.copied}
+    assert report.ok and "actor/rank00000/step00000001-00000002.pt.trace.json.gz" in copied
+    assert not any("step00000007" in p or "etc" in p.split("/") for p in copied)
+    dest = tmp_path / "dest" / "actor" / "rank00000"
+    assert not (dest / "step00000007-00000007.pt.trace.json.gz").exists() and not (dest / "etc").exists()
+    assert check_run(str(tmp_path / "dest")).ok
