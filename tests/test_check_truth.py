@@ -142,6 +142,8 @@ def test_triggered_window_is_expected_by_its_own_line(copy):
         shutil.copy(src, rank_folder(copy) / name)
         entry = {"path": f"main/rank00000/{name}", "bytes": src.stat().st_size}
         recs.append(dict(recs[1], steps=steps, trigger=f"req-{steps[0]}", files=[entry], **entry))
+    skipped = {k: v for k, v in recs[1].items() if k not in ("files", "file", "bytes")}
+    recs.append(dict(skipped, steps=[20, 21], trigger="req-20", complete=False, stopped_by="trigger_skipped"))
     rewrite(copy, recs)
     os.unlink(rank_folder(copy) / "step00000011-00000011.pt.trace.json.gz")
     res = check_run(str(copy))
@@ -149,6 +151,7 @@ def test_triggered_window_is_expected_by_its_own_line(copy):
     assert trig == {(9, 9): ("ok", "on demand (request req-9)"),
                     (11, 11): ("missing", "on demand (request req-11); listed in the manifest but not on disk")}
     assert not items(res, "unlisted")
+    assert res.notes == ["main rank 0: skipped requested steps 20-21 (request req-20, trigger_skipped)"]
 
 
 def test_failed_upload_is_not_uploaded_and_names_host_and_folder(copy):

@@ -304,7 +304,7 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
     if reached < 0:
         reached = run_reached  # this role recorded nothing: judge by how far the run got
     expected = _expected_windows(role.config, reached, res, role.name)
-    if reached < 0:  # nothing recorded anywhere: the run's end is unknown, so no window counts as not reached
+    if reached < 0 and expected:  # nothing recorded anywhere: its end is unknown, so no window is "not reached"
         res.problems.append(f"{role.name}: nothing was captured (no manifest line in any rank folder)")
         reached = FOREVER
     for rank in sorted(role.records):
@@ -325,7 +325,10 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         else:
             _check_windows(view, role.name, rank, planned, expected, reached, seen, res)
         for rec in recs:
-            if rec.trigger is not None:
+            if rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault
+                res.notes.append(f"{role.name} rank {rank}: skipped requested steps {rec.first}-{rec.last} "
+                                 f"(request {rec.trigger}, {rec.stopped_by})")
+            elif rec.trigger is not None:
                 detail = f"on demand (request {rec.trigger})"
                 for f, status, why in _files(view, rank_rel, rec, seen):
                     if status == "ok" and not rec.complete:
