@@ -177,9 +177,32 @@ def test_two_writers_at_once_are_a_problem_one_after_another_a_note(copy):
     rewrite(copy, recs)
     res = check_run(str(copy))
     assert res.ok and any("one after another" in n for n in res.notes)
-    recs[1]["writer_conflict"] = True  # the writer itself saw the clash
+    recs[1]["writer_conflict"] = True  # its name was taken, by a writer that had finished: a resumed job
     rewrite(copy, recs)
-    assert not check_run(str(copy)).ok
+    res = check_run(str(copy))
+    assert res.ok and any("kept in both copies" in n for n in res.notes)
+    del recs[1]["start_time"]  # a clash that cannot be placed in time is a clash
+    rewrite(copy, recs)
+    assert check_run(str(copy)).problems == [f"two writers claimed main rank 0 (pids {recs[0]['pid']}, {recs[1]['pid']})"]
+
+
+def test_a_window_captured_twice_by_a_resumed_job_is_whole(copy):
+    """A job resumed from a checkpoint captures window 4 again; the second writer keeps its copy under a pid-named
+    file and marks its line ``writer_conflict`` (as the profiler does when a window's name is taken)."""
+    recs = records(copy)
+    src = rank_folder(copy) / "step00000004-00000004.pt.trace.json.gz"
+    pid = recs[1]["pid"] + 1
+    name = f"step00000004-00000004.pid{pid}.pt.trace.json.gz"
+    shutil.copy(src, rank_folder(copy) / name)
+    entry = {"path": f"main/rank00000/{name}", "bytes": src.stat().st_size}
+    t0 = recs[1]["end_time"] + 60
+    recs.append(dict(recs[1], pid=pid, start_time=t0, end_time=t0 + 1, writer_conflict=True, files=[entry], **entry))
+    rewrite(copy, recs)
+    res = check_run(str(copy))
+    assert res.ok, res.to_dict()
+    assert [(i.steps, i.status, i.detail) for i in res.items if i.steps == [4, 4]] == [
+        ([4, 4], "ok", "this window was captured more than once (both copies kept)")] * 2
+    assert any("one after another" in n and "kept in both copies" in n for n in res.notes)
 
 
 # ---- nothing outside is read, followed, waited on or loaded whole ----------------------------------------------

@@ -369,9 +369,11 @@ def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord]
                 if status == "ok":
                     if gaps or (not rec.complete and not continued):
                         status, why = "incomplete", _cut_detail(rec, w, gaps)
-                    elif len(over) > 1:
+                    elif (rec.first, rec.last) != (w.start, w.end):
                         why = (f"steps {rec.first}-{rec.last} of {w.start}-{w.end}; the rest in another process's "
                                "file (a resumed run)")
+                    elif len(over) > 1:
+                        why = "this window was captured more than once (both copies kept)"
                 res.items.append(Item(role, rank, [w.start, w.end], status, f, why))
     for rec in recs:  # lines for no window of the plan (the plan changed?): their files are still checked
         if id(rec) not in used:
@@ -408,24 +410,28 @@ def _cut_detail(rec: WindowRecord, w: Window | None, gaps: list[tuple[int, int]]
 
 
 def _writers(role: str, rank: int, recs: list[WindowRecord], res: CheckResult) -> None:
-    """Two processes writing one (role, rank) at once is a problem; one after the other is a resumed run."""
+    """Two processes writing one (role, rank) at once is a problem; one after the other is a resumed run.
+
+    ``writer_conflict`` says a process found its window's name taken by another writer and kept both files: a
+    clash when the two wrote at the same time (or when times are not recorded), a resumed job capturing a window
+    again when the other had finished before it began."""
     who = {(r.host, r.pid) for r in recs if r.pid is not None}
     pids = ", ".join(str(p) for _, p in sorted(who, key=lambda x: (str(x[0]), x[1])))
-    clash = any(r.writer_conflict for r in recs)
-    if not clash and len(who) > 1:
-        last_end: dict[tuple[str | None, int], float] = {}
-        for r in sorted((r for r in recs if r.pid is not None and r.start_time is not None and r.end_time is not None),
-                        key=lambda r: r.start_time):
-            me = (r.host, r.pid)
-            if any(k != me and end > r.start_time for k, end in last_end.items()):
-                clash = True
-                break
-            last_end[me] = max(last_end.get(me, r.end_time), r.end_time)
+    timed = [r for r in recs if r.pid is not None and r.start_time is not None and r.end_time is not None]
+    clash = any(r.writer_conflict and r not in timed for r in recs)
+    last_end: dict[tuple[str | None, int], float] = {}
+    for r in sorted(timed, key=lambda r: r.start_time):
+        me = (r.host, r.pid)
+        if any(k != me and end > r.start_time for k, end in last_end.items()):
+            clash = True
+            break
+        last_end[me] = max(last_end.get(me, r.end_time), r.end_time)
     if clash:
         res.problems.append(f"two writers claimed {role} rank {rank} (pids {pids or 'unknown'})")
     elif len(who) > 1:
+        again = " (windows captured again are kept in both copies)" if any(r.writer_conflict for r in recs) else ""
         res.notes.append(f"{role} rank {rank}: written by {len(who)} processes one after another (pids {pids}): "
-                         "a resumed run")
+                         f"a resumed run{again}")
 
 
 def _files(view: RunView, rank_rel: str, rec: WindowRecord, seen: set[str]):
