@@ -126,12 +126,13 @@ def test_a_run_that_captured_nothing_fails_with_every_window_missing(copy):
 
 def test_memory_guard_stop_names_its_numbers(copy):
     recs = records(copy)
-    recs[0].update(steps=[1, 1], complete=False, stopped_by="memory_guard", guard={"rss_gb": 9.5, "limit_gb": 8})
+    recs[0].update(steps=[1, 1], complete=False, stopped_by="memory_guard", guard={"limit": "max_host_memory_gb", "measured": 9.5, "limit_value": 8.0, "rss_gb": 9.5})
     rewrite(copy, recs)
     res = check_run(str(copy))
     item = next(i for i in res.items if i.steps == [1, 2])
     assert item.status == "incomplete"
-    assert item.detail == "stopped by the memory guard after step 1 (rss_gb 9.5, limit_gb 8): steps 2-2 were not captured"
+    assert item.detail == ("stopped by the memory guard after step 1 (max_host_memory_gb: measured 9.5, limit 8.0): "
+                           "steps 2-2 were not captured")
 
 
 # ---- triggered, not uploaded, writers -----------------------------------------------------------------------

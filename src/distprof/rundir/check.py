@@ -399,7 +399,11 @@ def _cut_detail(rec: WindowRecord, w: Window | None, gaps: list[tuple[int, int]]
     if w is not None and rec.first > w.start:
         parts.append(f"resumed at step {rec.first}")
     if rec.stopped_by == "memory_guard":
-        numbers = ", ".join(f"{k} {v}" for k, v in list((rec.guard or {}).items())[:6])
+        g = rec.guard or {}
+        if {"limit", "measured", "limit_value"} <= set(g):  # what the guard records: which limit, measured, limit
+            numbers = f"{g['limit']}: measured {g['measured']}, limit {g['limit_value']}"
+        else:
+            numbers = ", ".join(f"{k} {v}" for k, v in list(g.items())[:6])
         parts.append(f"stopped by the memory guard after step {rec.last}" + (f" ({_short(numbers)})" if numbers else ""))
     elif not rec.complete:
         parts.append(f"cut short by {rec.stopped_by or 'an early stop'} after step {rec.last}")
