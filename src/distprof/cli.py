@@ -127,18 +127,23 @@ def check(
 ) -> None:
     """Say, per role and rank, which expected windows exist and parse, and which are missing or broken.
 
-    Exit code 0 only when the run directory is complete.
+    Exit code 0 when the run directory is complete, 1 when something is missing or broken, 2 when the path is
+    not a run directory or cannot be read.
     """
 
-    from .rundir.check import check_run
+    from .rundir.check import STATUSES, check_run
 
     result = check_run(run_dir)
+    code = EXIT_NOTHING if result.error else EXIT_OK if result.ok else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json(result.to_dict(), 0 if result.ok else 1)
+        _print_json(result.to_dict(), code)
+    if result.error:
+        err.print(Text.assemble(("error: ", "red"), render.plain(result.error)), soft_wrap=True)
+        raise typer.Exit(code)
     table = Table(title=Text(f"distprof check {render.plain(result.run_dir)}"))
     for col in ("role", "rank", "steps", "status", "file", "detail"):
         table.add_column(col)
-    colors = {"ok": "green", "unlisted": "yellow"}
+    colors = {"ok": "green", "unlisted": "yellow", "not_reached": "yellow"}
     for i in result.items:
         steps = f"{i.steps[0]}-{i.steps[1]}" if i.steps else ""
         c = colors.get(i.status, "red")
@@ -150,12 +155,13 @@ def check(
         err.print(Text.assemble(("problem: ", "red"), render.plain(p)), soft_wrap=True)
     for n in result.notes:
         err.print(Text.assemble(("note: ", "yellow"), render.plain(n)), soft_wrap=True)
-    bad = sum(1 for i in result.items if i.status not in ("ok", "unlisted"))
+    bad = sum(1 for i in result.items if STATUSES[i.status][1])
     if result.ok:
-        console.print(f"[green]complete[/green]: {len(result.items)} files checked")
+        console.print(f"[green]complete[/green]: {len(result.items)} entries checked")
     else:
-        console.print(f"[red]incomplete[/red]: {bad} of {len(result.items)} entries missing or broken, {len(result.problems)} problems")
-    raise typer.Exit(0 if result.ok else 1)
+        console.print(f"[red]incomplete[/red]: {bad} of {len(result.items)} entries fail the check, "
+                      f"{len(result.problems)} problems")
+    raise typer.Exit(code)
 
 
 # ---- shared options ---------------------------------------------------------------------------------------

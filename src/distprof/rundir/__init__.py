@@ -7,6 +7,7 @@ Every writer (the profiler, the process wrapper) and every reader (``check``, ``
 - :mod:`.manifest`: the typed manifest record and its tolerant reader;
 - :mod:`.store`: writing (atomic publication, local or fsspec URL) and listing a node's files;
 - :mod:`.check`: is a run directory complete and readable.
+- :mod:`.view`: reading one (local or fsspec URL) without reading or following anything outside it.
 """
 
 from .layout import (MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_url, rank_dir, rank_of_dir,
