@@ -584,10 +584,11 @@ class ProfilerConfig(_Strict):
     min_available_memory_gb: float | None = None
     """Floor on the host's available memory (MemAvailable, GB = 1e9 bytes) while a window is open; None = off."""
     max_trace_mb: float | None = None
-    """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes); None = off. Estimated before export
-    from the process's RSS growth since the window opened times ``guard.TRACE_BYTES_PER_RSS_BYTE`` (1.5: JSON bytes
-    per RSS byte measured 1.26-1.50 on CPU loops with and without the heavy flags): a proxy, not a count; it also
-    counts memory the training code itself allocates during the window, so it errs towards stopping early."""
+    """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes); None = off. Estimated before export:
+    the growth of the C heap in use (glibc mallinfo2; RSS growth elsewhere) since the window's first recorded
+    step, times ``guard.TRACE_BYTES_PER_HEAP_BYTE`` (1.4; JSON bytes per heap byte measured 1.27-1.41 on CPU loops
+    with and without the heavy flags). A proxy, not a count: memory the training code itself keeps during the
+    window counts too, so it errs towards stopping early."""
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")

@@ -263,9 +263,11 @@ class Profiler:
                     return
                 self._close(w, last=w.end)
             elif self._mem_guard is not None:
-                crossed = self._mem_guard.check()
+                crossed = self._mem_guard.check(recording=g > w.start)
                 if crossed is not None:
                     self._trip_guard(w, g - 1, crossed)
+                elif g == w.start:
+                    self._mem_guard.rebase()
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
         if g >= self._time_from:  # stamped last: the profiler's own step-end work is not the next step's time
