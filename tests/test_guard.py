@@ -71,13 +71,26 @@ def test_trace_budget_closes_the_window_early_keeps_its_file_and_stops_capturing
     assert g["trace_estimate_mb"] == pytest.approx(g["measured"], abs=0.1) and g["rss_gb"] >= g["rss_at_open_gb"]
     (f,) = trace_files(tmp_path / "run")
     with gzip.open(f) as fh:
-        json.load(fh)  # complete, valid JSON
+        raw = fh.read()
+    json.loads(raw)  # complete, valid JSON
+    # The estimate tracks the real size (it is what the limit is about): within a factor of 2 either way.
+    assert 0.5 <= len(raw) / 1e6 / g["trace_estimate_mb"] <= 2
     steps = sorted(int(n.split("#")[1]) for n in trace_names(f, "ProfilerStep#"))
     assert steps[0] == 1 and set(range(1, last + 1)) <= set(steps) and max(steps) <= last + 1
     assert rec["step_times_s"] and len(rec["step_times_s"]) == last - first + 1
     (w,) = guard_warnings(caplog)  # warned once, with the numbers
     assert "max_trace_mb=3" in w and "estimated trace size" in w and f"closing window 1-40" in w
     assert prof.windows_closed == 1 and not prof.capturing
+
+
+def test_trace_budget_not_fooled_by_memory_an_earlier_window_freed(tmp_path):
+    """RSS does not grow while a window refills heap an earlier window freed; the heap estimate does."""
+    train(Profiler(cfg(tmp_path / "earlier", steps="1-30")), 31)  # ~20 MB of buffers, freed at its export
+    prof = Profiler(cfg(tmp_path, steps="1-40", max_trace_mb=5))
+    train(prof, 42)
+    (rec,) = manifest(tmp_path)
+    assert rec["stopped_by"] == "memory_guard" and rec["steps"][1] < 40
+    assert rec["guard"]["trace_basis"] == "heap" and rec["guard"]["trace_estimate_mb"] > 5
 
 
 @pytest.mark.parametrize("limit,kw,words", [
