@@ -578,7 +578,8 @@ class ProfilerConfig(_Strict):
     # that fires by default would make which steps get captured depend on the host's load, and the heavy flags
     # that grow memory are off by default too. When one is crossed the window closes early, keeps what it
     # recorded (manifest: complete false, stopped_by memory_guard, guard: the numbers), one warning is logged,
-    # and this profiler opens no more windows.
+    # and this profiler opens no more windows. Windows that end at step boundaries only (not discrete mode's stage
+    # windows, not the process backends, whose tools hold their own buffers).
     max_host_memory_gb: float | None = None
     """Limit on this process's resident memory (RSS, GB = 1e9 bytes) while a window is open; None = off."""
     min_available_memory_gb: float | None = None

@@ -454,9 +454,9 @@ class Profiler:
         warn once, and open no more windows in this run."""
         from .guard import GUARD_STOP, describe
 
-        logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (keeping steps %d-%d) and "
-                       "capturing no more windows in this run", self._who(), describe(crossed), last,
-                       w.start, w.end, w.start, last)
+        kept = f"keeping steps {w.start}-{last}" if last >= w.start else "in its warm-up: nothing recorded yet"
+        logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (%s) and capturing no more "
+                       "windows in this run", self._who(), describe(crossed), last, w.start, w.end, kept)
         self._guard_tripped = True
         self._mem_guard = None
         self._guard_numbers = {**crossed, "step": last}
