@@ -2,7 +2,8 @@
 
 torch.profiler buffers every event of a window in the process until the window ends; with
 ``profile_memory``, ``record_shapes`` and ``with_stack`` on a loop of many small ops that buffer grows by
-hundreds of MB a second, and all-rank capture has taken hosts down (slime's lesson). The guard watches
+megabytes per step (measured: 35 MB of heap for 60 steps of 450 small torch calls), and all-rank capture with heavy
+flags has taken hosts down (slime's lesson). The guard watches
 three figures while a window is open, each optional (``ProfilerConfig`` fields, all off by default):
 
 - ``max_host_memory_gb``: this process's resident memory (RSS);
@@ -64,7 +65,8 @@ def heap_in_use() -> int | None:
     if _MALLINFO2 is None:
         return None
     m = _MALLINFO2()
-    return m.uordblks + m.hblkhd
+    return m.uordblks + m.hblkhd  # about 1.4 µs a call (glibc 2.36)
+
 
 DEFAULT_INTERVAL_S = 0.01  # psutil at most every 10 ms: reading /proc/meminfo costs tens of µs
 
