@@ -108,3 +108,21 @@ def test_hand_edited_manifest_values_are_not_trusted(tmp_path):
     code, out, _ = cli("steps", str(tmp_path / "run"), "--json")
     (c,) = out["profiling_cost"]
     assert code == 0 and c["baseline_steps"] == 1 and c["baseline_s"] == rec["baseline_times_s"][1]
+
+
+def test_held_exports_time_the_same_steps(tmp_path):
+    """A driver ending every group's step first (step(export=False), then export(), as ProfiledGroup does): the
+    export is not counted in any step, and the next window still gets its unprofiled baseline."""
+    cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[3, 4, 8], torch=HEAVY)
+    prof = Profiler(cfg)
+    loop = SmallOps()
+    with prof:
+        for _ in range(10):
+            loop.step()
+            prof.step(export=False)
+            prof.export()
+    p = tmp_path / "run" / "main" / "rank00000" / "manifest.jsonl"
+    a, b = [msgspec.json.decode(line) for line in p.read_bytes().splitlines()]
+    assert (a["steps"], b["steps"]) == ([3, 4], [8, 8])
+    assert len(a["baseline_times_s"]) == 2 and len(a["step_times_s"]) == 2  # steps 0, 1 before warm-up on 2
+    assert len(b["baseline_times_s"]) == 2 and len(b["step_times_s"]) == 1  # steps 5, 6 before warm-up on 7
