@@ -574,6 +574,22 @@ class ProfilerConfig(_Strict):
     # globs (the first that matches wins); a value may set any field but save_path, on_error, roles and per_role.
     # DISTPROF_* variables still win over them.
     per_role: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # Guardrails (distprof.guard), sampled at step boundaries while a window is open. Off by default: a limit
+    # that fires by default would make which steps get captured depend on the host's load, and the heavy flags
+    # that grow memory are off by default too. When one is crossed the window closes early, keeps what it
+    # recorded (manifest: complete false, stopped_by memory_guard, guard: the numbers), one warning is logged,
+    # and this profiler opens no more windows. Windows that end at step boundaries only (not discrete mode's stage
+    # windows, not the process backends, whose tools hold their own buffers).
+    max_host_memory_gb: float | None = None
+    """Limit on this process's resident memory (RSS, GB = 1e9 bytes) while a window is open; None = off."""
+    min_available_memory_gb: float | None = None
+    """Floor on the host's available memory (MemAvailable, GB = 1e9 bytes) while a window is open; None = off."""
+    max_trace_mb: float | None = None
+    """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes); None = off. Estimated before export:
+    the growth of the C heap in use (glibc mallinfo2; RSS growth elsewhere) since the window's first recorded
+    step, times ``guard.TRACE_BYTES_PER_HEAP_BYTE`` (1.4; JSON bytes per heap byte measured 1.27-1.41 on CPU loops
+    with and without the heavy flags). A proxy, not a count: memory the training code itself keeps during the
+    window counts too, so it errs towards stopping early."""
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")
@@ -640,6 +656,22 @@ class ProfilerConfig(_Strict):
                                  "set them at the top level")
             out[role] = dict(over)
         return out
+
+    @field_validator("max_host_memory_gb", "min_available_memory_gb", "max_trace_mb", mode="before")
+    @classmethod
+    def _limit(cls, v: Any, info) -> Any:
+        unit = "MB" if info.field_name == "max_trace_mb" else "GB"
+        fix = f"give a number of {unit} > 0 (e.g. {info.field_name}: {500 if unit == 'MB' else 8}), or null to turn it off"
+        if v is None:
+            return None
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise ValueError(f"{info.field_name} must be a number, got {_show(v)}; {fix}") from None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"{info.field_name} must be a finite number > 0, got {_show(v)}; {fix}")
+        return float(v)
 
     @field_validator("roles", mode="before")
     @classmethod

@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["Profiler"]
 
+BASELINE_STEPS = 2  # unprofiled steps timed just before each window's warm-up (profiling's own cost)
+_NEVER = 1 << 62  # a step number no run reaches: nothing is timed
+
 
 class Profiler:
     """One profiler per training process and granularity (role)."""
@@ -87,6 +90,17 @@ class Profiler:
         self._stage: list[Any] | None = None  # discrete: [name, depth, thread id, label] of the open stage window
         self._stage_runs: dict[str, int] = {}  # discrete: stage name -> runs in the current step
         self._annotations_total: dict[str, list[int]] = {}
+        # Profiling's own cost: steps from _time_from on are timed (the baseline steps before the next window's
+        # warm-up, then the window's); every other step pays one comparison. _mark: (step, perf_counter) when
+        # that step began. The memory guard (None when no limit is set) is asked at step ends of an open window.
+        self._time_from = _NEVER
+        self._mark: tuple[int, float] | None = None
+        self._baseline: list[float] = []
+        self._window_baseline: list[float] = []
+        self._step_times: list[float] = []
+        self._mem_guard: Any = None
+        self._guard_numbers: dict[str, Any] | None = None
+        self._guard_tripped = False
 
         if not config.enable:
             self._make_inert()
@@ -109,6 +123,10 @@ class Profiler:
         self._run.check_writable()
         self._dir = rank_dir(self.role, rank)
         self._plan = config.plan()
+        if not self._discrete and not config.is_process_backend:  # windows that end at step boundaries
+            from .guard import MemoryGuard
+
+            self._mem_guard = MemoryGuard.from_config(config)
         self.enabled = True
 
     # ---- public API -----------------------------------------------------------------------------------
@@ -215,6 +233,7 @@ class Profiler:
                                                "ranks": list(self._mesh.ranks)}} if self._mesh else {})},
                                  rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
+        self._plan_timing()
         if self._next is None:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
                            self._who(), self.global_step, self._plan.describe())
@@ -229,6 +248,8 @@ class Profiler:
             return
         if self._held is not None:
             self._export_held()
+        if self.global_step >= self._time_from:
+            self._time_step(self.global_step)
         self.global_step += 1
         g = self.global_step
         w = self._open
@@ -243,8 +264,16 @@ class Profiler:
                     self._held = (w, w.end, time.time())
                     return
                 self._close(w, last=w.end)
+            elif self._mem_guard is not None:
+                crossed = self._mem_guard.check(recording=g > w.start)
+                if crossed is not None:
+                    self._trip_guard(w, g - 1, crossed)
+                elif g == w.start:
+                    self._mem_guard.rebase()
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
+        if g >= self._time_from:  # stamped last: the profiler's own step-end work is not the next step's time
+            self._mark = (g, time.perf_counter())
 
     def _step_held(self) -> None:
         self._step(hold=True)
@@ -255,6 +284,8 @@ class Profiler:
         self._close(w, last=last, t1=t1)
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
+        if self.global_step >= self._time_from:
+            self._mark = (self.global_step, time.perf_counter())
 
     # ---- discrete mode: one window per stage run ---------------------------------------------------------
     def _arm(self) -> None:
@@ -351,8 +382,11 @@ class Profiler:
                             tmp_path=lambda name: self._run.temp_path(self._dir, name))
         self._open = w
         self._window_t0 = time.time()
+        self._window_baseline, self._step_times = self._baseline[-BASELINE_STEPS:], []
         self._backend.begin(w, self.global_step, ctx)
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
+        if self._mem_guard is not None:
+            self._mem_guard.open()  # after begin(): torch's own start-up memory is not the trace's
         logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
 
     def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
@@ -386,10 +420,52 @@ class Profiler:
                 file=published[0].path, bytes=published[0].bytes,
                 host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
+                step_times_s=self._step_times, baseline_times_s=self._window_baseline, guard=self._guard_numbers,
             )
             self._run.append_manifest(self._dir, record)
             logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
-        self._next = self._plan.next_window(self.global_step)
+        self._step_times, self._window_baseline = [], []
+        self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
+        self._plan_timing()
+
+    # ---- profiling's own cost and the memory guard --------------------------------------------------------
+    def _plan_timing(self) -> None:
+        """Time the BASELINE_STEPS steps before the next window's warm-up and the window's own steps; the plan
+        knows them in advance, so no other step is timed."""
+        w = self._next
+        self._time_from = _NEVER if w is None else max(w.warmup_start - BASELINE_STEPS, 0)
+        self._baseline = []
+        if self.global_step >= self._time_from:
+            self._mark = (self.global_step, time.perf_counter())
+
+    def _time_step(self, ended: int) -> None:
+        """Step ``ended`` just ended: its wall time joins the baseline (no window open) or the window's
+        recorded steps (warm-up steps are neither)."""
+        t = time.perf_counter()
+        mark = self._mark
+        if mark is None or mark[0] != ended:
+            return  # its start was not stamped (a late start, a held export): not a whole step
+        w = self._open
+        if w is None:
+            self._baseline.append(t - mark[1])
+        elif ended >= w.start:
+            self._step_times.append(t - mark[1])
+
+    def _trip_guard(self, w: Window, last: int, crossed: dict[str, Any]) -> None:
+        """A memory limit was crossed at the end of step ``last``: close the window now with what it recorded,
+        warn once, and open no more windows in this run."""
+        from .guard import GUARD_STOP, describe
+
+        kept = f"keeping steps {w.start}-{last}" if last >= w.start else "in its warm-up: nothing recorded yet"
+        logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (%s) and capturing no more "
+                       "windows in this run", self._who(), describe(crossed), last, w.start, w.end, kept)
+        self._guard_tripped = True
+        self._mem_guard = None
+        self._guard_numbers = {**crossed, "step": last}
+        try:
+            self._close(w, last=last, stopped_by=GUARD_STOP)
+        finally:
+            self._guard_numbers = None
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:

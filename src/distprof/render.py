@@ -15,7 +15,8 @@ from rich.text import Text
 
 from .safetext import visible
 
-__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note"]
+__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note",
+           "profiling_cost"]
 
 
 def us(v: float | None) -> str:
@@ -143,6 +144,21 @@ def summary(console: Console, s: dict[str, Any]) -> None:
                                      for k in ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
                                                "cpu_exec", "other")])
         console.print(t)
+    profiling_cost(console, s.get("profiling_cost"))
+
+
+def profiling_cost(console: Console, rows: list[dict[str, Any]] | None) -> None:
+    """One line per rank whose manifest timed its steps: how much slower the profiled steps ran."""
+    for r in rows or []:
+        if r.get("inflation") is None:
+            continue
+        n = r["baseline_steps"]
+        who = f"{plain(r['role'])} rank {_rank(r['rank'])}" if r.get("role") else f"rank {_rank(r['rank'])}"
+        how = f"{abs(r['inflation']):.0%} {'slower' if r['inflation'] >= 0 else 'faster'}"
+        console.print(Text(f"Profiling's own cost, {who}: profiled steps ran {how} than the "
+                           f"{'one' if n == 1 else n} unprofiled step{'' if n == 1 else 's'} before them "
+                           f"({us(r['profiled_s'] * 1e6)} vs {us(r['baseline_s'] * 1e6)} mean, "
+                           f"{r['windows']} window{'' if r['windows'] == 1 else 's'})."), soft_wrap=True)
 
 
 def _not_applicable(fig: dict[str, Any] | None) -> str | None:
@@ -267,6 +283,7 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         t.add_section()
     console.print(t)
     _step_breakdown_table(console, d)
+    profiling_cost(console, d.get("profiling_cost"))
     bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
     if bound:
         from .analysis.launch import LAUNCH_BOUND_IDLE_SHARE  # the rule's threshold, spelled once

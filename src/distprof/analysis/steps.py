@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import intervals as iv
 from .ranks import role_of, runs
-from .summary import CATEGORIES
+from .summary import CATEGORIES, profiling_cost, window_cost
 from .table import TraceTable
 from .vocab import Kind
 
@@ -83,7 +83,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         rows.append({"step": window[0], "window": list(window), "start_us": tb.info.start_us, "end_us": tb.info.end_us,
                      "dur_us": dur, "source": "manifest",
                      "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "categories": {}})
-    return {"steps": rows}
+    return {"steps": rows, "profiling_cost": window_cost(tb)}
 
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -133,4 +133,5 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[st
                      "max_us": longest["dur_us"], "min_us": min(x["dur_us"] for x in ranks),
                      "waited_us": sum(x["waited_us"] for x in ranks),
                      "mean_phases": dict(sorted(phases.items(), key=lambda kv: -kv[1]))})
-    return {"steps": rows, "warnings": run_warnings}
+    cost = profiling_cost((info, parts["steps"].get("profiling_cost")) for info, parts in files)
+    return {"steps": rows, "warnings": run_warnings, "profiling_cost": cost}

@@ -28,7 +28,7 @@ from .ranks import group
 from .table import TraceTable
 from .vocab import Kind
 
-__all__ = ["extract", "combine", "self_times", "CATEGORIES"]
+__all__ = ["extract", "combine", "self_times", "CATEGORIES", "window_cost", "profiling_cost"]
 
 CATEGORIES = ("compute", "communication", "memcpy", "memset")
 
@@ -162,8 +162,40 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         "categories": {c: v for c, v in cats.items() if v},
         "device_busy_us": busy, "device_span_us": dev_span,
         "idle_share": (1.0 - busy / dev_span) if dev_span > 0 else None,
-        "traced_us": traced, "outside_steps": outside,
+        "traced_us": traced, "outside_steps": outside, "profiling_cost": window_cost(tb),
     }
+
+
+def window_cost(tb: TraceTable) -> dict[str, list[float]] | None:
+    """Profiling's own cost as the manifest recorded it for this file's window: the wall time of its recorded
+    steps and of the unprofiled steps just before its warm-up (None for traces without them)."""
+    w = getattr(tb, "window_record", None)
+    if w is None:
+        return None
+    # The manifest is untrusted: keep finite, non-negative durations only.
+    profiled = [float(t) for t in w.step_times_s if 0 <= t < float("inf")]
+    baseline = [float(t) for t in w.baseline_times_s if 0 <= t < float("inf")]
+    return {"profiled_s": profiled, "baseline_s": baseline} if profiled and baseline else None
+
+
+def profiling_cost(files: Iterable[tuple[Any, dict[str, list[float]] | None]]) -> list[dict[str, Any]]:
+    """Per (role, rank): mean wall time of the profiled steps against the unprofiled steps timed before them
+    (``inflation`` = profiled / baseline - 1: 0.04 is "4% slower"). Ranks whose windows lack the figures
+    (foreign traces, windows with no unprofiled step before them) are left out."""
+    acc: dict[tuple[str, int], list[list[float]]] = defaultdict(lambda: [[], [], 0])
+    for info, cost in files:
+        if cost:
+            a = acc[(info.role or "", -1 if info.rank is None else info.rank)]
+            a[0] += cost["baseline_s"]
+            a[1] += cost["profiled_s"]
+            a[2] += 1
+    rows = []
+    for (role, rank), (base, prof, windows) in sorted(acc.items()):
+        b, p = sum(base) / len(base), sum(prof) / len(prof)
+        rows.append({"role": role or None, "rank": None if rank < 0 else rank, "baseline_s": b, "profiled_s": p,
+                     "inflation": (p / b - 1.0) if b > 0 else None, "baseline_steps": len(base),
+                     "profiled_steps": len(prof), "windows": windows})
+    return rows
 
 
 def _rows(table: dict[str, list[float]], top: int | None, total: float, share_of: int = 1,
@@ -212,6 +244,8 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None)
     outside: dict[str, float] = defaultdict(float)
     ranks = []
     traced = 0.0
+    files = list(files)
+    cost = profiling_cost((info, p.get("profiling_cost")) for info, p in files)
     for info, parts in group(files):
         s = _merge(parts)
         traced += s["traced_us"]
@@ -251,4 +285,5 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None)
         "device_busy_us": sum(r["device_busy_us"] for r in ranks),
         "traced_us": traced,
         "outside_steps": dict(outside),
+        "profiling_cost": cost,
     }

@@ -1,0 +1,157 @@
+"""The memory guard on real torch.profiler (CPU): a heavy-flag loop of many small ops under a low budget."""
+
+import gzip
+import json
+import logging
+
+import msgspec
+import pytest
+import torch
+
+from distprof import Profiler, ProfilerConfig
+from distprof.guard import GUARD_STOP, MemoryGuard
+
+from conftest import trace_files, trace_names
+
+HEAVY = {"activities": ["cpu"], "profile_memory": True, "record_shapes": True, "with_stack": True}
+
+
+class SmallOps:
+    """A training step of a few hundred tiny ops: the heavy flags make its trace grow fast."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.x, self.w, self.b = torch.randn(8, 8), torch.randn(8, 8), torch.randn(8)
+        self.steps_run = 0
+
+    def step(self):
+        y = self.x
+        for _ in range(150):
+            y = torch.tanh(y @ self.w + self.b)
+        self.steps_run += 1
+        return float(y.sum())
+
+
+def cfg(tmp_path, **kw):
+    base = dict(enable=True, save_path=str(tmp_path / "run"), torch=HEAVY)
+    base.update(kw)
+    return ProfilerConfig(**base)
+
+
+def manifest(tmp_path):
+    p = tmp_path / "run" / "main" / "rank00000" / "manifest.jsonl"
+    return [msgspec.json.decode(line) for line in p.read_bytes().splitlines()] if p.exists() else []
+
+
+def train(prof, n):
+    loop = SmallOps()
+    with prof:
+        for _ in range(n):
+            loop.step()
+            prof.step()
+    return loop
+
+
+def guard_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "capturing no more windows" in r.getMessage()]
+
+
+def test_trace_budget_closes_the_window_early_keeps_its_file_and_stops_capturing(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="distprof")
+    # Window 1-40 would export tens of MB with these flags; the budget is 3 MB. Window 50-51 must never open.
+    prof = Profiler(cfg(tmp_path, steps="1-40,50-51", max_trace_mb=3))
+    loop = train(prof, 60)
+    assert loop.steps_run == 60 and prof.global_step == 60  # training went on to the end
+    (rec,) = manifest(tmp_path)  # one window only: the second was not opened
+    assert rec["complete"] is False and rec["stopped_by"] == GUARD_STOP == "memory_guard"
+    first, last = rec["steps"]
+    assert first == 1 and 1 <= last < 40
+    g = rec["guard"]
+    assert g["limit"] == "max_trace_mb" and g["limit_value"] == 3 and g["measured"] > 3 and g["step"] == last
+    assert g["trace_estimate_mb"] == pytest.approx(g["measured"], abs=0.1) and g["rss_gb"] >= g["rss_at_open_gb"]
+    (f,) = trace_files(tmp_path / "run")
+    with gzip.open(f) as fh:
+        raw = fh.read()
+    json.loads(raw)  # complete, valid JSON
+    # The estimate tracks the real size (it is what the limit is about): within a factor of 2 either way.
+    assert 0.5 <= len(raw) / 1e6 / g["trace_estimate_mb"] <= 2
+    steps = sorted(int(n.split("#")[1]) for n in trace_names(f, "ProfilerStep#"))
+    assert steps[0] == 1 and set(range(1, last + 1)) <= set(steps) and max(steps) <= last + 1
+    assert rec["step_times_s"] and len(rec["step_times_s"]) == last - first + 1
+    (w,) = guard_warnings(caplog)  # warned once, with the numbers
+    assert "max_trace_mb=3" in w and "estimated trace size" in w and f"closing window 1-40" in w
+    assert prof.windows_closed == 1 and not prof.capturing
+
+
+def test_trace_budget_not_fooled_by_memory_an_earlier_window_freed(tmp_path):
+    """RSS does not grow while a window refills heap an earlier window freed; the heap estimate does."""
+    train(Profiler(cfg(tmp_path / "earlier", steps="1-30")), 31)  # ~20 MB of buffers, freed at its export
+    prof = Profiler(cfg(tmp_path, steps="1-40", max_trace_mb=5))
+    train(prof, 42)
+    (rec,) = manifest(tmp_path)
+    assert rec["stopped_by"] == "memory_guard" and rec["steps"][1] < 40
+    assert rec["guard"]["trace_basis"] == "heap" and rec["guard"]["trace_estimate_mb"] > 5
+
+
+@pytest.mark.parametrize("limit,kw,words", [
+    ("max_host_memory_gb", {"max_host_memory_gb": 0.001}, "process RSS"),
+    ("min_available_memory_gb", {"min_available_memory_gb": 1e6}, "host available memory"),
+])
+def test_host_limits_crossed_at_once_capture_nothing_and_say_why(tmp_path, caplog, limit, kw, words):
+    """A limit already crossed when the window opens: closed at the first step end (its warm-up), so nothing is
+    recorded and no file written; the warning names the limit; later windows are not opened."""
+    caplog.set_level(logging.WARNING, logger="distprof")
+    prof = Profiler(cfg(tmp_path, steps=[2, 3, 6], **kw))
+    loop = train(prof, 8)
+    assert loop.steps_run == 8
+    assert trace_files(tmp_path / "run") == [] and manifest(tmp_path) == []
+    (w,) = guard_warnings(caplog)
+    assert limit in w and words in w and "in its warm-up: nothing recorded yet" in w
+    assert prof.windows_closed == 0
+
+
+def test_generous_guard_changes_nothing(tmp_path):
+    plain_dir, guarded_dir = tmp_path / "plain", tmp_path / "guarded"
+    train(Profiler(cfg(plain_dir, steps=[2, 3, 6])), 8)
+    prof = Profiler(cfg(guarded_dir, steps=[2, 3, 6], max_trace_mb=10_000, max_host_memory_gb=10_000,
+                        min_available_memory_gb=0.001))
+    assert isinstance(prof._mem_guard, MemoryGuard)  # the guard is really on
+    train(prof, 8)
+    a, b = manifest(plain_dir), manifest(guarded_dir)
+    assert [(r["steps"], r["complete"]) for r in a] == [(r["steps"], r["complete"]) for r in b] == \
+        [([2, 3], True), ([6, 6], True)]
+    assert all("guard" not in r and "stopped_by" not in r for r in b)
+
+
+def test_guard_samples_at_most_every_interval():
+    g = MemoryGuard(max_trace_bytes=1e12, interval_s=3600)
+    g.open()
+    assert g.check() is None and g.samples == 1
+    assert all(g.check() is None for _ in range(100)) and g.samples == 1  # not due: no psutil read
+    assert g.sample() is None and g.samples == 2
+
+
+def test_no_limit_no_guard(tmp_path):
+    assert MemoryGuard.from_config(ProfilerConfig()) is None
+    assert Profiler(cfg(tmp_path, steps=[1]))._mem_guard is None
+
+
+@pytest.mark.parametrize("field", ["max_host_memory_gb", "min_available_memory_gb", "max_trace_mb"])
+@pytest.mark.parametrize("bad", [0, -1, "lots", float("nan"), float("inf"), True, [1]])
+def test_bad_limits_refused_naming_field_value_and_fix(field, bad):
+    with pytest.raises(ValueError) as e:
+        ProfilerConfig(**{field: bad})
+    text = str(e.value)
+    assert field in text and "> 0" in text and "null to turn it off" in text
+
+
+def test_limits_from_environment_and_yaml(tmp_path, monkeypatch):
+    monkeypatch.setenv("DISTPROF_MAX_TRACE_MB", "500")
+    monkeypatch.setenv("DISTPROF_MAX_HOST_MEMORY_GB", "8")
+    c = ProfilerConfig()
+    assert c.max_trace_mb == 500.0 and c.max_host_memory_gb == 8.0 and c.min_available_memory_gb is None
+    monkeypatch.delenv("DISTPROF_MAX_TRACE_MB")
+    monkeypatch.delenv("DISTPROF_MAX_HOST_MEMORY_GB")
+    p = tmp_path / "c.yaml"
+    p.write_text("min_available_memory_gb: 1.5\n")
+    assert ProfilerConfig.from_yaml(p).min_available_memory_gb == 1.5
