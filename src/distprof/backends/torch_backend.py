@@ -185,7 +185,7 @@ class TorchBackend:
             if self.opts.export_chrome_trace:
                 suffix = trace_suffix(self.opts)
                 raw = ctx.tmp_path("trace" + _PLAIN)
-                made.append(raw)
+                made += [raw, raw + _KINETO_TMP]
                 prof.export_chrome_trace(raw)
                 check_trace(raw)
                 if self.opts.gzip:
@@ -193,8 +193,7 @@ class TorchBackend:
                     made.append(gz)
                     gzip_verified(raw, gz)
                     _unlink(raw)
-                    made.remove(raw)
-                self._exported[suffix] = made[-1]
+                self._exported[suffix] = gz if self.opts.gzip else raw
             if self.opts.export_stacks:
                 tmp = ctx.tmp_path("stacks.txt")
                 made.append(tmp)
@@ -223,6 +222,7 @@ _PLAIN = ".pt.trace.json"
 _HEAD, _TAIL = 1 << 20, 4096  # bytes of a fresh trace read to check it (its start and its end)
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CHUNK = 1 << 20
+_KINETO_TMP = ".tmp"  # Kineto writes PATH.tmp and renames it to PATH; a failed write leaves PATH.tmp behind
 
 
 class TraceExportError(OSError):
@@ -234,6 +234,9 @@ def check_trace(path: str) -> None:
     ``traceEvents`` list starts near the top and that ends with its closing brace (Kineto writes the list's
     end and a few keys last, so a write cut short by a full disk fails here). Reads two bounded pieces,
     not the whole trace."""
+    if not os.path.exists(path):
+        raise TraceExportError(f"torch wrote no trace to {path} (is the disk full or read-only?); "
+                               "the window is not published")
     size = os.path.getsize(path)
     if size == 0:
         raise TraceExportError(f"torch wrote an empty trace to {path} (is the disk full?); the window is not published")

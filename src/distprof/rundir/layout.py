@@ -64,7 +64,7 @@ def window_file_name(start: int, end: int, suffix: str, label: str | None = None
 
 
 _STAGE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}(?:\.pid\d+)?\.stage-([A-Za-z0-9_-]+)\.")
+_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}(?:\.pid\d+(?:-\d+)?)?\.stage-([A-Za-z0-9_-]+)\.")
 
 
 def stage_label(stage: str, nth: int = 1) -> str:
@@ -86,12 +86,13 @@ def temp_name(pid: int, name: str) -> str:
     return f"{TMP_PREFIX}{pid}-{name}"
 
 
-def conflict_name(name: str, pid: int) -> str:
+def conflict_name(name: str, pid: int, nth: int = 1) -> str:
     """The name process ``pid`` publishes ``name`` under when another writer of the same (role, rank) already
     holds it: ``step00000003-00000005.pt.trace.json.gz`` -> ``step00000003-00000005.pid1234.pt.trace.json.gz``
-    (the pid goes after the first component, so the suffix, and a stage label, still read the same)."""
+    (the pid goes after the first component, so the suffix, and a stage label, still read the same). ``nth``
+    from 2 (``.pid1234-2``): that name is taken too (one pid on two hosts or containers, or a re-run in one process)."""
     head, dot, rest = name.partition(".")
-    return f"{head}.pid{pid}{dot}{rest}"
+    return f"{head}.pid{pid}{'' if nth == 1 else f'-{nth}'}{dot}{rest}"
 
 
 def pid_of_temp(name: str) -> int | None:

@@ -145,16 +145,18 @@ class RunDir:
             fs.put_file(tmp, posixpath.join(self.root, rel))
             os.unlink(tmp)
             return Published(path=rel, bytes=size, conflict=conflict)
-        conflict = False
+        want, nth = name, 0
         while True:
             rel = str(PurePosixPath(rel_dir) / name)
             try:
                 os.link(tmp, os.path.join(self.root, rel))  # fails if the name exists: never overwrites
                 break
             except FileExistsError:
-                if conflict:  # our own pid-named file exists too: a bug, not a race; say so
+                nth += 1
+                if nth > 1000:  # a thousand writers of one name: something else is wrong; say so
                     raise
-                conflict, name = True, conflict_name(name, os.getpid())
+                name = conflict_name(want, os.getpid(), nth)
+        conflict = nth > 0
         os.unlink(tmp)
         return Published(path=rel, bytes=size, conflict=conflict)
 
@@ -163,8 +165,10 @@ class RunDir:
         size = os.path.getsize(tmp)
         os.makedirs(keep_dir, exist_ok=True)
         final = os.path.join(keep_dir, name)
-        if os.path.exists(final):
-            name = conflict_name(name, os.getpid())
+        want, nth = name, 0
+        while os.path.exists(final):
+            nth += 1
+            name = conflict_name(want, os.getpid(), nth)
             final = os.path.join(keep_dir, name)
         shutil.move(tmp, final)
         return Published(path=str(PurePosixPath(rel_dir) / name), bytes=size)
