@@ -176,3 +176,23 @@ def test_two_writers_in_one_process_never_overwrite(tmp_path, caplog):
     assert names == sorted(["step00000001-00000001.pt.trace.json.gz", f"step00000001-00000001.pid{pid}.pt.trace.json.gz",
                             f"step00000001-00000001.pid{pid}-2.pt.trace.json.gz"])
     assert [r.writer_conflict for r in manifest_records(str(tmp_path / "run"))] == [False, True, True]
+
+
+def test_file_system_without_hard_links_still_publishes_without_overwriting(tmp_path, monkeypatch):
+    """Some FUSE mounts refuse link(2) (EPERM): publication falls back to check-then-rename, same names."""
+    import errno
+
+    def no_links(src, dst, *a, **k):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)
+    c = ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1], torch={"activities": ["cpu"]})
+    for _ in range(2):
+        p = Profiler(c, rank=0, world_size=1)
+        run(p, 3)
+        assert p.enabled and p.windows_closed == 1
+    names = sorted(os.path.basename(f) for f in trace_files(tmp_path / "run"))
+    assert names == sorted(["step00000001-00000001.pt.trace.json.gz",
+                            f"step00000001-00000001.pid{os.getpid()}.pt.trace.json.gz"])
+    for f in trace_files(tmp_path / "run"):
+        assert load_trace(f)["traceEvents"]

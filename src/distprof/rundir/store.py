@@ -1,13 +1,16 @@
 """Writing a run directory: atomic publication, manifest lines, run.json; listing what a node holds.
 
 Files only ever appear complete: they are written under a hidden temporary name (:func:`layout.temp_name`)
-in the same directory and renamed. A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
+in the same directory and published by a hard link (which, unlike a rename, never replaces another writer's
+file: see :meth:`RunDir.publish`). A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
 ``memory://``) is staged on local disk and uploaded object by object (an object store publishes an object
 atomically). No step needs a collective: every writer owns its own files.
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
 import logging
 import os
 import posixpath
@@ -28,6 +31,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["RunDir", "Published", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
+_temp_seq = itertools.count(1)  # makes every temporary name of this process unique
 
 
 # Room left under PATH_MAX for what the profiler adds below save_path (role/rank00000/.tmp-PID-step...-....pid....).
@@ -119,8 +124,9 @@ class RunDir:
         return d
 
     def temp_path(self, rel_dir: str, name: str) -> str:
-        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix)."""
-        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), name))
+        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix), never used twice
+        by this process: a window staged for upload is still there while the next one is exported."""
+        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), f"{next(_temp_seq)}-{name}"))
 
     def url(self, rel: str) -> str:
         return posixpath.join(self.save_path.rstrip("/"), rel) if self.remote else os.path.join(self.root, rel)
@@ -131,7 +137,7 @@ class RunDir:
 
         Two processes that claim one (role, rank) write the same names: the second keeps its file under
         :func:`layout.conflict_name` (``Published.conflict``). Locally this is exact (a hard link fails if the
-        name exists); on an object store it is a check before the put, so two puts racing within one round
+        name exists; a file system without hard links gets a check before a rename); on an object store it is a check before the put, so two puts racing within one round
         trip can still overwrite each other (object stores have no portable create-if-absent).
         """
         size = os.path.getsize(tmp)
@@ -148,17 +154,12 @@ class RunDir:
         want, nth = name, 0
         while True:
             rel = str(PurePosixPath(rel_dir) / name)
-            try:
-                os.link(tmp, os.path.join(self.root, rel))  # fails if the name exists: never overwrites
-                break
-            except FileExistsError:
-                nth += 1
-                if nth > 1000:  # a thousand writers of one name: something else is wrong; say so
-                    raise
-                name = conflict_name(want, os.getpid(), nth)
-        conflict = nth > 0
-        os.unlink(tmp)
-        return Published(path=rel, bytes=size, conflict=conflict)
+            if _place(tmp, os.path.join(self.root, rel)):
+                return Published(path=rel, bytes=size, conflict=nth > 0)
+            nth += 1
+            if nth > 1000:  # a thousand writers of one name: something else is wrong; say so
+                raise FileExistsError(f"{rel}: a thousand files of this name already exist")
+            name = conflict_name(want, os.getpid(), nth)
 
     def keep_local(self, tmp: str, rel_dir: str, name: str, keep_dir: str) -> Published:
         """Move a staged file that could not be uploaded to ``keep_dir`` (kept, never deleted)."""
@@ -218,12 +219,10 @@ class RunDir:
         with open(tmp, "wb") as f:
             f.write(data)
         try:
-            os.link(tmp, final)  # fails if it exists: atomic first-writer-wins
-            return True
-        except FileExistsError:
-            return False
+            return _place(tmp, final)  # atomic first-writer-wins
         finally:
-            os.unlink(tmp)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     def cleanup(self) -> None:
         if self._staging:
@@ -255,6 +254,25 @@ def warn_conflict(run: RunDir, rel_dir: str, names: list[str], published: list[P
     logger.warning("distprof: %s: %s already wrote %s under %s; this process keeps its file as %s. Two processes "
                    "claim the same role and rank (did rank detection fall back to 0?); both files are kept",
                    who, other, names[0] if names else "?", run.url(rel_dir), published[0].path)
+
+
+def _place(tmp: str, final: str) -> bool:
+    """Give ``tmp`` the name ``final`` unless that name exists (then False, ``tmp`` untouched). ``tmp`` is gone
+    on success. A hard link is atomic and never replaces a file, unlike a rename; a file system without hard
+    links (some FUSE mounts of object stores, SMB) gets a check, then a rename."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.exists(final):
+            return False
+        os.replace(tmp, final)
+        return True
+    os.unlink(tmp)
+    return True
 
 
 def _append_line(path: str, line: bytes) -> None:

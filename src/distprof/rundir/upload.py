@@ -28,7 +28,7 @@ __all__ = ["UploadJob", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT
 
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
-DRAIN_TIMEOUT_S = 120.0  # at stop(): how long the process waits for pending uploads before keeping them locally
+DRAIN_TIMEOUT_S = 15.0  # at stop(): wait this long for pending uploads, then keep them locally (fits a SIGTERM grace period)
 QUEUE_WINDOWS = 64  # windows waiting at most; one more is kept locally at once (a step never waits for room)
 
 
@@ -151,7 +151,12 @@ def _keep_local(job: UploadJob, error: str, published: list[Published] = ()) -> 
     keep_dir = job.run.unsent_dir(job.rel_dir)
     kept = list(published)
     for tmp, name in job.files:
-        kept.append(job.run.keep_local(tmp, job.rel_dir, name, keep_dir))
+        try:
+            kept.append(job.run.keep_local(tmp, job.rel_dir, name, keep_dir))
+        except OSError:  # this host's disk failed too: keep what can be kept, say what could not
+            logger.exception("distprof: %s could not keep %s in %s either; it is lost", job.who, name, keep_dir)
+    if not kept:
+        return
     record = job.record(kept)
     record.local_path = os.path.abspath(keep_dir)
     record.upload_error = error
