@@ -159,3 +159,28 @@ def test_upload_that_finally_fails_is_kept_locally_and_says_where(moto, tmp_path
     assert os.path.getsize(kept) == rec.files[0].bytes
     assert _steps_of(lambda: gzip.open(kept)) == [2]
     assert d.endswith(os.path.join("main", "rank00000")) and "bkt2" in d
+
+
+def test_stop_keeps_what_the_dead_store_did_not_take_within_its_wait(moto, tmp_path, monkeypatch):
+    """stop() waits a bounded time: the windows still queued then are kept locally (the training process may be
+    about to be killed), each with its manifest line beside the files."""
+    monkeypatch.setattr(upload, "DRAIN_TIMEOUT_S", 0.5)
+    fs = _fs()
+    fs.mkdir("bkt3")
+    prof = Profiler(ProfilerConfig(enable=True, save_path="s3://bkt3/run", steps=[1, 3, 5],
+                                   torch={"activities": ["cpu"]}), rank=0, world_size=1)
+    trainer = Trainer()
+    prof.start()
+    moto.kill()
+    for _ in range(7):  # three windows close while the store is down
+        trainer.train_step()
+        prof.step()
+    assert upload.uploader().pending() == 3 and prof.windows_closed == 3
+    prof.stop()
+    assert upload.uploader().drain(60) and upload.uploader().pending() == 0
+    [d] = [d for d, _, names in os.walk(tmp_path / "cache") if "manifest.jsonl" in names]
+    records = read_manifest(open(os.path.join(d, "manifest.jsonl"), "rb").read()).records
+    assert sorted(r.steps[0] for r in records) == [1, 3, 5]
+    assert all(r.local_path == d and r.upload_error for r in records)
+    for r in records:
+        assert _steps_of(lambda: gzip.open(os.path.join(d, os.path.basename(r.files[0].path)))) == [r.steps[0]]

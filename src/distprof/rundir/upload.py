@@ -65,16 +65,20 @@ class Uploader:
             self._q.put_nowait(job)
         except queue.Full:
             self._done()
-            _keep_local(job, f"upload queue full ({QUEUE_WINDOWS} windows waiting for the object store)")
+            # On the training thread: no network call, the line goes beside the files.
+            _keep_local(job, f"upload queue full ({QUEUE_WINDOWS} windows waiting for the object store)",
+                        try_store=False)
 
     def pending(self) -> int:
         """Windows queued or being uploaded."""
         with self._cv:
             return self._pending
 
-    def drain(self, timeout: float = DRAIN_TIMEOUT_S) -> bool:
-        """Wait at most ``timeout`` s for every queued window to be uploaded (or kept locally). True if none is
-        left. On timeout, queued windows are kept locally now and the one in flight stops retrying."""
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait at most ``timeout`` s (default :data:`DRAIN_TIMEOUT_S`) for every queued window to be uploaded (or
+        kept locally). True if none is left. On timeout, queued windows are kept locally now and the one in flight
+        stops retrying."""
+        timeout = DRAIN_TIMEOUT_S if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._cv:
             while self._pending and (left := deadline - time.monotonic()) > 0:
@@ -88,7 +92,7 @@ class Uploader:
                 job = self._q.get_nowait()
             except queue.Empty:
                 break
-            _keep_local(job, f"not uploaded within {timeout:g} s of stop()")
+            _keep_local(job, f"not uploaded within {timeout:g} s of stop()", try_store=False)  # the store is slow now
             self._done()
         with self._cv:  # the job in flight gives up at its next retry; its own attempt is bounded by fsspec
             while self._pending and (left := deadline + 2 * FIRST_BACKOFF_S + MAX_BACKOFF_S - time.monotonic()) > 0:
@@ -146,8 +150,9 @@ class Uploader:
         _keep_local(UploadJob(job.run, job.rel_dir, todo, job.record, job.who), error[:500], published)
 
 
-def _keep_local(job: UploadJob, error: str, published: list[Published] = ()) -> None:
-    """Keep a window's files that did not reach the object store in the run's unsent folder, and say where."""
+def _keep_local(job: UploadJob, error: str, published: list[Published] = (), try_store: bool = True) -> None:
+    """Keep a window's files that did not reach the object store in the run's unsent folder, and say where: its
+    manifest line goes to the object store if ``try_store`` and it answers, else beside the files."""
     keep_dir = job.run.unsent_dir(job.rel_dir)
     kept = list(published)
     for tmp, name in job.files:
@@ -160,10 +165,14 @@ def _keep_local(job: UploadJob, error: str, published: list[Published] = ()) -> 
     record = job.record(kept)
     record.local_path = os.path.abspath(keep_dir)
     record.upload_error = error
-    try:
-        job.run.append_manifest(job.rel_dir, record)
-        where = "the manifest on " + job.run.url(job.rel_dir)
-    except Exception:  # the object store is still down: the line goes beside the files
+    where = None
+    if try_store:
+        try:
+            job.run.append_manifest(job.rel_dir, record)
+            where = "the manifest on " + job.run.url(job.rel_dir)
+        except Exception:  # the object store is still down: the line goes beside the files
+            pass
+    if where is None:
         job.run.append_local_manifest(keep_dir, record)
         where = "a local manifest there"
     logger.error("distprof: %s could not upload window %s-%s (%s); its files are kept at %s (recorded in %s)",
