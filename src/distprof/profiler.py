@@ -27,7 +27,8 @@ from .config import ProfilerConfig
 from .envvars import apply_log_level
 from .rundir.layout import ROLE_JSON, rank_dir, sanitize_role, stage_label
 from .rundir.manifest import FileEntry, WindowRecord
-from .rundir.store import RunDir
+from .rundir.store import Published, RunDir, warn_conflict
+from .rundir.upload import UploadJob, active as upload_active, uploader
 from .plan import Window, role_selected
 from .runtime import detect_local_rank, detect_rank_world, host_name, torch_version
 
@@ -351,7 +352,7 @@ class Profiler:
             if self._armed:
                 window_closed(self)
                 self._armed = False
-            self._run.cleanup()
+            self._cleanup_run()
             return
         if self._held is not None:
             w, last, t1 = self._held
@@ -365,7 +366,7 @@ class Profiler:
         if self._windows_closed == 0 and not self.config.is_process_backend:  # those tools write their own files
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
-        self._run.cleanup()
+        self._cleanup_run()
 
     def _maybe_open(self) -> None:
         w = self._next
@@ -401,29 +402,29 @@ class Profiler:
         t1 = time.time() if t1 is None else t1
         result = self._backend.finish(w.start, last)
         self._last_summary = result.summary
-        published = []
-        try:
-            for name, tmp in sorted(result.files.items()):
-                published.append(self._run.publish(tmp, self._dir, name))
-        except BaseException:
-            for tmp in result.files.values():  # leave no half-made temporaries behind
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            raise
-        if published:
-            self._windows_closed += 1
-            record = WindowRecord(
+        staged = [(tmp, name) for name, tmp in sorted(result.files.items())]
+        if staged:
+            fields = dict(
                 role=self.role, rank=self.rank, world_size=self.world_size,
                 steps=[w.start, last], complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
-                start_time=self._window_t0, end_time=t1, written_time=time.time(),
-                files=[FileEntry(p.path, p.bytes) for p in published],
-                file=published[0].path, bytes=published[0].bytes,
+                start_time=self._window_t0, end_time=t1,
                 host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
                 step_times_s=self._step_times, baseline_times_s=self._window_baseline, guard=self._guard_numbers,
             )
-            self._run.append_manifest(self._dir, record)
-            logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
+
+            def record(published: list[Published]) -> WindowRecord:  # once the files are where they stay
+                return WindowRecord(**fields, written_time=time.time(),
+                                    files=[FileEntry(p.path, p.bytes) for p in published],
+                                    file=published[0].path, bytes=published[0].bytes,
+                                    writer_conflict=any(p.conflict for p in published))
+
+            if self._run.remote:
+                # The network is never waited on in a training step: a background thread uploads and retries.
+                uploader().submit(UploadJob(self._run, self._dir, staged, record, self._who()))
+            else:
+                self._publish_local(staged, record)
+            self._windows_closed += 1
         self._step_times, self._window_baseline = [], []
         self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
         self._plan_timing()
@@ -466,6 +467,28 @@ class Profiler:
             self._close(w, last=last, stopped_by=GUARD_STOP)
         finally:
             self._guard_numbers = None
+
+    def _publish_local(self, staged: list[tuple[str, str]], record) -> None:
+        published = []
+        try:
+            for tmp, name in staged:
+                published.append(self._run.publish(tmp, self._dir, name))
+        except BaseException:
+            for tmp, _ in staged:  # leave no half-made temporaries behind
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            raise
+        self._run.append_manifest(self._dir, record(published))
+        warn_conflict(self._run, self._dir, [n for _, n in staged], published, self._who())
+        logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
+
+    def _cleanup_run(self) -> None:
+        """Delete the local staging folder, once uploads waiting in it are done (bounded wait)."""
+        if self._run.remote and (u := upload_active()) is not None and not u.drain():
+            logger.warning("distprof: %s: an upload is still in flight at stop(); its staged files stay in %s",
+                           self._who(), self._run.local_dir(""))
+            return
+        self._run.cleanup()
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:

@@ -13,10 +13,13 @@ ended everywhere, for a driver stepping several worker groups).
 
 from __future__ import annotations
 
+import gzip
 import inspect
 import json
 import logging
 import os
+import re
+import shutil
 import sys
 from typing import Any
 
@@ -169,23 +172,103 @@ class TorchBackend:
         self._ready = prof  # written by finish(); torch keeps the results on the object until then
 
     def _write(self, prof: Any) -> None:
+        """Export the window into hidden temporaries of its own folder (``self._exported``), verified.
+
+        torch's ``export_chrome_trace(x.gz)`` writes the whole JSON uncompressed into ``$TMPDIR`` first (a node's
+        /tmp fills up), and when that write fails the gzip it makes is empty while nothing raises. So torch writes
+        plain JSON beside the final file, we check it is a whole trace, then gzip it ourselves. Any failure
+        deletes every temporary of this window and raises: nothing half-made is left or published.
+        """
         ctx = self._ctx
-        if self.opts.export_chrome_trace:
-            suffix = trace_suffix(self.opts)
-            tmp = ctx.tmp_path("trace" + suffix)
-            prof.export_chrome_trace(tmp)
-            self._exported[suffix] = tmp
-        if self.opts.export_stacks:
-            tmp = ctx.tmp_path("stacks.txt")
-            prof.export_stacks(tmp, self.opts.stacks_metric)
-            self._exported[".stacks.txt"] = tmp
-        self._summary = {**summarize(prof, self.opts.summary_top), "activities": list(self._resolved)}
+        made: list[str] = []
+        try:
+            if self.opts.export_chrome_trace:
+                suffix = trace_suffix(self.opts)
+                raw = ctx.tmp_path("trace" + _PLAIN)
+                made += [raw, raw + _KINETO_TMP]
+                prof.export_chrome_trace(raw)
+                check_trace(raw)
+                if self.opts.gzip:
+                    gz = ctx.tmp_path("trace" + suffix)
+                    made.append(gz)
+                    gzip_verified(raw, gz)
+                    _unlink(raw)
+                self._exported[suffix] = gz if self.opts.gzip else raw
+            if self.opts.export_stacks:
+                tmp = ctx.tmp_path("stacks.txt")
+                made.append(tmp)
+                prof.export_stacks(tmp, self.opts.stacks_metric)
+                self._exported[".stacks.txt"] = tmp
+        except BaseException:
+            for tmp in made:
+                _unlink(tmp)
+            self._exported = {}
+            raise
+        try:
+            self._summary = {**summarize(prof, self.opts.summary_top), "activities": list(self._resolved)}
+        except Exception:  # the summary is a convenience; the trace already exported is what matters: keep it
+            logger.warning("distprof: the op summary of %s rank %d failed (key_averages); its trace is kept, "
+                           "without a summary", ctx.role, ctx.rank, exc_info=True)
+            self._summary = None
 
     def _activities(self, torch: Any) -> list[Any]:
         from torch.profiler import ProfilerActivity
 
         self._resolved = resolve_activities(self.opts.activities, accelerators_present(torch))
         return [getattr(ProfilerActivity, a.upper()) for a in self._resolved]
+
+
+_PLAIN = ".pt.trace.json"
+_HEAD, _TAIL = 1 << 20, 4096  # bytes of a fresh trace read to check it (its start and its end)
+_EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CHUNK = 1 << 20
+_KINETO_TMP = ".tmp"  # Kineto writes PATH.tmp and renames it to PATH; a failed write leaves PATH.tmp behind
+
+
+class TraceExportError(OSError):
+    """A window's trace came out empty or cut off (a full disk under torch's writer): not published."""
+
+
+def check_trace(path: str) -> None:
+    """Raise :class:`TraceExportError` unless ``path`` is a whole Kineto JSON trace: an object whose
+    ``traceEvents`` list starts near the top and that ends with its closing brace (Kineto writes the list's
+    end and a few keys last, so a write cut short by a full disk fails here). Reads two bounded pieces,
+    not the whole trace."""
+    if not os.path.exists(path):
+        raise TraceExportError(f"torch wrote no trace to {path} (is the disk full or read-only?); "
+                               "the window is not published")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise TraceExportError(f"torch wrote an empty trace to {path} (is the disk full?); the window is not published")
+    with open(path, "rb") as f:
+        head = f.read(_HEAD)
+        f.seek(max(0, size - _TAIL))
+        tail = f.read(_TAIL)
+    if not head.lstrip().startswith(b"{") or not _EVENTS.search(head):
+        raise TraceExportError(f"the trace torch wrote to {path} has no traceEvents list; the window is not published")
+    if not tail.rstrip().endswith(b"}"):
+        raise TraceExportError(f"the trace torch wrote to {path} is cut off after {size} bytes (is the disk full?); "
+                               "the window is not published")
+
+
+def gzip_verified(src: str, dst: str) -> None:
+    """Gzip ``src`` into ``dst`` in chunks, then read ``dst`` back: its CRC and length must match ``src``."""
+    # Level 6 (zlib's default): about as small as torch's level 9 for trace JSON, several times faster.
+    with open(src, "rb") as fin, open(dst, "wb") as raw_out:
+        with gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw_out, mtime=0) as out:
+            shutil.copyfileobj(fin, out, _CHUNK)
+        raw_out.flush()
+        os.fsync(raw_out.fileno())  # a full disk may only say so at write-back: find out before publishing
+    n = 0
+    try:
+        with gzip.open(dst, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                n += len(chunk)
+    except (OSError, EOFError) as e:
+        raise TraceExportError(f"the gzip written to {dst} does not read back ({e}); the window is not published") from None
+    if n != os.path.getsize(src):
+        raise TraceExportError(f"the gzip written to {dst} holds {n} of {os.path.getsize(src)} bytes; "
+                               "the window is not published")
 
 
 def accelerators_present(torch: Any) -> list[str]:

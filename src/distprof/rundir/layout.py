@@ -8,6 +8,8 @@
     {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
 
 A file whose name starts with ``.tmp-{pid}-`` is a write in progress (or one that never finished).
+When two processes claim one (role, rank), the second to publish a name keeps its file as
+``step{A:08d}-{B:08d}.pid{P}{...}`` (see :func:`conflict_name`): nothing is ever overwritten.
 Pure functions and constants: no I/O, no imports beyond the standard library.
 """
 
@@ -18,7 +20,7 @@ import re
 
 __all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "PROCESS_BACKENDS", "is_url", "sanitize_role",
            "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
-           "pid_of_temp", "process_output_prefix", "is_process_output"]
+           "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output"]
 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
@@ -62,7 +64,7 @@ def window_file_name(start: int, end: int, suffix: str, label: str | None = None
 
 
 _STAGE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}\.stage-([A-Za-z0-9_-]+)\.")
+_STAGE_FILE = re.compile(r"^step\d{8}-\d{8}(?:\.pid\d+(?:-\d+)?)?\.stage-([A-Za-z0-9_-]+)\.")
 
 
 def stage_label(stage: str, nth: int = 1) -> str:
@@ -82,6 +84,15 @@ def temp_name(pid: int, name: str) -> str:
     """The hidden name ``name`` is written under by process ``pid`` before it is published (ends like it:
     torch gzips by suffix)."""
     return f"{TMP_PREFIX}{pid}-{name}"
+
+
+def conflict_name(name: str, pid: int, nth: int = 1) -> str:
+    """The name process ``pid`` publishes ``name`` under when another writer of the same (role, rank) already
+    holds it: ``step00000003-00000005.pt.trace.json.gz`` -> ``step00000003-00000005.pid1234.pt.trace.json.gz``
+    (the pid goes after the first component, so the suffix, and a stage label, still read the same). ``nth``
+    from 2 (``.pid1234-2``): that name is taken too (one pid on two hosts or containers, or a re-run in one process)."""
+    head, dot, rest = name.partition(".")
+    return f"{head}.pid{pid}{'' if nth == 1 else f'-{nth}'}{dot}{rest}"
 
 
 def pid_of_temp(name: str) -> int | None:

@@ -1,16 +1,20 @@
 """Writing a run directory: atomic publication, manifest lines, run.json; listing what a node holds.
 
 Files only ever appear complete: they are written under a hidden temporary name (:func:`layout.temp_name`)
-in the same directory and renamed. A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
+in the same directory and published by a hard link (which, unlike a rename, never replaces another writer's
+file: see :meth:`RunDir.publish`). A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
 ``memory://``) is staged on local disk and uploaded object by object (an object store publishes an object
 atomically). No step needs a collective: every writer owns its own files.
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
 import logging
 import os
 import posixpath
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -19,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, is_url, temp_name
+from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name, is_url, temp_name
 from .manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
 
 logger = logging.getLogger(__name__)
@@ -27,12 +31,19 @@ logger = logging.getLogger(__name__)
 __all__ = ["RunDir", "Published", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
+_temp_seq = itertools.count(1)  # makes every temporary name of this process unique
+
+
+# Room left under PATH_MAX for what the profiler adds below save_path (role/rank00000/.tmp-PID-step...-....pid....).
+_NAMES_BELOW = 160
 
 
 @dataclass(frozen=True)
 class Published:
     path: str  # relative to save_path, POSIX separators
     bytes: int
+    conflict: bool = False  # another writer held the name: published under conflict_name()
 
 
 class RunDir:
@@ -62,6 +73,7 @@ class RunDir:
                     "install it (pip install 'distprof[cloud]' for s3/gs) or use a local path"
                 ) from None
             return
+        self._check_length()
         p = Path(self.root)
         if p.exists() and not p.is_dir():
             raise ValueError(f"save_path {self.save_path!r} exists and is not a directory; choose a directory path")
@@ -73,6 +85,23 @@ class RunDir:
                 f"save_path {self.save_path!r} cannot be written ({probe} is not a writable directory); "
                 "choose a directory this process may write to"
             )
+
+    def _check_length(self) -> None:
+        """A path the OS refuses by length is a config error (ValueError), not an OSError from deep inside."""
+        raw = os.fsencode(self.root)
+        name_max, path_max = 255, 4096
+        try:
+            name_max = os.pathconf("/", "PC_NAME_MAX")
+            path_max = os.pathconf("/", "PC_PATH_MAX")
+        except (OSError, ValueError):  # not every platform reports them: keep Linux's limits
+            pass
+        longest = max((len(c) for c in raw.split(b"/")), default=0)
+        if longest > name_max:
+            raise ValueError(f"save_path {_shown(self.save_path)} has a component of {longest} bytes, over this "
+                             f"system's limit of {name_max}; use shorter folder names")
+        if len(raw) + _NAMES_BELOW > path_max:
+            raise ValueError(f"save_path {_shown(self.save_path)} is {len(raw)} bytes long; with the files written "
+                             f"below it, paths would exceed this system's limit of {path_max}; use a shorter path")
 
     # ---- paths --------------------------------------------------------------------------------
     @property
@@ -95,25 +124,68 @@ class RunDir:
         return d
 
     def temp_path(self, rel_dir: str, name: str) -> str:
-        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix)."""
-        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), name))
+        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix), never used twice
+        by this process: a window staged for upload is still there while the next one is exported."""
+        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), f"{next(_temp_seq)}-{name}"))
 
     def url(self, rel: str) -> str:
         return posixpath.join(self.save_path.rstrip("/"), rel) if self.remote else os.path.join(self.root, rel)
 
     # ---- publication ---------------------------------------------------------------------------------
     def publish(self, tmp: str, rel_dir: str, name: str) -> Published:
-        """Make ``tmp`` appear, complete, as ``rel_dir/name``."""
+        """Make ``tmp`` appear, complete, as ``rel_dir/name``; never over another writer's file.
+
+        Two processes that claim one (role, rank) write the same names: the second keeps its file under
+        :func:`layout.conflict_name` (``Published.conflict``). Locally this is exact (a hard link fails if the
+        name exists; a file system without hard links gets a check before a rename); on an object store it is a check before the put, so two puts racing within one round
+        trip can still overwrite each other (object stores have no portable create-if-absent).
+        """
         size = os.path.getsize(tmp)
-        rel = str(PurePosixPath(rel_dir) / name)
         if self.remote:
             fs = self.fs
             fs.makedirs(posixpath.join(self.root, rel_dir), exist_ok=True)
+            conflict = fs.exists(posixpath.join(self.root, rel_dir, name))
+            if conflict:
+                name = conflict_name(name, os.getpid())
+            rel = str(PurePosixPath(rel_dir) / name)
             fs.put_file(tmp, posixpath.join(self.root, rel))
             os.unlink(tmp)
-        else:
-            os.replace(tmp, os.path.join(self.root, rel))
-        return Published(path=rel, bytes=size)
+            return Published(path=rel, bytes=size, conflict=conflict)
+        want, nth = name, 0
+        while True:
+            rel = str(PurePosixPath(rel_dir) / name)
+            if _place(tmp, os.path.join(self.root, rel)):
+                return Published(path=rel, bytes=size, conflict=nth > 0)
+            nth += 1
+            if nth > 1000:  # a thousand writers of one name: something else is wrong; say so
+                raise FileExistsError(f"{rel}: a thousand files of this name already exist")
+            name = conflict_name(want, os.getpid(), nth)
+
+    def keep_local(self, tmp: str, rel_dir: str, name: str, keep_dir: str) -> Published:
+        """Move a staged file that could not be uploaded to ``keep_dir`` (kept, never deleted)."""
+        size = os.path.getsize(tmp)
+        os.makedirs(keep_dir, exist_ok=True)
+        final = os.path.join(keep_dir, name)
+        want, nth = name, 0
+        while os.path.exists(final):
+            nth += 1
+            name = conflict_name(want, os.getpid(), nth)
+            final = os.path.join(keep_dir, name)
+        shutil.move(tmp, final)
+        return Published(path=str(PurePosixPath(rel_dir) / name), bytes=size)
+
+    def unsent_dir(self, rel_dir: str) -> str:
+        """Where this run's files that could not be uploaded are kept on this host:
+        ``$XDG_CACHE_HOME/distprof/unsent/{save_path, flattened}/{rel_dir}`` (``~/.cache`` by default).
+        Outside the staging folder, which is deleted at stop()."""
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        flat = re.sub(r"[^A-Za-z0-9._-]+", "_", self.save_path).strip("_")[:200] or "run"
+        return os.path.join(cache, "distprof", "unsent", flat, *rel_dir.split("/"))
+
+    def append_local_manifest(self, local_dir: str, record: WindowRecord) -> None:
+        """One manifest line in a local folder (a window kept on this host when the object store was down)."""
+        os.makedirs(local_dir, exist_ok=True)
+        _append_line(os.path.join(local_dir, MANIFEST), encode_record(record))
 
     def append_manifest(self, rel_dir: str, record: WindowRecord) -> None:
         line = encode_record(record)
@@ -123,12 +195,7 @@ class RunDir:
             old = self.fs.cat_file(path) if self.fs.exists(path) else b""
             self.fs.pipe_file(path, old + line)
             return
-        # One write() on an O_APPEND file: a reader never sees half a line.
-        fd = os.open(os.path.join(self.local_dir(rel_dir), MANIFEST), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        _append_line(os.path.join(self.local_dir(rel_dir), MANIFEST), line)
 
     def write_run_json(self, info: dict[str, Any], rel: str = RUN_JSON) -> bool:
         """Write run.json (or another small JSON file) unless another process already did (first writer wins).
@@ -152,17 +219,75 @@ class RunDir:
         with open(tmp, "wb") as f:
             f.write(data)
         try:
-            os.link(tmp, final)  # fails if it exists: atomic first-writer-wins
-            return True
-        except FileExistsError:
-            return False
+            return _place(tmp, final)  # atomic first-writer-wins
         finally:
-            os.unlink(tmp)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
     def cleanup(self) -> None:
         if self._staging:
             shutil.rmtree(self._staging, ignore_errors=True)
             self._staging = None
+
+
+_warned_conflict = False
+
+
+def warn_conflict(run: RunDir, rel_dir: str, names: list[str], published: list[Published], who: str) -> None:
+    """Warn once per process that another writer holds this (role, rank), naming it when its manifest says."""
+    global _warned_conflict
+    if _warned_conflict or not any(p.conflict for p in published):
+        return
+    _warned_conflict = True
+    other = "another process"
+    if not run.remote:
+        try:
+            with open(os.path.join(run.root, rel_dir, MANIFEST), "rb") as fh:
+                records = read_manifest(fh.read(MANIFEST_LIMIT)).records
+            wanted = {str(PurePosixPath(rel_dir) / n) for n in names}
+            for r in records:
+                if r.pid != os.getpid() and wanted & {f.path for f in r.files}:
+                    other = f"process {r.pid} on {r.host}"
+                    break
+        except OSError:  # the other writer has not written its line yet: say what we know
+            pass
+    logger.warning("distprof: %s: %s already wrote %s under %s; this process keeps its file as %s. Two processes "
+                   "claim the same role and rank (did rank detection fall back to 0?); both files are kept",
+                   who, other, names[0] if names else "?", run.url(rel_dir), published[0].path)
+
+
+def _place(tmp: str, final: str) -> bool:
+    """Give ``tmp`` the name ``final`` unless that name exists (then False, ``tmp`` untouched). ``tmp`` is gone
+    on success. A hard link is atomic and never replaces a file, unlike a rename; a file system without hard
+    links (some FUSE mounts of object stores, SMB) gets a check, then a rename."""
+    try:
+        os.link(tmp, final)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:
+            raise
+        if os.path.exists(final):
+            return False
+        os.replace(tmp, final)
+        return True
+    os.unlink(tmp)
+    return True
+
+
+def _append_line(path: str, line: bytes) -> None:
+    # One write() on an O_APPEND file: a reader never sees half a line, and writers sharing the file
+    # (two processes of one rank) never overwrite each other's lines.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def _shown(path: str) -> str:
+    """A save_path in a message: a 100,000-character one is cut, its length is said separately."""
+    return repr(path) if len(path) <= 120 else repr(path[:100] + "...")
 
 
 def list_files(root: str) -> list[dict[str, Any]]:
