@@ -79,7 +79,7 @@ def test_trace_budget_closes_the_window_early_keeps_its_file_and_stops_capturing
     assert steps[0] == 1 and set(range(1, last + 1)) <= set(steps) and max(steps) <= last + 1
     assert rec["step_times_s"] and len(rec["step_times_s"]) == last - first + 1
     (w,) = guard_warnings(caplog)  # warned once, with the numbers
-    assert "max_trace_mb=3" in w and "estimated trace size" in w and f"closing window 1-40" in w
+    assert "max_trace_mb=3" in w and "estimated trace size" in w and "closing window 1-40" in w
     assert prof.windows_closed == 1 and not prof.capturing
 
 
