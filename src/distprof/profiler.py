@@ -85,8 +85,14 @@ class Profiler:
         self._stage: list[Any] | None = None  # discrete: [name, depth, thread id, label] of the open stage window
         self._stage_runs: dict[str, int] = {}  # discrete: stage name -> runs in the current step
         self._annotations_total: dict[str, list[int]] = {}
+        # On-demand capture (trigger: true): requests polled from save_path/.requests (rundir/trigger.py).
+        self._requests = None  # the RequestStore, when this process opted in
+        self._poll_at = 0.0  # monotonic time of the next look at the requests folder
+        self._seen: set[str] = set()  # request ids this process has answered (or that are not for it)
+        self._pending: tuple[Any, Window] | None = None  # an accepted request and its window, not open yet
+        self._open_trigger: tuple[Any, Any] | None = None  # (request, its backend) of the open requested window
 
-        if not config.enable:
+        if not (config.enable or config.trigger):
             self._make_inert()
             return
         config.check_world_size(world_size)
@@ -107,6 +113,10 @@ class Profiler:
         self._run.check_writable()
         self._dir = rank_dir(self.role, rank)
         self._plan = config.plan()
+        if config.trigger:
+            from .rundir.trigger import RequestStore
+
+            self._requests = RequestStore(config.save_path)
         self.enabled = True
 
     # ---- public API -----------------------------------------------------------------------------------
@@ -156,6 +166,7 @@ class Profiler:
             return
         self._started = False
         self._stopped = True
+        self.__dict__.pop("step", None)  # leave the idle fast path: a stopped profiler polls nothing
         shutdown.unregister(self)
         self._guard("stop", lambda: self._stop(crashed, cause))
 
@@ -213,13 +224,17 @@ class Profiler:
                                                "ranks": list(self._mesh.ranks)}} if self._mesh else {})},
                                  rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
-        if self._next is None:
+        if self._next is None and not self.config.trigger:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
                            self._who(), self.global_step, self._plan.describe())
         if self._discrete:
             self._arm()
         else:
             self._maybe_open()
+            if self._requests is not None:
+                self._poll()
+                self._maybe_open_requested()
+                self._idle_if_nothing_planned()
 
     def _step(self, hold: bool = False) -> None:
         if self._discrete:
@@ -243,6 +258,11 @@ class Profiler:
                 self._close(w, last=w.end)
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
+        if self._requests is not None:
+            if time.monotonic() >= self._poll_at:
+                self._poll()
+            self._maybe_open_requested()
+            self._idle_if_nothing_planned()
 
     def _step_held(self) -> None:
         self._step(hold=True)
@@ -253,6 +273,9 @@ class Profiler:
         self._close(w, last=last, t1=t1)
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
+        if self._requests is not None:
+            self._maybe_open_requested()
+            self._idle_if_nothing_planned()
 
     # ---- discrete mode: one window per stage run ---------------------------------------------------------
     def _arm(self) -> None:
@@ -329,7 +352,12 @@ class Profiler:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
             last = min(w.end, self.global_step if crashed else self.global_step - 1)
             self._close(w, last=last, stopped_by=cause)
-        if self._windows_closed == 0 and not self.config.is_process_backend:  # those tools write their own files
+        if self._pending is not None:
+            req, pw = self._pending
+            self._pending = None
+            self._ack(req, "skipped", f"stopped ({cause}) at step {self.global_step}, before the requested steps "
+                                      f"{pw.start}-{pw.end}")
+        if self._windows_closed == 0 and not self.config.is_process_backend and not self.config.trigger:  # those tools write their own files
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
         self._run.cleanup()
@@ -363,7 +391,12 @@ class Profiler:
         self._open = None
         window_closed(self)
         t1 = time.time() if t1 is None else t1
-        result = self._backend.finish(w.start, last)
+        requested, self._open_trigger = self._open_trigger, None  # (request, the plan's backend)
+        try:
+            result = self._backend.finish(w.start, last)
+        finally:
+            if requested is not None:
+                self._backend = requested[1]
         self._last_summary = result.summary
         published = []
         try:
@@ -384,10 +417,150 @@ class Profiler:
                 file=published[0].path, bytes=published[0].bytes,
                 host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
+                trigger=requested[0].id if requested is not None else None,
             )
             self._run.append_manifest(self._dir, record)
             logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
+        if requested is not None:
+            self._ack(requested[0], "captured" if published else "refused",
+                      (f"recorded steps {w.start}-{last}" + ("" if stopped_by is None else f", cut short ({stopped_by})"))
+                      if published else "the backend wrote no file", steps=[w.start, last],
+                      file=published[0].path if published else None)
         self._next = self._plan.next_window(self.global_step)
+
+    # ---- on-demand capture (trigger: true; the rule is in rundir/trigger.py) ------------------------------
+    def trigger_request(self, request: Any) -> dict[str, Any] | None:
+        """Hand a request to this profiler in-process (the Ray groups do, without a shared filesystem).
+
+        It is stored under this process's save_path (so ``distprof trigger --status`` and ``collect`` see it)
+        and answered by the same rule as a polled one. Returns this process's acknowledgement (None: the
+        request does not select this role / rank, or this profiler does not take requests).
+        """
+        if self._requests is None or not self._started:
+            return None
+        out: list[Any] = []
+        self._guard("trigger", lambda: out.append(self._take(request, stored=False)))
+        if self._pending is not None or self._open_trigger is not None:
+            self.__dict__.pop("step", None)  # a window to open: leave the idle fast path
+        import msgspec
+
+        return msgspec.to_builtins(out[0]) if out and out[0] is not None else None
+
+    def _idle_step(self, export: bool = True) -> None:
+        """step() while nothing is planned or requested: a counter and, every trigger_poll_s, a look for requests."""
+        if time.monotonic() < self._poll_at:
+            self.global_step += 1
+            return
+        del self.step  # back to the full step(): it polls, and opens a requested window when one is due
+        self.step(export)
+
+    def _idle_if_nothing_planned(self) -> None:
+        if (self._open is None and self._next is None and self._held is None and self._pending is None
+                and self._started and self.enabled):
+            self.step = self._idle_step  # type: ignore[method-assign]
+
+    def _poll(self) -> None:
+        self._poll_at = time.monotonic() + self.config.trigger_poll_s
+        store = self._requests
+        try:
+            ids = store.ids()
+        except Exception as e:  # storage trouble (a network blip on a URL) must not end profiling: try again later
+            logger.warning("distprof: %s could not list capture requests: %s: %s", self._who(), type(e).__name__, e)
+            return
+        for rid in ids:
+            if rid in self._seen:
+                continue
+            req = store.get(rid)
+            self._seen.add(rid)
+            if req is not None:
+                self._take(req, stored=True)
+
+    def _take(self, req: Any, stored: bool) -> Any:
+        """Answer one request: accepted (with its steps), refused, skipped, or None when it is not for us."""
+        from .rundir.trigger import FINAL_STATES, aligned_start
+
+        store = self._requests
+        self._seen.add(req.id)
+        if (req.ranks is not None and self.rank not in req.ranks) or not role_selected(req.roles, self.role):
+            return None
+        if not stored:
+            store.put(req)
+        prev = store.my_ack(req.id, self.role, self.rank)
+        if prev is not None and prev.state in FINAL_STATES:
+            return prev  # answered by an earlier process of this rank (a restarted job)
+        g = self.global_step  # the step about to run
+        why = self._refusal(req)
+        if why:
+            return self._ack(req, "refused", why, seen_step=g)
+        start = req.start_step if req.start_step is not None else store.claim_start(
+            req.id, aligned_start(g, req.lead_steps, req.align))
+        end = start + req.steps - 1
+        if g > start:
+            return self._ack(req, "skipped", f"saw the request at step {g}, after the agreed start {start}",
+                             steps=[start, end], seen_step=g)
+        w = Window(start=start, end=end, warmup_start=max(start - 1, g))
+        planned = self._plan.next_window(w.warmup_start)
+        if (self._open is not None and self._open.end >= w.warmup_start) or (
+                planned is not None and planned.warmup_start <= w.end):
+            other = self._open if self._open is not None and self._open.end >= w.warmup_start else planned
+            return self._ack(req, "refused", f"steps {start}-{end} overlap the planned window {other.start}-{other.end}",
+                             steps=[start, end], seen_step=g)
+        self._pending = (req, w)
+        return self._ack(req, "accepted", f"will record steps {start}-{end}", steps=[start, end], seen_step=g)
+
+    def _refusal(self, req: Any) -> str | None:
+        cfg = self.config
+        if req.steps > cfg.trigger_max_steps:
+            return (f"asks for {req.steps} steps, over this job's trigger_max_steps={cfg.trigger_max_steps}; "
+                    "ask for fewer steps")
+        if self._pending is not None or self._open_trigger is not None:
+            busy = (self._pending or self._open_trigger)[0].id
+            return f"request {busy} is still pending here; send this one after it is captured"
+        if req.backend == "cuda_memory":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "backend cuda_memory needs a CUDA device, and this process has none"
+        return None
+
+    def _maybe_open_requested(self) -> None:
+        if self._pending is None or self._open is not None or self.global_step < self._pending[1].warmup_start:
+            return
+        from .backends import WindowContext, create_backend
+
+        req, w = self._pending
+        self._pending = None
+        w = w.clipped(self.global_step)
+        cfg = self.config
+        if req.backend != cfg.backend or req.flags:
+            backend = create_backend(cfg.model_copy(update={
+                "backend": req.backend, "torch": cfg.torch.model_copy(update={f: True for f in req.flags})}))
+        else:
+            backend = self._backend
+        self._open_trigger = (req, self._backend)
+        self._backend = backend
+        self._annotations = {}
+        ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
+                            tmp_path=lambda name: self._run.temp_path(self._dir, name))
+        self._open = w
+        self._window_t0 = time.time()
+        backend.begin(w, self.global_step, ctx)
+        window_opened(self)
+        logger.info("distprof: %s opened requested window %d-%d (request %s)", self._who(), w.start, w.end, req.id)
+
+    def _ack(self, req: Any, state: str, detail: str, steps: list[int] | None = None, seen_step: int | None = None,
+             file: str | None = None) -> Any:
+        from .rundir.trigger import TriggerAck
+
+        ack = TriggerAck(id=req.id, role=self.role, rank=self.rank, state=state, detail=detail, steps=steps,
+                         seen_step=seen_step, file=file, time=time.time(), host=host_name(), pid=os.getpid())
+        (logger.warning if state in ("refused", "skipped") else logger.info)(
+            "distprof: %s %s request %s: %s", self._who(), state, req.id, detail)
+        try:
+            self._requests.ack(ack)
+        except Exception as e:  # the acknowledgement is for people; failing to write it must not stop the capture
+            logger.warning("distprof: %s could not write its acknowledgement of request %s: %s", self._who(), req.id, e)
+        return ack
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:
@@ -405,8 +578,14 @@ class Profiler:
         logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",
                      self._who(), where, self.global_step, exc_info=True)
         window_closed(self)
+        waiting = self._open_trigger or self._pending
+        if waiting is not None and self._requests is not None:  # its sender is waiting for an answer
+            self._ack(waiting[0], "refused", f"profiling failed during {where} at step {self.global_step}; "
+                                             "see this process's log")
         self._open = self._next = self._held = self._stage = None
         self._armed = False
+        self._pending = self._open_trigger = None
+        self._requests = None
         if self._backend is not None:
             try:
                 self._backend.abort()
