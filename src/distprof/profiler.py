@@ -496,8 +496,14 @@ class Profiler:
             req.id, aligned_start(g, req.lead_steps, req.align))
         end = start + req.steps - 1
         if g > start:
-            return self._ack(req, "skipped", f"saw the request at step {g}, after the agreed start {start}",
-                             steps=[start, end], seen_step=g)
+            detail = f"saw the request at step {g}, after the agreed start {start}"
+            # Said in the manifest too (no files, stopped_by trigger_skipped): whoever reads the run sees why
+            # this rank lacks the steps the others captured.
+            self._run.append_manifest(self._dir, WindowRecord(
+                role=self.role, rank=self.rank, world_size=self.world_size, steps=[start, end], complete=False,
+                stopped_by="trigger_skipped", written_time=time.time(), host=host_name(), pid=os.getpid(),
+                backend=req.backend, trigger=req.id))
+            return self._ack(req, "skipped", detail, steps=[start, end], seen_step=g)
         w = Window(start=start, end=end, warmup_start=max(start - 1, g))
         planned = self._plan.next_window(w.warmup_start)
         if (self._open is not None and self._open.end >= w.warmup_start) or (
