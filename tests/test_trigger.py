@@ -45,7 +45,7 @@ def profiler_steps(path):
 def test_gloo_job_captures_the_same_steps_on_both_ranks_on_request(tmp_path):
     run_dir, started = tmp_path / "run", tmp_path / "started"
     env = {**os.environ, "DISTPROF_TRIGGER": "1"}  # the job opts in from the environment, its code unchanged
-    job = subprocess.Popen([sys.executable, os.path.join(TESTS, "trigger_job.py"), str(run_dir), str(started), "3000"],
+    job = subprocess.Popen([sys.executable, os.path.join(TESTS, "trigger_job.py"), str(run_dir), str(started), "20000"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while not started.exists():  # waiting for the job to be running, not for it to reach some step
@@ -231,3 +231,36 @@ def test_cli_refuses_what_is_not_a_run_directory(tmp_path):
     assert code == 0 and st["requests"] == []
     code, _, err = cli("trigger", tmp_path)
     assert code == 2 and "--steps" in err
+
+
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
+def test_ray_demo_captures_on_request_through_the_groups(tmp_path):
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    from distprof.demo import rl_job
+    from distprof.ray import trigger_all
+
+    answers = []
+
+    def after_step(step, groups):
+        if step == 0:  # sent while the job runs, between two of its steps, through Ray (no shared filesystem)
+            answers.append(trigger_all(groups, steps=2, roles=["actor", "rollout"]))
+            answers.append(trigger_all(groups, steps=50, roles=["ref"]))  # over trigger_max_steps (20)
+
+    out = tmp_path / "demo"
+    res = rl_job.run(str(out), steps=6, slow_ms=0, on_demand=True, after_step=after_step)
+    ok, big = answers
+    start = ok["start_step"]
+    assert start == 3  # every worker was about to run step 1; 2 steps of lead
+    assert {role: {r: a["state"] for r, a in per.items()} for role, per in ok["acks"].items()} == {
+        "actor": {0: "accepted", 1: "accepted"}, "rollout": {0: "accepted"}}
+    assert big["acks"] == {"ref": {0: big["acks"]["ref"][0]}} and big["acks"]["ref"][0]["state"] == "refused"
+    got = sorted((f["role"], f["rank"], tuple(f["steps"]), f["trigger"]) for f in res.files)
+    assert got == [("actor", 0, (3, 4), ok["id"]), ("actor", 1, (3, 4), ok["id"]), ("rollout", 0, (3, 4), ok["id"])]
+    for f in res.files:
+        assert profiler_steps(out / f["files"][0]["path"]) == [3, 4]
+    # The acknowledgements came back with the files (collect): status reads them in the run directory.
+    st = {r["id"]: r for r in distprof.trigger_status(str(out))["requests"]}
+    assert [(a["role"], a["rank"], a["state"]) for a in st[ok["id"]]["acks"]] == [
+        ("actor", 0, "captured"), ("actor", 1, "captured"), ("rollout", 0, "captured")]
+    assert [(a["role"], a["state"]) for a in st[big["id"]]["acks"]] == [("ref", "refused")]
+    assert res.check.ok
