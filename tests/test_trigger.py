@@ -148,12 +148,14 @@ def test_opting_in_without_a_request_captures_nothing_and_polls_by_the_clock(tmp
     distprof.trigger(str(tmp_path), steps=1, align=1, lead_steps=0)
     run_to(p, 50)  # within the hour between polls: the request is not looked at, however many steps run
     assert distprof.trigger_status(str(tmp_path))["requests"][0]["acks"] == []
-    p._poll_at = 0.0  # the clock says it is time (as it would after trigger_poll_s)
+    assert p._poll_timer is not None and p._poll_timer._thread.is_alive()
+    p._poll_due = True  # what the poll timer does every trigger_poll_s (an hour here)
     run_to(p, 53)
     p.stop()
     assert [a["state"] for a in distprof.trigger_status(str(tmp_path))["requests"][0]["acks"]] == ["captured"]
     assert [r.steps for r in manifest_records(str(tmp_path))] == [[51, 51]]
-    assert "step" not in p.__dict__  # stopped: the idle path is gone
+    assert "step" not in p.__dict__  # stopped: the idle path is gone, and the timer with it
+    assert p._poll_timer is None
     assert sorted(os.listdir(tmp_path)) == [".requests", "run.json", "train"]
 
 

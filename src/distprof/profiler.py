@@ -87,7 +87,8 @@ class Profiler:
         self._annotations_total: dict[str, list[int]] = {}
         # On-demand capture (trigger: true): requests polled from save_path/.requests (rundir/trigger.py).
         self._requests = None  # the RequestStore, when this process opted in
-        self._poll_at = 0.0  # monotonic time of the next look at the requests folder
+        self._poll_due = True  # time to look at the requests folder (set every trigger_poll_s by _PollTimer)
+        self._poll_timer: _PollTimer | None = None
         self._seen: set[str] = set()  # request ids this process has answered (or that are not for it)
         self._pending: tuple[Any, Window] | None = None  # an accepted request and its window, not open yet
         self._open_trigger: tuple[Any, Any] | None = None  # (request, its backend) of the open requested window
@@ -167,6 +168,9 @@ class Profiler:
         self._started = False
         self._stopped = True
         self.__dict__.pop("step", None)  # leave the idle fast path: a stopped profiler polls nothing
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         shutdown.unregister(self)
         self._guard("stop", lambda: self._stop(crashed, cause))
 
@@ -259,7 +263,7 @@ class Profiler:
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
         if self._requests is not None:
-            if time.monotonic() >= self._poll_at:
+            if self._poll_due:
                 self._poll()
             self._maybe_open_requested()
             self._idle_if_nothing_planned()
@@ -447,8 +451,9 @@ class Profiler:
         return msgspec.to_builtins(out[0]) if out and out[0] is not None else None
 
     def _idle_step(self, export: bool = True) -> None:
-        """step() while nothing is planned or requested: a counter and, every trigger_poll_s, a look for requests."""
-        if time.monotonic() < self._poll_at:
+        """step() while nothing is planned or requested: a counter and a flag the poll timer raises every
+        trigger_poll_s (no clock read, no I/O per step: the cost stays that of an inert profiler)."""
+        if not self._poll_due:
             self.global_step += 1
             return
         del self.step  # back to the full step(): it polls, and opens a requested window when one is due
@@ -460,7 +465,10 @@ class Profiler:
             self.step = self._idle_step  # type: ignore[method-assign]
 
     def _poll(self) -> None:
-        self._poll_at = time.monotonic() + self.config.trigger_poll_s
+        interval = self.config.trigger_poll_s
+        self._poll_due = interval == 0  # 0: at every step
+        if interval > 0 and self._poll_timer is None:
+            self._poll_timer = _PollTimer(self, interval)
         store = self._requests
         try:
             ids = store.ids()
@@ -592,6 +600,9 @@ class Profiler:
         self._armed = False
         self._pending = self._open_trigger = None
         self._requests = None
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         if self._backend is not None:
             try:
                 self._backend.abort()
@@ -628,6 +639,31 @@ class Profiler:
             "host": host_name(),
             "versions": {"distprof": __version__, "torch": torch_version(), "python": sys.version.split()[0]},
         }
+
+
+class _PollTimer:
+    """Raises a profiler's ``_poll_due`` every ``interval`` seconds (Event.wait: a monotonic clock), so its
+    idle step() reads one flag instead of the clock. The thread holds the profiler weakly and ends with it."""
+
+    def __init__(self, prof: Profiler, interval: float):
+        import weakref
+
+        self._stop = threading.Event()
+        ref = weakref.ref(prof)
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                p = ref()
+                if p is None:
+                    return
+                p._poll_due = True
+                del p
+
+        self._thread = threading.Thread(target=run, name="distprof-trigger-poll", daemon=True)
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self._stop.set()
 
 
 def _short_summary(summary: dict[str, Any] | None, top: int = 10) -> dict[str, Any] | None:
