@@ -14,6 +14,7 @@ import torch
 import distprof
 from distprof import Profiler, ProfilerConfig
 from distprof.config import ConfigError
+from distprof.rundir.check import check_run
 from distprof.rundir.store import manifest_records
 from distprof.rundir.trigger import RequestStore, make_request
 from tracekit import cli, load
@@ -79,6 +80,9 @@ def test_gloo_job_captures_the_same_steps_on_both_ranks_on_request(tmp_path):
                                                                          (1, "captured", [first, last])]
     code, text, _ = cli("trigger", run_dir, "--status")
     assert code == 0 and "captured" in text and rid in text
+    checked = check_run(str(run_dir))  # requested windows are checked like planned ones
+    assert checked.ok and [(i.rank, i.status, i.detail) for i in checked.items] == [
+        (0, "ok", f"requested (trigger {rid})"), (1, "ok", f"requested (trigger {rid})")]
 
 
 def test_a_rank_that_sees_the_request_after_the_agreed_start_skips_and_says_so(tmp_path):
@@ -98,6 +102,9 @@ def test_a_rank_that_sees_the_request_after_the_agreed_start_skips_and_says_so(t
     recs = {r.rank: r for r in manifest_records(str(tmp_path))}
     assert recs[0].trigger == rid and recs[0].files and recs[0].steps == [10, 11]
     assert (recs[1].trigger, recs[1].stopped_by, recs[1].files, recs[1].complete) == (rid, "trigger_skipped", [], False)
+    checked = check_run(str(tmp_path))
+    assert checked.ok and [(i.rank, i.status) for i in checked.items] == [(0, "ok")]
+    assert checked.notes == [f"train rank 1: skipped requested steps 10-11 (request {rid}, trigger_skipped)"]
 
 
 def test_requests_over_the_budget_or_with_unknown_flags_are_refused(tmp_path):

@@ -137,6 +137,7 @@ def _check_role(root: str, role: str, config: ProfilerConfig, run: dict[str, Any
                 if status == "ok" and not line.complete:
                     status, detail = "incomplete", f"window cut short: recorded steps {line.first}-{line.last}"
                 res.items.append(Item(role, rank, [w.start, w.end], status, f.path, detail))
+        _check_requested(root, role, rank, manifests[rank], listed, res)
         _unlisted(root, role, rank, listed, res)
 
 
@@ -183,6 +184,24 @@ def _check_discrete(root: str, role: str, rank: int, lines: list[WindowRecord], 
                     res.items.append(Item(role, rank, [step, step], status, f.path,
                                           detail or f"stage {line.stage}"))
     _unlisted(root, role, rank, listed, res)
+
+
+def _check_requested(root: str, role: str, rank: int, lines: list[WindowRecord], listed: set[str],
+                     res: CheckResult) -> None:
+    """Windows captured on request (``distprof trigger``): not in the plan, checked like planned ones."""
+    for line in lines:
+        if line.trigger is None or any(f.path in listed for f in line.files):
+            continue
+        if not line.files:  # a rank that saw the request too late: not a fault of the run directory
+            res.notes.append(f"{role} rank {rank}: skipped requested steps {line.first}-{line.last} "
+                             f"(request {line.trigger}, {line.stopped_by})")
+        for f in line.files:
+            listed.add(f.path)
+            status, detail = _check_file(os.path.join(root, f.path), f.bytes)
+            if status == "ok" and not line.complete:
+                status, detail = "incomplete", f"window cut short: recorded steps {line.first}-{line.last}"
+            res.items.append(Item(role, rank, [line.first, line.last], status, f.path,
+                                  detail or f"requested (trigger {line.trigger})"))
 
 
 def _unlisted(root: str, role: str, rank: int, listed: set[str], res: CheckResult) -> None:
