@@ -156,7 +156,7 @@ def test_opting_in_without_a_request_captures_nothing_and_polls_by_the_clock(tmp
     run_to(p, 50)  # within the hour between polls: the request is not looked at, however many steps run
     assert distprof.trigger_status(str(tmp_path))["requests"][0]["acks"] == []
     assert p._poll_timer is not None and p._poll_timer._thread.is_alive()
-    p._poll_due = True  # what the poll timer does every trigger_poll_s (an hour here)
+    p._poll_timer.fire()  # what the poll timer does every trigger_poll_s (an hour here)
     run_to(p, 53)
     p.stop()
     assert [a["state"] for a in distprof.trigger_status(str(tmp_path))["requests"][0]["acks"]] == ["captured"]

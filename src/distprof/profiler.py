@@ -167,7 +167,7 @@ class Profiler:
             return
         self._started = False
         self._stopped = True
-        self.__dict__.pop("step", None)  # leave the idle fast path: a stopped profiler polls nothing
+        self._use_full_step()  # leave the idle fast path: a stopped profiler polls nothing
         if self._poll_timer is not None:
             self._poll_timer.cancel()
             self._poll_timer = None
@@ -213,7 +213,8 @@ class Profiler:
     def _make_inert(self) -> None:
         self.enabled = False
         # Instance attributes shadow the methods: an inert step() is one increment.
-        self.step = self._inert_step  # type: ignore[method-assign]
+        with _STEP_SWAP:  # the poll timer's thread swaps step too (_use_full_step)
+            self.step = self._inert_step  # type: ignore[method-assign]
 
     def _inert_step(self, export: bool = True) -> None:
         self.global_step += 1
@@ -445,24 +446,27 @@ class Profiler:
         out: list[Any] = []
         self._guard("trigger", lambda: out.append(self._take(request, stored=False)))
         if self._pending is not None or self._open_trigger is not None:
-            self.__dict__.pop("step", None)  # a window to open: leave the idle fast path
+            self._use_full_step(if_idle=True)  # a window to open: leave the idle fast path
         import msgspec
 
         return msgspec.to_builtins(out[0]) if out and out[0] is not None else None
 
     def _idle_step(self, export: bool = True) -> None:
-        """step() while nothing is planned or requested: a counter and a flag the poll timer raises every
-        trigger_poll_s (no clock read, no I/O per step: the cost stays that of an inert profiler)."""
-        if not self._poll_due:
-            self.global_step += 1
-            return
-        del self.step  # back to the full step(): it polls, and opens a requested window when one is due
-        self.step(export)
+        """step() while nothing is planned or requested: the inert one. Every trigger_poll_s the poll timer
+        puts the full step() back (_use_full_step), which looks for requests at the next step boundary."""
+        self.global_step += 1
 
     def _idle_if_nothing_planned(self) -> None:
         if (self._open is None and self._next is None and self._held is None and self._pending is None
-                and self._started and self.enabled):
-            self.step = self._idle_step  # type: ignore[method-assign]
+                and self._started and self.enabled and self.config.trigger_poll_s > 0):
+            with _STEP_SWAP:
+                self.step = self._idle_step  # type: ignore[method-assign]
+
+    def _use_full_step(self, if_idle: bool = False) -> None:
+        """Back to the class's step(); ``if_idle``: only from the idle step (never undo an inert one)."""
+        with _STEP_SWAP:
+            if not if_idle or getattr(self.__dict__.get("step"), "__func__", None) is Profiler._idle_step:
+                self.__dict__.pop("step", None)
 
     def _poll(self) -> None:
         interval = self.config.trigger_poll_s
@@ -641,26 +645,35 @@ class Profiler:
         }
 
 
+_STEP_SWAP = threading.Lock()  # held to swap a profiler's step (rare); the step itself never takes it
+
+
 class _PollTimer:
-    """Raises a profiler's ``_poll_due`` every ``interval`` seconds (Event.wait: a monotonic clock), so its
-    idle step() reads one flag instead of the clock. The thread holds the profiler weakly and ends with it."""
+    """Every ``interval`` seconds (Event.wait: a monotonic clock), tells a profiler to look for requests at its
+    next step boundary: raises ``_poll_due`` and puts the full step() back in place of the idle one, so an idle
+    step() reads no clock and no flag. The thread holds the profiler weakly and ends with it."""
 
     def __init__(self, prof: Profiler, interval: float):
         import weakref
 
         self._stop = threading.Event()
-        ref = weakref.ref(prof)
+        self._ref = weakref.ref(prof)
 
         def run() -> None:
-            while not self._stop.wait(interval):
-                p = ref()
-                if p is None:
-                    return
-                p._poll_due = True
-                del p
+            while not self._stop.wait(interval) and self.fire():
+                pass
 
         self._thread = threading.Thread(target=run, name="distprof-trigger-poll", daemon=True)
         self._thread.start()
+
+    def fire(self) -> bool:
+        """Time to poll; False once the profiler is gone."""
+        p = self._ref()
+        if p is None:
+            return False
+        p._poll_due = True
+        p._use_full_step(if_idle=True)
+        return True
 
     def cancel(self) -> None:
         self._stop.set()
