@@ -238,6 +238,12 @@ def test_cli_refuses_what_is_not_a_run_directory(tmp_path):
     (tmp_path / ".requests" / "junk.json").write_bytes(b"\x00not json")  # untrusted: skipped, not a traceback
     code, st, err = cli("trigger", tmp_path, "--status", "--json")
     assert code == 0 and st["requests"] == []
+    forged = make_request(steps=1)
+    (tmp_path / ".requests" / "0123456789abcdef.json").write_bytes(msgspec.json.encode(forged))  # id != its name
+    code, st, err = cli("trigger", tmp_path, "--status", "--json")
+    assert code == 0 and st["requests"] == []
+    code, _, err = cli("trigger", tmp_path, "--status", "--id", "../run")  # ids name files: only ids are taken
+    assert code == 2 and "no trigger request" in err
     code, _, err = cli("trigger", tmp_path)
     assert code == 2 and "--steps" in err
 

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import posixpath
+import re
 import time
 import urllib.parse
 from typing import Any, Literal
@@ -43,6 +44,7 @@ ACK_STATES = ("accepted", "captured", "refused", "skipped")
 FINAL_STATES = ("captured", "refused", "skipped")
 MAX_LEAD = 10_000  # steps; a request waiting longer than this is a typo
 _MAX_REQUEST_BYTES = 64 << 10  # a request is a few hundred bytes; the folder is untrusted input
+_ID = re.compile(r"[0-9a-f]{16}")  # what make_request names a request; any other name in the folder is ignored
 
 
 class TriggerRequest(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
@@ -239,15 +241,19 @@ class RequestStore:
         return self._create(self._path(f"{req.id}.json"), msgspec.json.encode(req))
 
     def ids(self) -> list[str]:
-        return [n[:-5] for n in self._list(self._path()) if n.endswith(".json") and not n.startswith(".")]
+        return [n[:-5] for n in self._list(self._path()) if n.endswith(".json") and _ID.fullmatch(n[:-5])]
 
     def get(self, rid: str) -> TriggerRequest | None:
         """The request ``rid``; None when missing or malformed (logged: the folder is untrusted input)."""
+        if not _ID.fullmatch(rid):
+            return None
         data = self._read(self._path(f"{rid}.json"))
         if data is None:
             return None
         try:
             req = msgspec.json.decode(data, type=TriggerRequest)
+            if req.id != rid:
+                raise ValueError(f"it names itself {req.id!r}")
             # Re-validated as a sender would: a hand-written file cannot ask for what the API refuses.
             make_request(req.steps, req.ranks, req.roles, req.backend, req.flags, req.lead_steps, req.align,
                          req.start_step, req.tag)
