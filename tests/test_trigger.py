@@ -126,6 +126,11 @@ def test_requests_over_the_budget_or_with_unknown_flags_are_refused(tmp_path):
     assert [a["state"] for a in acks[cuda.id]] == ["refused"]  # no CUDA on this machine
     assert "CUDA" in acks[cuda.id][0]["detail"]
     assert manifest_records(str(tmp_path)) == []  # nothing captured
+    code, st, _ = cli("trigger", tmp_path, "--status", "--wait", "30", "--json")  # every answer is final: no wait
+    assert code == 0 and all(r["done"] for r in st["requests"])
+    store.put(make_request(steps=1, tag="nobody is listening"))
+    code, st, _ = cli("trigger", tmp_path, "--status", "--wait", "0", "--json")  # one request has no answer yet
+    assert code == 1 and [r["done"] for r in st["requests"]].count(False) == 1
 
 
 def test_ranks_and_roles_select_and_flags_reach_torch(tmp_path):
