@@ -201,8 +201,10 @@ class RequestStore:
     def _create(self, path: str, data: bytes) -> bool:
         """Write ``path`` unless it exists (first writer wins); True if we wrote it."""
         if self.remote:
-            # Object stores have no exclusive create; two writers within one round trip both write, and
-            # each then reads back the one that landed (see claim_start), which they agree on.
+            # Object stores offer no exclusive create through fsspec: two processes that see a request within
+            # the same round trip may both write a start, and the later object wins. They proposed the same
+            # start unless their steps straddle an ``align`` boundary; a process whose start differs from the
+            # one others read is then visible in `distprof trigger --status` (its acknowledged steps differ).
             if self.fs.exists(path):
                 return False
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
