@@ -362,7 +362,8 @@ class Profiler:
             self._pending = None
             self._ack(req, "skipped", f"stopped ({cause}) at step {self.global_step}, before the requested steps "
                                       f"{pw.start}-{pw.end}")
-        if self._windows_closed == 0 and not self.config.is_process_backend and not self.config.trigger:  # those tools write their own files
+        # Process-backend tools write their own files; a profiler that waits for requests may rightly capture none.
+        if self._windows_closed == 0 and not self.config.is_process_backend and not self.config.trigger:
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
         self._run.cleanup()
@@ -420,7 +421,8 @@ class Profiler:
                 start_time=self._window_t0, end_time=t1, written_time=time.time(),
                 files=[FileEntry(p.path, p.bytes) for p in published],
                 file=published[0].path, bytes=published[0].bytes,
-                host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
+                host=host_name(), pid=os.getpid(), torch=torch_version(),
+                backend=requested[0].backend if requested is not None else self.config.backend,
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
                 trigger=requested[0].id if requested is not None else None,
             )
