@@ -284,3 +284,25 @@ def test_ray_demo_captures_on_request_through_the_groups(tmp_path):
         ("actor", 0, "captured"), ("actor", 1, "captured"), ("rollout", 0, "captured")]
     assert [(a["role"], a["state"]) for a in st[big["id"]]["acks"]] == [("ref", "refused")]
     assert res.check.ok
+
+
+def test_hf_trainer_that_opted_in_captures_on_request(tmp_path):
+    from hf_job import make_trainer
+    from transformers import TrainerCallback
+
+    from distprof.integrations.hf import DistprofCallback
+
+    run = tmp_path / "run"
+    sent = []
+
+    class Sender(TrainerCallback):  # another process would run `distprof trigger`; here, between two steps
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                sent.append(distprof.trigger(str(run), steps=2, align=1, lead_steps=1))
+
+    trainer = make_trainer(tmp_path / "hf", DistprofCallback(cfg(run)), max_steps=8)
+    trainer.add_callback(Sender())  # after DistprofCallback: the request lands once step 2 has ended
+    trainer.train()
+    (rec,) = manifest_records(str(run))
+    assert (rec.trigger, rec.steps, rec.complete) == (sent[0], [4, 5], True)  # seen at step 3, one step of lead
+    assert profiler_steps(run / rec.files[0].path) == [4, 5]
