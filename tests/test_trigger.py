@@ -306,3 +306,38 @@ def test_hf_trainer_that_opted_in_captures_on_request(tmp_path):
     (rec,) = manifest_records(str(run))
     assert (rec.trigger, rec.steps, rec.complete) == (sent[0], [4, 5], True)  # seen at step 3, one step of lead
     assert profiler_steps(run / rec.files[0].path) == [4, 5]
+
+
+def test_lightning_trainer_that_opted_in_captures_on_request(tmp_path):
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from distprof.integrations.lightning import DistprofProfiler
+
+    run = tmp_path / "run"
+    sent = []
+
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(8, 1)
+
+        def training_step(self, batch, batch_idx):
+            return torch.nn.functional.mse_loss(self.layer(batch[0]), batch[1])
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Sender(pl.Callback):  # another process would run `distprof trigger`; here, between two batches
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if trainer.global_step == 2 and not sent:
+                sent.append(distprof.trigger(str(run), steps=2, align=1, lead_steps=2))
+
+    data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=4)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=9, profiler=DistprofProfiler(cfg(run)), logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=str(tmp_path), callbacks=[Sender()])
+    trainer.fit(Tiny(), data)
+    (rec,) = manifest_records(str(run))
+    assert rec.trigger == sent[0] and rec.complete and rec.steps[1] == rec.steps[0] + 1
+    assert profiler_steps(run / rec.files[0].path) == rec.steps
