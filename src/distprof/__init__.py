@@ -6,12 +6,13 @@ from .annotate import annotate
 
 __version__ = "0.1.0"
 
-__all__ = ["ProfilerConfig", "Profiler", "annotate", "add_profiler_args", "__version__"]
+__all__ = ["ProfilerConfig", "Profiler", "annotate", "add_profiler_args", "trigger", "trigger_status", "__version__"]
 
 if TYPE_CHECKING:
     from .args import add_profiler_args
     from .config import ProfilerConfig
     from .profiler import Profiler
+    from .rundir.trigger import trigger, trigger_status
 
 
 def __getattr__(name: str) -> Any:
@@ -28,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from .profiler import Profiler
 
         return Profiler
+    if name in ("trigger", "trigger_status"):
+        from .rundir import trigger as _trigger
+
+        return getattr(_trigger, name)
     raise AttributeError(f"module 'distprof' has no attribute {name!r}")

@@ -430,6 +430,101 @@ def validate(
     raise typer.Exit(code)
 
 
+@app.command()
+@_guarded
+def trigger(
+    run_dir: str = typer.Argument(..., help="The running job's save_path (local, file:// or an fsspec URL)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="How many consecutive global steps to capture."),
+    ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these global ranks: 0,3-5 (default: every rank "
+                                                              "the job's config selects)."),
+    roles: Optional[str] = typer.Option(None, "--roles", help="Only these roles (names or globs): actor,rollout*."),
+    backend: str = typer.Option("torch", "--backend", help="torch or cuda_memory (a CUDA device is needed)."),
+    flags: Optional[str] = typer.Option(None, "--flags", help="torch.profiler options for this window: record_shapes,"
+                                                              "profile_memory,with_stack,with_flops,with_modules."),
+    lead_steps: int = typer.Option(5, "--lead-steps", help="Start at least this many steps after the first process "
+                                                           "sees the request."),
+    align: int = typer.Option(10, "--align", help="Start on a multiple of this step (so ranks a few steps apart agree)."),
+    start_step: Optional[int] = typer.Option(None, "--start-step", help="Start at this global step instead."),
+    tag: str = typer.Option("", "--tag", help="Make an otherwise identical request a new one (to capture again)."),
+    show_status: bool = typer.Option(False, "--status", help="Show the requests and each rank's answer."),
+    rid: Optional[str] = typer.Option(None, "--id", help="With --status: only this request."),
+    wait: Optional[float] = typer.Option(None, "--wait", min=0.0, help="Wait up to this many seconds until every "
+                                                                       "rank that answered has captured, refused or "
+                                                                       "skipped."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Capture steps of a running job on demand: every process that opted in (trigger: true, or DISTPROF_TRIGGER=1)
+    picks the request up at a step boundary, and all selected ranks record the same global steps.
+
+    Exit code 0 sent (or, with --status, shown); 1 --wait ended before every answer was final; 2 bad arguments or
+    not a run directory.
+    """
+    import time
+
+    from .rundir.trigger import RequestStore, send, status
+
+    def fail(e: Exception) -> None:
+        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
+        raise typer.Exit(EXIT_NOTHING)
+
+    new = None
+    if not show_status:
+        if steps is None:
+            fail(ValueError("give --steps N (how many steps to capture), or --status to see the requests"))
+        try:
+            req, new = send(run_dir, steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags,
+                            lead_steps=lead_steps, align=align, start_step=start_step, tag=tag)
+        except ValueError as e:
+            fail(e)
+        rid = req.id
+    elif not RequestStore(run_dir).is_run_dir():
+        fail(ValueError(f"{run_dir} is not a distprof run directory (run.json is missing)"))
+
+    def current() -> dict:
+        try:
+            return status(run_dir, rid)
+        except ValueError as e:
+            fail(e)
+
+    got = current()
+    code = EXIT_OK
+    if wait is not None:
+        deadline = time.monotonic() + wait
+        while not all(r["done"] for r in got["requests"]) and time.monotonic() < deadline:
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))  # polling other processes' files
+            got = current()
+        code = EXIT_OK if all(r["done"] for r in got["requests"]) else EXIT_SOME_UNREADABLE
+    if as_json:
+        _print_json({**got, **({"id": rid, "new": new} if new is not None else {})}, code)
+    if new is not None:
+        console.print(Text(f"request {rid} {'sent' if new else 'was already sent (same request)'}"), soft_wrap=True)
+        console.print(Text(f"  watch it: distprof trigger {render.plain(run_dir)} --status --id {rid}"), soft_wrap=True)
+    if show_status or wait is not None:
+        _render_trigger_status(got)
+    raise typer.Exit(code)
+
+
+def _render_trigger_status(got: dict) -> None:
+    """One row per (request, role, rank) answer; the strings come from files others wrote: Text only."""
+    colors = {"captured": "green", "accepted": "cyan", "skipped": "yellow", "refused": "red"}
+    table = Table(title=Text(f"distprof trigger {render.plain(got['run_dir'])} --status"))
+    for col in ("request", "start", "role", "rank", "state", "steps", "detail"):
+        table.add_column(col, overflow="fold")
+    for r in got["requests"]:
+        start = "" if r["start_step"] is None else str(r["start_step"])
+        if not r["acks"]:
+            table.add_row(Text(render.plain(r["id"])), start, "", "", Text("no answer yet", style="dim"), "", "")
+        for a in r["acks"]:
+            st = a.get("steps")
+            table.add_row(Text(render.plain(r["id"])), start, Text(render.plain(a["role"])), str(a["rank"]),
+                          Text(render.plain(a["state"]), style=colors.get(a["state"], "")),
+                          f"{st[0]}-{st[1]}" if st else "", Text(render.plain(a.get("detail", ""))))
+    if got["requests"]:
+        console.print(table)
+    else:
+        console.print("no trigger requests")
+
+
 def _render_validation(t: Any, file: str) -> None:
     """validate's tables; every string from the config goes in as Text (a config is untrusted input)."""
     import yaml

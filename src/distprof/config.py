@@ -590,6 +590,13 @@ class ProfilerConfig(_Strict):
     step, times ``guard.TRACE_BYTES_PER_HEAP_BYTE`` (1.4; JSON bytes per heap byte measured 1.27-1.41 on CPU loops
     with and without the heavy flags). A proxy, not a count: memory the training code itself keeps during the
     window counts too, so it errs towards stopping early."""
+    # On-demand capture (`distprof trigger RUN_DIR --steps N`, distprof.trigger()): the profiler also looks for
+    # capture requests in save_path/.requests, at most every trigger_poll_s seconds (monotonic clock, checked at
+    # step() ends). trigger: true turns profiling on like enable; with neither steps nor schedule, nothing is
+    # captured until a request comes. DISTPROF_TRIGGER=1 opts a job in without editing it.
+    trigger: bool = False
+    trigger_poll_s: float = 2.0
+    trigger_max_steps: int = 20  # a request for more steps is refused (acknowledged "refused")
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")
@@ -705,6 +712,22 @@ class ProfilerConfig(_Strict):
                              "give a plain directory or URL, e.g. save_path: runs/exp1/profile")
         return v.strip()
 
+    @field_validator("trigger_poll_s")
+    @classmethod
+    def _trigger_poll(cls, v: float) -> float:
+        if not (math.isfinite(v) and 0 <= v <= 3600):
+            raise ValueError(f"trigger_poll_s must be a number of seconds from 0 to 3600, got {_show(v)}; it is how "
+                             "often a process looks for capture requests (default 2)")
+        return v
+
+    @field_validator("trigger_max_steps")
+    @classmethod
+    def _trigger_max(cls, v: int) -> int:
+        if not 1 <= v <= 10_000:
+            raise ValueError(f"trigger_max_steps must be from 1 to 10000, got {_show(v)}; it bounds how many steps one "
+                             "capture request may record")
+        return v
+
     # ---- whole-config checks ----------------------------------------------------------
     @model_validator(mode="before")
     @classmethod
@@ -733,6 +756,17 @@ class ProfilerConfig(_Strict):
             except ConfigError as e:
                 inner = "; ".join(f"{p.field or 'config'}: {p.message}" for p in e.problems)
                 raise ValueError(f"per_role.{_cut(role, 60)}: {inner}") from None
+        if self.trigger and (self.discrete or self.backend not in ("torch", "cuda_memory")):
+            raise ValueError(
+                f"trigger=True needs backend torch or cuda_memory without discrete mode (got backend "
+                f"{self.backend!r}{', discrete' if self.discrete else ''}): a requested window opens at a step "
+                "boundary; use backend torch, or drop trigger"
+            )
+        if self.trigger and not self.enable and not self.save_path:
+            raise ValueError(
+                f"save_path is {_show(self.save_path)} but trigger=True; set save_path to the directory or URL "
+                "where requests are sent and traces written (e.g. DISTPROF_SAVE_PATH=...)"
+            )
         if self.enable and not self.save_path:
             raise ValueError(
                 f"save_path is {_show(self.save_path)} but enable=True; set save_path to a directory or URL "
@@ -768,7 +802,14 @@ class ProfilerConfig(_Strict):
         """A process backend with neither steps nor schedule profiles the worker's whole life."""
         return self.is_process_backend and self.steps is None and self.schedule is None
 
+    @property
+    def on_demand_only(self) -> bool:
+        """trigger: true with neither steps nor schedule: no window but the ones requested."""
+        return self.trigger and self.steps is None and self.schedule is None
+
     def plan(self) -> Plan:
+        if self.on_demand_only:
+            return Plan()
         if self.steps is not None:
             return Plan.from_steps(self.steps)
         if self.whole_lifetime:
@@ -777,7 +818,7 @@ class ProfilerConfig(_Strict):
 
     def window_count(self) -> int | None:
         """How many windows the plan has (None: unbounded, e.g. schedule repeat=0 or whole lifetime)."""
-        if self.steps is not None:
+        if self.steps is not None or self.on_demand_only:
             return len(self.plan().windows)
         if self.whole_lifetime or self.effective_schedule.repeat == 0:
             return None

@@ -161,6 +161,8 @@ class Plan:
             step = w.end + 1
 
     def describe(self) -> str:
+        if not self.windows and self.schedule is None:
+            return "on demand only (trigger)"
         if self.windows and self.windows[-1].end == FOREVER:
             return "whole lifetime"
         if self.schedule is None:

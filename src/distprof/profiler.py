@@ -102,8 +102,15 @@ class Profiler:
         self._mem_guard: Any = None
         self._guard_numbers: dict[str, Any] | None = None
         self._guard_tripped = False
+        # On-demand capture (trigger: true): requests polled from save_path/.requests (rundir/trigger.py).
+        self._requests = None  # the RequestStore, when this process opted in
+        self._poll_due = True  # time to look at the requests folder (set every trigger_poll_s by _PollTimer)
+        self._poll_timer: _PollTimer | None = None
+        self._seen: set[str] = set()  # request ids this process has answered (or that are not for it)
+        self._pending: tuple[Any, Window] | None = None  # an accepted request and its window, not open yet
+        self._open_trigger: tuple[Any, Any] | None = None  # (request, its backend) of the open requested window
 
-        if not config.enable:
+        if not (config.enable or config.trigger):
             self._make_inert()
             return
         config.check_world_size(world_size)
@@ -128,6 +135,10 @@ class Profiler:
             from .guard import MemoryGuard
 
             self._mem_guard = MemoryGuard.from_config(config)
+        if config.trigger:
+            from .rundir.trigger import RequestStore
+
+            self._requests = RequestStore(config.save_path)
         self.enabled = True
 
     # ---- public API -----------------------------------------------------------------------------------
@@ -177,6 +188,10 @@ class Profiler:
             return
         self._started = False
         self._stopped = True
+        self._use_full_step()  # leave the idle fast path: a stopped profiler polls nothing
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         shutdown.unregister(self)
         self._guard("stop", lambda: self._stop(crashed, cause))
 
@@ -219,7 +234,8 @@ class Profiler:
     def _make_inert(self) -> None:
         self.enabled = False
         # Instance attributes shadow the methods: an inert step() is one increment.
-        self.step = self._inert_step  # type: ignore[method-assign]
+        with _STEP_SWAP:  # the poll timer's thread swaps step too (_use_full_step)
+            self.step = self._inert_step  # type: ignore[method-assign]
 
     def _inert_step(self, export: bool = True) -> None:
         self.global_step += 1
@@ -235,13 +251,17 @@ class Profiler:
                                  rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         self._plan_timing()
-        if self._next is None:
+        if self._next is None and not self.config.trigger:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
                            self._who(), self.global_step, self._plan.describe())
         if self._discrete:
             self._arm()
         else:
             self._maybe_open()
+            if self._requests is not None:
+                self._poll()
+                self._maybe_open_requested()
+                self._idle_if_nothing_planned()
 
     def _step(self, hold: bool = False) -> None:
         if self._discrete:
@@ -273,6 +293,11 @@ class Profiler:
                     self._mem_guard.rebase()
         if self._next is not None and g >= self._next.warmup_start:
             self._maybe_open()
+        if self._requests is not None:
+            if self._poll_due:
+                self._poll()
+            self._maybe_open_requested()
+            self._idle_if_nothing_planned()
         if g >= self._time_from:  # stamped last: the profiler's own step-end work is not the next step's time
             self._mark = (g, time.perf_counter())
 
@@ -285,6 +310,9 @@ class Profiler:
         self._close(w, last=last, t1=t1)
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
+        if self._requests is not None:
+            self._maybe_open_requested()
+            self._idle_if_nothing_planned()
         if self.global_step >= self._time_from:
             self._mark = (self.global_step, time.perf_counter())
 
@@ -363,7 +391,13 @@ class Profiler:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
             last = min(w.end, self.global_step if crashed else self.global_step - 1)
             self._close(w, last=last, stopped_by=cause)
-        if self._windows_closed == 0 and not self.config.is_process_backend:  # those tools write their own files
+        if self._pending is not None:
+            req, pw = self._pending
+            self._pending = None
+            self._ack(req, "skipped", f"stopped ({cause}) at step {self.global_step}, before the requested steps "
+                                      f"{pw.start}-{pw.end}")
+        # Process-backend tools write their own files; a profiler that waits for requests may rightly capture none.
+        if self._windows_closed == 0 and not self.config.is_process_backend and not self.config.trigger:
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
                            self._who(), self.global_step, self._plan.describe())
         self._cleanup_run()
@@ -400,7 +434,12 @@ class Profiler:
         self._open = None
         window_closed(self)
         t1 = time.time() if t1 is None else t1
-        result = self._backend.finish(w.start, last)
+        requested, self._open_trigger = self._open_trigger, None  # (request, the plan's backend)
+        try:
+            result = self._backend.finish(w.start, last)
+        finally:
+            if requested is not None:
+                self._backend = requested[1]
         self._last_summary = result.summary
         staged = [(tmp, name) for name, tmp in sorted(result.files.items())]
         if staged:
@@ -408,9 +447,11 @@ class Profiler:
                 role=self.role, rank=self.rank, world_size=self.world_size,
                 steps=[w.start, last], complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
                 start_time=self._window_t0, end_time=t1,
-                host=host_name(), pid=os.getpid(), backend=self.config.backend, torch=torch_version(),
+                host=host_name(), pid=os.getpid(), torch=torch_version(),
+                backend=requested[0].backend if requested is not None else self.config.backend,
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
                 step_times_s=self._step_times, baseline_times_s=self._window_baseline, guard=self._guard_numbers,
+                trigger=requested[0].id if requested is not None else None,
             )
 
             def record(published: list[Published]) -> WindowRecord:  # once the files are where they stay
@@ -425,6 +466,11 @@ class Profiler:
             else:
                 self._publish_local(staged, record)
             self._windows_closed += 1
+        if requested is not None:
+            self._ack(requested[0], "captured" if staged else "refused",
+                      (f"recorded steps {w.start}-{last}" + ("" if stopped_by is None else f", cut short ({stopped_by})"))
+                      if staged else "the backend wrote no file", steps=[w.start, last],
+                      file=f"{self._dir}/{staged[0][1]}" if staged else None)
         self._step_times, self._window_baseline = [], []
         self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
         self._plan_timing()
@@ -490,6 +536,155 @@ class Profiler:
             return
         self._run.cleanup()
 
+    # ---- on-demand capture (trigger: true; the rule is in rundir/trigger.py) ------------------------------
+    def trigger_request(self, request: Any) -> dict[str, Any] | None:
+        """Hand a request to this profiler in-process (the Ray groups do, without a shared filesystem).
+
+        It is stored under this process's save_path (so ``distprof trigger --status`` and ``collect`` see it)
+        and answered by the same rule as a polled one. Returns this process's acknowledgement (None: the
+        request does not select this role / rank, or this profiler does not take requests).
+        """
+        if self._requests is None or not self._started:
+            return None
+        out: list[Any] = []
+        self._guard("trigger", lambda: out.append(self._take(request, stored=False)))
+        if self._pending is not None or self._open_trigger is not None:
+            self._use_full_step(if_idle=True)  # a window to open: leave the idle fast path
+        import msgspec
+
+        return msgspec.to_builtins(out[0]) if out and out[0] is not None else None
+
+    def _idle_step(self, export: bool = True) -> None:
+        """step() while nothing is planned or requested: the inert one. Every trigger_poll_s the poll timer
+        puts the full step() back (_use_full_step), which looks for requests at the next step boundary."""
+        self.global_step += 1
+
+    def _idle_if_nothing_planned(self) -> None:
+        if (self._open is None and self._next is None and self._held is None and self._pending is None
+                and self._started and self.enabled and self.config.trigger_poll_s > 0):
+            with _STEP_SWAP:
+                self.step = self._idle_step  # type: ignore[method-assign]
+
+    def _use_full_step(self, if_idle: bool = False) -> None:
+        """Back to the class's step(); ``if_idle``: only from the idle step (never undo an inert one)."""
+        with _STEP_SWAP:
+            if not if_idle or getattr(self.__dict__.get("step"), "__func__", None) is Profiler._idle_step:
+                self.__dict__.pop("step", None)
+
+    def _poll(self) -> None:
+        interval = self.config.trigger_poll_s
+        self._poll_due = interval == 0  # 0: at every step
+        if interval > 0 and self._poll_timer is None:
+            self._poll_timer = _PollTimer(self, interval)
+        store = self._requests
+        try:
+            ids = store.ids()
+        except Exception as e:  # storage trouble (a network blip on a URL) must not end profiling: try again later
+            logger.warning("distprof: %s could not list capture requests: %s: %s", self._who(), type(e).__name__, e)
+            return
+        for rid in ids:
+            if rid in self._seen:
+                continue
+            req = store.get(rid)
+            self._seen.add(rid)
+            if req is not None:
+                self._take(req, stored=True)
+
+    def _take(self, req: Any, stored: bool) -> Any:
+        """Answer one request: accepted (with its steps), refused, skipped, or None when it is not for us."""
+        from .rundir.trigger import FINAL_STATES, aligned_start
+
+        store = self._requests
+        self._seen.add(req.id)
+        if (req.ranks is not None and self.rank not in req.ranks) or not role_selected(req.roles, self.role):
+            return None
+        if not stored:
+            store.put(req)
+        prev = store.my_ack(req.id, self.role, self.rank)
+        if prev is not None and prev.state in FINAL_STATES:
+            return prev  # answered by an earlier process of this rank (a restarted job)
+        g = self.global_step  # the step about to run
+        why = self._refusal(req)
+        if why:
+            return self._ack(req, "refused", why, seen_step=g)
+        start = req.start_step if req.start_step is not None else store.claim_start(
+            req.id, aligned_start(g, req.lead_steps, req.align))
+        end = start + req.steps - 1
+        if g > start:
+            detail = f"saw the request at step {g}, after the agreed start {start}"
+            # Said in the manifest too (no files, stopped_by trigger_skipped): whoever reads the run sees why
+            # this rank lacks the steps the others captured.
+            self._run.append_manifest(self._dir, WindowRecord(
+                role=self.role, rank=self.rank, world_size=self.world_size, steps=[start, end], complete=False,
+                stopped_by="trigger_skipped", written_time=time.time(), host=host_name(), pid=os.getpid(),
+                backend=req.backend, trigger=req.id))
+            return self._ack(req, "skipped", detail, steps=[start, end], seen_step=g)
+        w = Window(start=start, end=end, warmup_start=max(start - 1, g))
+        planned = self._plan.next_window(w.warmup_start)
+        if (self._open is not None and self._open.end >= w.warmup_start) or (
+                planned is not None and planned.warmup_start <= w.end):
+            other = self._open if self._open is not None and self._open.end >= w.warmup_start else planned
+            return self._ack(req, "refused", f"steps {start}-{end} overlap the planned window {other.start}-{other.end}",
+                             steps=[start, end], seen_step=g)
+        self._pending = (req, w)
+        return self._ack(req, "accepted", f"will record steps {start}-{end}", steps=[start, end], seen_step=g)
+
+    def _refusal(self, req: Any) -> str | None:
+        cfg = self.config
+        if self._guard_tripped:
+            return "the memory guard stopped profiling on this rank earlier in the run; it captures no more windows"
+        if req.steps > cfg.trigger_max_steps:
+            return (f"asks for {req.steps} steps, over this job's trigger_max_steps={cfg.trigger_max_steps}; "
+                    "ask for fewer steps")
+        if self._pending is not None or self._open_trigger is not None:
+            busy = (self._pending or self._open_trigger)[0].id
+            return f"request {busy} is still pending here; send this one after it is captured"
+        if req.backend == "cuda_memory":
+            import torch
+
+            if not torch.cuda.is_available():
+                return "backend cuda_memory needs a CUDA device, and this process has none"
+        return None
+
+    def _maybe_open_requested(self) -> None:
+        if self._pending is None or self._open is not None or self.global_step < self._pending[1].warmup_start:
+            return
+        from .backends import WindowContext, create_backend
+
+        req, w = self._pending
+        self._pending = None
+        w = w.clipped(self.global_step)
+        cfg = self.config
+        if req.backend != cfg.backend or req.flags:
+            backend = create_backend(cfg.model_copy(update={
+                "backend": req.backend, "torch": cfg.torch.model_copy(update={f: True for f in req.flags})}))
+        else:
+            backend = self._backend
+        self._open_trigger = (req, self._backend)
+        self._backend = backend
+        self._annotations = {}
+        ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
+                            tmp_path=lambda name: self._run.temp_path(self._dir, name))
+        self._open = w
+        self._window_t0 = time.time()
+        backend.begin(w, self.global_step, ctx)
+        window_opened(self)
+        logger.info("distprof: %s opened requested window %d-%d (request %s)", self._who(), w.start, w.end, req.id)
+
+    def _ack(self, req: Any, state: str, detail: str, steps: list[int] | None = None, seen_step: int | None = None,
+             file: str | None = None) -> Any:
+        from .rundir.trigger import TriggerAck
+
+        ack = TriggerAck(id=req.id, role=self.role, rank=self.rank, state=state, detail=detail, steps=steps,
+                         seen_step=seen_step, file=file, time=time.time(), host=host_name(), pid=os.getpid())
+        (logger.warning if state in ("refused", "skipped") else logger.info)(
+            "distprof: %s %s request %s: %s", self._who(), state, req.id, detail)
+        try:
+            self._requests.ack(ack)
+        except Exception as e:  # the acknowledgement is for people; failing to write it must not stop the capture
+            logger.warning("distprof: %s could not write its acknowledgement of request %s: %s", self._who(), req.id, e)
+        return ack
+
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:
         shutdown.enter()  # a SIGTERM now unwinds after this state change, never from the middle of it
@@ -506,8 +701,17 @@ class Profiler:
         logger.error("distprof: %s failed during %s at step %d; profiling is disabled for the rest of the run",
                      self._who(), where, self.global_step, exc_info=True)
         window_closed(self)
+        waiting = self._open_trigger or self._pending
+        if waiting is not None and self._requests is not None:  # its sender is waiting for an answer
+            self._ack(waiting[0], "refused", f"profiling failed during {where} at step {self.global_step}; "
+                                             "see this process's log")
         self._open = self._next = self._held = self._stage = None
         self._armed = False
+        self._pending = self._open_trigger = None
+        self._requests = None
+        if self._poll_timer is not None:
+            self._poll_timer.cancel()
+            self._poll_timer = None
         if self._backend is not None:
             try:
                 self._backend.abort()
@@ -544,6 +748,40 @@ class Profiler:
             "host": host_name(),
             "versions": {"distprof": __version__, "torch": torch_version(), "python": sys.version.split()[0]},
         }
+
+
+_STEP_SWAP = threading.Lock()  # held to swap a profiler's step (rare); the step itself never takes it
+
+
+class _PollTimer:
+    """Every ``interval`` seconds (Event.wait: a monotonic clock), tells a profiler to look for requests at its
+    next step boundary: raises ``_poll_due`` and puts the full step() back in place of the idle one, so an idle
+    step() reads no clock and no flag. The thread holds the profiler weakly and ends with it."""
+
+    def __init__(self, prof: Profiler, interval: float):
+        import weakref
+
+        self._stop = threading.Event()
+        self._ref = weakref.ref(prof)
+
+        def run() -> None:
+            while not self._stop.wait(interval) and self.fire():
+                pass
+
+        self._thread = threading.Thread(target=run, name="distprof-trigger-poll", daemon=True)
+        self._thread.start()
+
+    def fire(self) -> bool:
+        """Time to poll; False once the profiler is gone."""
+        p = self._ref()
+        if p is None:
+            return False
+        p._poll_due = True
+        p._use_full_step(if_idle=True)
+        return True
+
+    def cancel(self) -> None:
+        self._stop.set()
 
 
 def _short_summary(summary: dict[str, Any] | None, top: int = 10) -> dict[str, Any] | None:

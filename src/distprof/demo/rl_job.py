@@ -167,8 +167,13 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
 
 
 def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
-        progress: Callable[[str], None] | None = None, slow_ms: float = SLOW_MS) -> RLDemoResult:
-    """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``."""
+        progress: Callable[[str], None] | None = None, slow_ms: float = SLOW_MS, on_demand: bool = False,
+        after_step: Callable[[int, list[ProfiledGroup]], Any] | None = None) -> RLDemoResult:
+    """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``.
+
+    ``on_demand``: the workers opt in to on-demand capture (``trigger: true``) and capture nothing else;
+    ``after_step(step, groups)`` runs on the driver after every step (e.g. ``trigger_all(groups, steps=2)``).
+    """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # bind to 127.0.0.1, not the external address
     import ray
 
@@ -184,7 +189,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     scratch = tempfile.mkdtemp(prefix="distprof-scratch-")  # node-local: collect() moves files through Ray
     rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
     # Default activities: CPU plus whichever accelerator this machine has.
-    config = distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps)
+    config = (distprof.ProfilerConfig(trigger=True, save_path=scratch, ranks="all") if on_demand else
+              distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps))
     say("starting a local Ray cluster on 127.0.0.1")
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)
@@ -211,6 +217,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
                 # All groups end the step together: one group's trace export (when a window
                 # closes here) runs while the others have already ended theirs, not inside them.
                 step_all(groups)
+                if after_step is not None:
+                    after_step(step, groups)
         ray.get([a.shutdown.remote() for a in actors])
         say("collecting traces through Ray")
         report = collect(groups, out)

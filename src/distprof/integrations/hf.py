@@ -118,12 +118,12 @@ class DistprofCallback(TrainerCallback):
 
     def _captures(self, role: str) -> bool:
         cfg = self.config.for_role(role)
-        return cfg.enable and role_selected(self.config.roles, role)
+        return (cfg.enable or cfg.trigger) and role_selected(self.config.roles, role)
 
     # ---- the Trainer's events --------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self._finish()  # a previous train() that raised (no on_train_end): write its window first
-        if not self.config.enable:
+        if not (self.config.enable or self.config.trigger):  # trigger: waits for `distprof trigger` requests
             return
         self._k = k = max(1, int(args.gradient_accumulation_steps))
         prof = self._create(self.role, state.global_step, args)

@@ -122,7 +122,7 @@ class DistprofProfiler(_LightningProfiler):
         self.config = config
         self.role = sanitize_role(role)
         self.stages = stages
-        self._off = not config.enable  # disabled (or switched off by a fault): no stage is ever armed
+        self._off = not (config.enable or config.trigger)  # disabled (or switched off by a fault): no stage is armed
         self._ranges: dict[str, Any] = {}  # action -> its annotate range (actions without one are not cached)
 
     def _reset_runtime(self) -> None:

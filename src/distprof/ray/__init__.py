@@ -9,6 +9,9 @@
   ``with profiling(groups):``: drive several groups together, every RPC sent
   before any is waited for, so one group's trace export never lands inside
   another group's step.
+- ``trigger_all(groups, steps=N)`` / ``group.trigger(steps=N)``: capture N steps
+  on demand (workers configured with ``trigger: true``), the same global steps
+  on every worker, through Ray: no shared filesystem needed.
 - ``runtime_env(config, group=...)``: the runtime_env that wraps a group's
   worker processes with nsys / rocprof-sys / py-spy / memray.
 - ``collect(workers, dest)``: brings every file the workers wrote, on whatever
@@ -19,7 +22,7 @@ Ray itself is imported lazily, by the functions that need it.
 
 from .collect import CollectReport, collect
 from .runtime_env import runtime_env
-from .workers import ProfiledGroup, ProfiledWorker, profiling, start_all, step_all, stop_all
+from .workers import ProfiledGroup, ProfiledWorker, profiling, start_all, step_all, stop_all, trigger_all
 
-__all__ = ["ProfiledWorker", "ProfiledGroup", "step_all", "start_all", "stop_all", "profiling", "runtime_env",
+__all__ = ["ProfiledWorker", "ProfiledGroup", "step_all", "start_all", "stop_all", "profiling", "trigger_all", "runtime_env",
            "collect", "CollectReport"]

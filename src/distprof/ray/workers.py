@@ -15,7 +15,7 @@ from ..profiler import Profiler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProfiledWorker", "ProfiledGroup", "start_all", "step_all", "stop_all", "profiling"]
+__all__ = ["ProfiledWorker", "ProfiledGroup", "start_all", "step_all", "stop_all", "profiling", "trigger_all"]
 
 
 class ProfiledWorker:
@@ -53,6 +53,15 @@ class ProfiledWorker:
         p = self._profiler()
         p.stop()
         return p.global_step
+
+    def profile_trigger(self, request: Any) -> dict[str, Any] | None:
+        """Hand an on-demand capture request to this worker's profiler (``trigger_all``): its acknowledgement,
+        also written under this worker's save_path; None when the request does not select this worker."""
+        return self._profiler().trigger_request(request)
+
+    def profiler_step(self) -> int:
+        """The global step this worker's profiler is about to run."""
+        return self._profiler().global_step
 
     def profiler_summary(self) -> dict[str, Any]:
         p = self._profiler()
@@ -104,7 +113,8 @@ class ProfiledGroup:
         self.timeout_s = timeout_s
         self.where: dict[int, dict[str, Any]] = {}  # rank -> profiler_where(), kept for collect()
         self.failed: dict[int, str] = {}
-        on = self.config.enable and role_selected(self.config.roles, role)
+        self._requested: dict[int, int] = {}  # rank -> last step of an accepted on-demand window (step_all exports)
+        on = (self.config.enable or self.config.trigger) and role_selected(self.config.roles, role)
         if on:
             self.config.check_world_size(len(self.workers))
         if on and self.config.per_node is not None:
@@ -133,6 +143,10 @@ class ProfiledGroup:
     def summary(self) -> list[dict[str, Any]]:
         return [v for _, v in sorted(self._call("profiler_summary").items())]
 
+    def trigger(self, steps: int, **kw: Any) -> dict[str, Any]:
+        """Capture ``steps`` steps on this group's workers on demand: ``trigger_all([self], ...)``."""
+        return trigger_all([self], steps, **kw)
+
     def __enter__(self) -> "ProfiledGroup":
         self.start()
         return self
@@ -149,6 +163,13 @@ class ProfiledGroup:
         """Does the plan close a capture window at the end of global step ``step``?"""
         w = self._plan.next_window(step) if self._plan is not None else None
         return w is not None and w.start <= step == w.end
+
+    def _closes_on(self, rank: int, step: int) -> bool:
+        """Does ``rank`` close a window at the end of ``step`` (a planned one, or one it accepted on request)?"""
+        if self._requested.get(rank) == step:
+            del self._requested[rank]
+            return True
+        return self._closes_window(step)
 
     def _submit(self, method: str, args: tuple, only: set[int] | None = None) -> dict[int, Any]:
         """Send ``method`` to every live selected worker (of ``only``, if given) without waiting: rank -> ObjectRef."""
@@ -211,7 +232,7 @@ def step_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
     groups = _as_groups(groups)
     ended = _call_all(groups, "profile_step", False)
     # Second round only to the workers whose plan closed a window at the step that just ended.
-    _call_all(groups, "profile_export", only=[{r for r, g in e.items() if grp._closes_window(g - 1)}
+    _call_all(groups, "profile_export", only=[{r for r, g in e.items() if grp._closes_on(r, g - 1)}
                                                for grp, e in zip(groups, ended)])
     return ended
 
@@ -237,6 +258,39 @@ def profiling(groups: Iterable[ProfiledGroup]) -> Iterator[list[ProfiledGroup]]:
         yield groups
     finally:
         stop_all(groups)
+
+
+def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, roles: Any = None,
+                backend: str = "torch", flags: Any = None, lead_steps: int = 2, align: int = 1,
+                tag: str = "") -> dict[str, Any]:
+    """Capture ``steps`` global steps on demand on every selected worker of ``groups``, through Ray (no shared
+    filesystem needed). Call it from the driver between steps (as ``step_all``).
+
+    The driver asks every worker its step, and names the start itself: the first multiple of ``align`` at
+    least ``lead_steps`` after the furthest worker, so every worker captures the same global steps. Each worker
+    answers by the rule of a polled request (refused over its ``trigger_max_steps``, ...) and writes its
+    acknowledgement under its own save_path too. Returns ``{"id", "start_step", "acks": {role: {rank: ack}}}``.
+    """
+    from ..rundir.trigger import aligned_start, make_request
+
+    groups = _as_groups(groups)
+    now = [step for per_group in _call_all(groups, "profiler_step") for step in per_group.values()]
+    if not now:
+        raise ValueError("trigger_all: no worker of these groups takes requests (is trigger: true set, and are "
+                         "they started?)")
+    probe = make_request(steps, ranks, roles, backend, flags, lead_steps, align, tag=tag)  # validates arguments
+    req = make_request(steps, probe.ranks, probe.roles, backend, probe.flags, lead_steps, align,
+                       start_step=aligned_start(max(now), lead_steps, align), tag=tag)
+    answers = _call_all(groups, "profile_trigger", req)
+    acks: dict[str, dict[int, Any]] = {}
+    for g, per_rank in zip(groups, answers):
+        for r, ack in per_rank.items():
+            if ack is None:
+                continue
+            acks.setdefault(g.role, {})[r] = ack
+            if ack["state"] == "accepted":
+                g._requested[r] = ack["steps"][1]
+    return {"id": req.id, "start_step": req.start_step, "acks": acks}
 
 
 def _call_all(groups: Iterable[ProfiledGroup], method: str, *args: Any,
