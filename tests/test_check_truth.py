@@ -253,13 +253,13 @@ def test_symlink_to_dev_zero_and_fifo_neither_load_nor_hang(copy):
 
 
 def test_gzip_bomb_is_streamed_in_bounded_memory(copy):
-    """2 GiB of trace (one event name that never ends) in 2 MB of concatenated gzip members: check streams it and
-    stops at the reader's search limit (decoded whole, as check once did, it would take 2 GiB)."""
+    """8 GiB of trace (one event name that never ends) in 8 MB of concatenated gzip members: check streams it and
+    stops at the reader's search limit (decoded whole, as check once did, it would take 8 GiB)."""
     trace = rank_folder(copy) / "step00000004-00000004.pt.trace.json.gz"
     member = gzip.compress(b"a" * (1 << 20), 9)
     with open(trace, "wb") as f:
         f.write(gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "'))
-        for _ in range(2048):
+        for _ in range(8192):
             f.write(member)
     recs = records(copy)
     recs[1]["files"][0]["bytes"] = recs[1]["bytes"] = trace.stat().st_size
@@ -271,7 +271,9 @@ def test_gzip_bomb_is_streamed_in_bounded_memory(copy):
     doc = json.loads(proc.stdout)
     bomb = next(i for i in doc["items"] if i[0] == [4, 4])
     assert bomb[1] == "broken" and "no event boundary" in bomb[2]
-    assert doc["rss_mb"] < 600, doc["rss_mb"]  # 2048 MB inflated; the reader holds at most its search limit
+    # 8192 MB inflated; the reader holds its 64 MB search limit and a few working copies of it (peaks of 600-750 MB
+    # were seen under load), never the stream.
+    assert doc["rss_mb"] < 1024, doc["rss_mb"]
 
 
 # ---- paths that are not run directories; fsspec URLs ----------------------------------------------------------
