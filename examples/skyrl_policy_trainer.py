@@ -35,7 +35,8 @@ def worker(rank: int, world: int, init_file: str, out: str) -> None:
                 opt.zero_grad()
             prof.step()
     top = (prof.summary() or {}).get("ops", [])[:3]  # SkyRL's per-rank summary, from the last window
-    print(f"rank {rank}: " + ", ".join(f"{o['name']} {o['self_cpu_us']:.0f} us" for o in top), flush=True)
+    # One write with its newline: both ranks print at once, and print()'s separate newline write could interleave.
+    print(f"rank {rank}: " + ", ".join(f"{o['name']} {o['self_cpu_us']:.0f} us" for o in top) + "\n", end="", flush=True)
     dist.destroy_process_group()
 
 
