@@ -6,6 +6,7 @@ import os
 
 import fsspec
 import torch
+from tracekit import cli, load
 
 import distprof
 from distprof import Profiler
@@ -13,7 +14,6 @@ from distprof.rundir.check import check_run
 from distprof.rundir.manifest import read_manifest
 from distprof.rundir.store import manifest_records
 from distprof.rundir.trigger import RequestStore, make_request
-from tracekit import cli, load
 
 
 def cfg(save, **kw):
