@@ -165,3 +165,15 @@ def test_hostile_requests_folder_neither_hangs_the_job_nor_the_status(tmp_path):
     os.mkfifo(tmp_path / "run.json")
     code, _, err = cli("trigger", tmp_path, "--status")
     assert code == 2 and "not a distprof run directory" in err and "Traceback" not in err
+
+
+def test_a_request_accepted_during_a_planned_window_is_still_timed(tmp_path):
+    p = Profiler(cfg(tmp_path, steps=[3]), rank=0, world_size=1).start()
+    run_to(p, 1)
+    req = make_request(2, start_step=8)
+    assert p.trigger_request(req)["state"] == "accepted"
+    run_to(p, 12)  # the planned window 3 closes first; closing it re-plans the timing
+    p.stop()
+    planned, requested = sorted(manifest_records(str(tmp_path)), key=lambda r: r.steps)
+    assert planned.trigger is None and requested.trigger == req.id and requested.steps == [8, 9]
+    assert len(requested.step_times_s) == 2 and len(requested.baseline_times_s) == 2

@@ -485,6 +485,8 @@ class Profiler:
         self._baseline = []
         if self.global_step >= self._time_from:
             self._mark = (self.global_step, time.perf_counter())
+        if self._pending is not None:  # a request accepted while a planned window was open: still timed
+            self._time_request(self._pending[1])
 
     def _time_request(self, w: Window) -> None:
         """An accepted request is timed like a planned window (profiling's own cost in its manifest line): its
