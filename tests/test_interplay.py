@@ -177,3 +177,17 @@ def test_a_request_accepted_during_a_planned_window_is_still_timed(tmp_path):
     planned, requested = sorted(manifest_records(str(tmp_path)), key=lambda r: r.steps)
     assert planned.trigger is None and requested.trigger == req.id and requested.steps == [8, 9]
     assert len(requested.step_times_s) == 2 and len(requested.baseline_times_s) == 2
+
+
+def test_a_linked_requests_folder_is_never_written_through(tmp_path):
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    p = Profiler(cfg(run), rank=0, world_size=1).start()
+    run_to(p, 2)
+    os.symlink(outside, run / ".requests")
+    code, _, err = cli("trigger", run, "--steps", "2")
+    assert code == 2 and "symbolic link" in err and "Traceback" not in err
+    p.trigger_request(make_request(2))  # in-process (the Ray path): refused by a fault, not written outside
+    run_to(p, 6)
+    p.stop()
+    assert list(outside.iterdir()) == []

@@ -209,12 +209,23 @@ class RequestStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
+    def _no_link(self, path: str) -> None:
+        """ValueError when a folder between the requests folder and ``path`` is a symbolic link: the folder is
+        untrusted, and a link placed there would make this process write outside the run directory."""
+        d, top = os.path.dirname(path), os.path.dirname(self._path())
+        while len(d) > len(top):
+            if os.path.islink(d):
+                raise ValueError(f"{d} is a symbolic link; distprof does not write through it (it could point outside "
+                                 "the run directory): remove it")
+            d = os.path.dirname(d)
+
     def _replace(self, path: str, data: bytes) -> None:
         """Write ``path`` whole, replacing it atomically (a reader sees the old or the new content)."""
         if self.remote:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return
+        self._no_link(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
         with open(tmp, "wb") as f:
@@ -233,6 +244,7 @@ class RequestStore:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return True
+        self._no_link(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
         with open(tmp, "wb") as f:
