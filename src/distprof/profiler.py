@@ -462,15 +462,16 @@ class Profiler:
 
             if self._run.remote:
                 # The network is never waited on in a training step: a background thread uploads and retries.
-                uploader().submit(UploadJob(self._run, self._dir, staged, record, self._who()))
+                # A requested window is acknowledged from there, once its files are where they stay.
+                done = None if requested is None else self._ack_uploaded(requested[0], self._requests, stopped_by)
+                uploader().submit(UploadJob(self._run, self._dir, staged, record, self._who(), done))
             else:
                 self._publish_local(staged, record)
+                if requested is not None:
+                    self._ack_uploaded(requested[0], self._requests, stopped_by)(self._last_record)
             self._windows_closed += 1
-        if requested is not None:
-            self._ack(requested[0], "captured" if staged else "refused",
-                      (f"recorded steps {w.start}-{last}" + ("" if stopped_by is None else f", cut short ({stopped_by})"))
-                      if staged else "the backend wrote no file", steps=[w.start, last],
-                      file=f"{self._dir}/{staged[0][1]}" if staged else None)
+        elif requested is not None:
+            self._unrecorded_request(requested[0], w, last, stopped_by)
         self._step_times, self._window_baseline = [], []
         self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
         self._plan_timing()
@@ -484,6 +485,18 @@ class Profiler:
         self._baseline = []
         if self.global_step >= self._time_from:
             self._mark = (self.global_step, time.perf_counter())
+        if self._pending is not None:  # a request accepted while a planned window was open: still timed
+            self._time_request(self._pending[1])
+
+    def _time_request(self, w: Window) -> None:
+        """An accepted request is timed like a planned window (profiling's own cost in its manifest line): its
+        baseline steps from now on, its recorded steps. The planned next window comes after it (no overlap)."""
+        start = max(w.warmup_start - BASELINE_STEPS, 0)
+        if start < self._time_from:
+            self._time_from = start
+            self._baseline = []
+            if self.global_step >= start:
+                self._mark = (self.global_step, time.perf_counter())
 
     def _time_step(self, ended: int) -> None:
         """Step ``ended`` just ended: its wall time joins the baseline (no window open) or the window's
@@ -524,7 +537,8 @@ class Profiler:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
             raise
-        self._run.append_manifest(self._dir, record(published))
+        self._last_record = record(published)
+        self._run.append_manifest(self._dir, self._last_record)
         warn_conflict(self._run, self._dir, [n for _, n in staged], published, self._who())
         logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
 
@@ -627,6 +641,7 @@ class Profiler:
             return self._ack(req, "refused", f"steps {start}-{end} overlap the planned window {other.start}-{other.end}",
                              steps=[start, end], seen_step=g)
         self._pending = (req, w)
+        self._time_request(w)
         return self._ack(req, "accepted", f"will record steps {start}-{end}", steps=[start, end], seen_step=g)
 
     def _refusal(self, req: Any) -> str | None:
@@ -667,12 +682,17 @@ class Profiler:
                             tmp_path=lambda name: self._run.temp_path(self._dir, name))
         self._open = w
         self._window_t0 = time.time()
+        self._window_baseline, self._step_times = self._baseline[-BASELINE_STEPS:], []
         backend.begin(w, self.global_step, ctx)
         window_opened(self)
+        if self._mem_guard is not None:
+            self._mem_guard.open()  # as for a planned window: the limits count from this window's own start
         logger.info("distprof: %s opened requested window %d-%d (request %s)", self._who(), w.start, w.end, req.id)
 
     def _ack(self, req: Any, state: str, detail: str, steps: list[int] | None = None, seen_step: int | None = None,
-             file: str | None = None) -> Any:
+             file: str | None = None, store: Any = None) -> Any:
+        """``store``: where to write it (default this profiler's request store; the upload thread passes the one
+        the request came from, since a later fault drops this profiler's)."""
         from .rundir.trigger import TriggerAck
 
         ack = TriggerAck(id=req.id, role=self.role, rank=self.rank, state=state, detail=detail, steps=steps,
@@ -680,10 +700,34 @@ class Profiler:
         (logger.warning if state in ("refused", "skipped") else logger.info)(
             "distprof: %s %s request %s: %s", self._who(), state, req.id, detail)
         try:
-            self._requests.ack(ack)
+            (store or self._requests).ack(ack)
         except Exception as e:  # the acknowledgement is for people; failing to write it must not stop the capture
             logger.warning("distprof: %s could not write its acknowledgement of request %s: %s", self._who(), req.id, e)
         return ack
+
+    def _ack_uploaded(self, req: Any, store: Any, stopped_by: str | None):
+        """The acknowledgement of a requested window whose manifest line ``rec`` was written: captured, with the
+        file where it stays (its published name, or the local folder it was kept in when the upload failed)."""
+        def done(rec: WindowRecord) -> None:
+            detail = f"recorded steps {rec.steps[0]}-{rec.steps[1]}" + (
+                "" if stopped_by is None else f", cut short ({stopped_by})")
+            if rec.local_path is not None:
+                detail += f"; the upload failed ({rec.upload_error}), so the files stay on {rec.host} in {rec.local_path}"
+            self._ack(req, "captured", detail, steps=list(rec.steps), file=rec.file, store=store)
+        return done
+
+    def _unrecorded_request(self, req: Any, w: Window, last: int, stopped_by: str | None) -> None:
+        """A requested window that closed with no file: cut short before its first step (the memory guard in its
+        warm-up, stop()), or a backend that wrote nothing. Said in the ack and, when cut short, in the manifest."""
+        if stopped_by is None:
+            self._ack(req, "refused", "the backend wrote no file")
+            return
+        self._run.append_manifest(self._dir, WindowRecord(
+            role=self.role, rank=self.rank, world_size=self.world_size, steps=[w.start, w.end], complete=False,
+            stopped_by=stopped_by, written_time=time.time(), host=host_name(), pid=os.getpid(), backend=req.backend,
+            trigger=req.id, guard=self._guard_numbers))
+        self._ack(req, "skipped", f"cut short ({stopped_by}) after step {last}, before the requested steps "
+                                  f"{w.start}-{w.end}: nothing recorded")
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:

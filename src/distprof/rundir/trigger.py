@@ -24,6 +24,7 @@ import logging
 import os
 import posixpath
 import re
+import stat
 import time
 import urllib.parse
 from typing import Any, Literal
@@ -136,6 +137,26 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
     return msgspec.structs.replace(req, id=rid, created=time.time())
 
 
+def _read_regular(path: str) -> bytes | None:
+    """At most _MAX_REQUEST_BYTES of ``path`` if it is a regular file, not a link (None otherwise, logged): a FIFO
+    there would block a training step or `--status` forever, a link could point anywhere, a folder raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        logger.warning("distprof: ignoring %s: %s", path, e.strerror or e)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            logger.warning("distprof: ignoring %s: not a regular file", path)
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(_MAX_REQUEST_BYTES)
+    finally:
+        os.close(fd)
+
+
 def aligned_start(step: int, lead_steps: int, align: int) -> int:
     """The smallest multiple of ``align`` that is >= ``step + lead_steps``."""
     return -(-(step + lead_steps) // align) * align
@@ -172,8 +193,7 @@ class RequestStore:
         try:
             if self.remote:
                 return self.fs.cat_file(path, start=0, end=_MAX_REQUEST_BYTES)
-            with open(path, "rb") as f:
-                return f.read(_MAX_REQUEST_BYTES)
+            return _read_regular(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -182,9 +202,22 @@ class RequestStore:
         try:
             if self.remote:
                 return sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(path, detail=False))
+            if os.path.islink(path):  # the folder is untrusted: never list (or read) through a link out of it
+                logger.warning("distprof: ignoring %s: it is a symbolic link", path)
+                return []
             return sorted(os.listdir(path))
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def _no_link(self, path: str) -> None:
+        """ValueError when a folder between the requests folder and ``path`` is a symbolic link: the folder is
+        untrusted, and a link placed there would make this process write outside the run directory."""
+        d, top = os.path.dirname(path), os.path.dirname(self._path())
+        while len(d) > len(top):
+            if os.path.islink(d):
+                raise ValueError(f"{d} is a symbolic link; distprof does not write through it (it could point outside "
+                                 "the run directory): remove it")
+            d = os.path.dirname(d)
 
     def _replace(self, path: str, data: bytes) -> None:
         """Write ``path`` whole, replacing it atomically (a reader sees the old or the new content)."""
@@ -192,6 +225,7 @@ class RequestStore:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return
+        self._no_link(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
         with open(tmp, "wb") as f:
@@ -210,6 +244,7 @@ class RequestStore:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return True
+        self._no_link(path)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
         with open(tmp, "wb") as f:

@@ -41,6 +41,17 @@ class UploadJob:
     record: Callable[[list[Published]], WindowRecord]
     """The manifest line, from where the files ended up."""
     who: str
+    done: Callable[[WindowRecord], None] | None = None
+    """Called on the upload thread with the window's manifest line once it is written (uploaded or kept locally):
+    a requested window is acknowledged only when its files are where they stay."""
+
+
+def _call_done(job: UploadJob, record: WindowRecord) -> None:
+    if job.done is not None:
+        try:
+            job.done(record)
+        except Exception:  # an acknowledgement is for people: its failure must not turn into an upload failure
+            logger.warning("distprof: %s: reporting an uploaded window failed", job.who, exc_info=True)
 
 
 class Uploader:
@@ -137,6 +148,7 @@ class Uploader:
                 else:
                     logger.info("distprof: %s uploaded %s", job.who, job.run.url(published[0].path))
                 warn_conflict(job.run, job.rel_dir, [n for _, n in job.files], published, job.who)
+                _call_done(job, record)
                 return
             except Exception as e:  # network, auth, throttling: retry until the window's budget is spent
                 error = f"{type(e).__name__}: {e}"
@@ -147,7 +159,7 @@ class Uploader:
                 self._wake.wait(backoff)  # backoff between retries, on the upload thread only
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         # Files already put stay on the object store; the rest are kept here.
-        _keep_local(UploadJob(job.run, job.rel_dir, todo, job.record, job.who), error[:500], published)
+        _keep_local(UploadJob(job.run, job.rel_dir, todo, job.record, job.who, job.done), error[:500], published)
 
 
 def _keep_local(job: UploadJob, error: str, published: list[Published] = (), try_store: bool = True) -> None:
@@ -177,6 +189,7 @@ def _keep_local(job: UploadJob, error: str, published: list[Published] = (), try
         where = "a local manifest there"
     logger.error("distprof: %s could not upload window %s-%s (%s); its files are kept at %s (recorded in %s)",
                  job.who, record.steps[0], record.steps[1], error, keep_dir, where)
+    _call_done(job, record)
 
 
 _lock = threading.Lock()
