@@ -5,9 +5,12 @@ Every writer (the profiler, the process wrapper) and every reader (``check``, ``
 
 - :mod:`.layout`: names and layout rules (pure; no I/O);
 - :mod:`.manifest`: the typed manifest record and its tolerant reader;
-- :mod:`.store`: writing (atomic publication, local or fsspec URL) and listing a node's files;
+- :mod:`.store`: writing (atomic publication, never overwriting another writer; local or fsspec URL) and
+  listing a node's files;
+- :mod:`.upload`: the background uploader of windows bound for an fsspec URL (retries; keeps what fails);
+- :mod:`.trigger`: on-demand capture requests and their acknowledgements (``distprof trigger``);
+- :mod:`.view`: reading one (local or fsspec URL) without reading or following anything outside it;
 - :mod:`.check`: is a run directory complete and readable.
-- :mod:`.view`: reading one (local or fsspec URL) without reading or following anything outside it.
 """
 
 from .layout import (MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_url, rank_dir, rank_of_dir,
