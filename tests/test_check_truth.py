@@ -385,6 +385,7 @@ def test_collect_node_listing_never_brings_a_symlink_along(copy):
                      "main/rank00000/step00000004-00000004.pt.trace.json.gz"}
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time (test_ray counts the raylets it leaves)
 def test_collect_through_a_real_ray_cluster_leaves_symlinks_behind(cluster, tmp_path):  # noqa: F811 - the fixture
     """Ray collect() from a real local cluster: a link to /etc/passwd and a linked folder placed in the worker's run
     directory are neither copied nor followed; everything else arrives and passes check."""
