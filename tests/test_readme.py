@@ -96,7 +96,13 @@ def test_the_readme_has_python_blocks():
     assert len(python_blocks()) >= 2
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks())))
+def _block_params():
+    # A block that starts Ray joins the ray xdist group: one cluster at a time (test_ray counts leftover raylets).
+    return [pytest.param(i, marks=[pytest.mark.xdist_group("ray")] if "ray.init" in _fill(b)[0] + b else [])
+            for i, b in enumerate(python_blocks())]
+
+
+@pytest.mark.parametrize("index", _block_params())
 def test_readme_block_runs(tmp_path, index):
     block = python_blocks()[index]
     pre, post = _fill(block)
