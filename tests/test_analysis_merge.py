@@ -18,6 +18,7 @@ from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces, overl
 
 from conftest import SHARED
 from helpers import run
+from tracekit import cli
 
 DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
 
@@ -166,3 +167,45 @@ def test_every_trace_event_field_survives_and_ids_are_scoped_per_rank(tmp_path):
         assert work["bind_id"] == sink["bind_id"] == rank * FLOW_STRIDE + 42  # "0x2a" is 42, as Perfetto reads it
         assert begin["id"] == end["id"] == rank * FLOW_STRIDE + 7
         assert glob["id2"] == {"global": f"{rank}:g1"} and local["id2"] == {"local": "l1"}
+
+
+def test_merge_selects_steps_and_keeps_every_event_of_them(ddp_run, tmp_path):
+    """--steps 3 on a real 2-rank DDP run profiled on steps 2-3 and 5-6: the output holds step 3 of both ranks
+    (and the events overlapping it), none of steps 2, 5, 6, and the process and thread names; the window 5-6 is
+    not even opened (its manifest rules it out)."""
+    out = tmp_path / "m.json.gz"
+    code, doc, err = cli("merge", ddp_run, "-o", out, "--steps", "3", "--json")
+    assert code == 0, err
+    with gzip.open(out, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    steps = sorted(e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert steps == ["ProfilerStep#3", "ProfilerStep#3"]  # one per rank
+    assert doc["files"] == 2 and doc["skipped"] == 2 and doc["scope"]["steps"] == [3]
+    assert any(e.get("ph") == "M" and e.get("name") == "thread_name" for e in events)
+    # Every event overlapping step 3 of a rank is there: as many as the whole merge holds in that range.
+    full = tmp_path / "all.json.gz"
+    assert cli("merge", ddp_run, "-o", full)[0] == 0
+    with gzip.open(full, "rt") as f:
+        every = json.load(f)["traceEvents"]
+
+    def per_step(evs):  # events of the same file (pid // PID_STRIDE) overlapping each ProfilerStep#3
+        out = []
+        for s in (e for e in evs if e.get("name") == "ProfilerStep#3"):
+            out.append(sum(e.get("ph") == "X" and e["pid"] // PID_STRIDE == s["pid"] // PID_STRIDE
+                           and e["ts"] <= s["ts"] + s["dur"] and e["ts"] + e.get("dur", 0) >= s["ts"] for e in evs))
+        return sorted(out)
+
+    assert per_step(events) == per_step(every) and min(per_step(events)) > 10
+    assert len(events) < len(every)
+
+
+def test_merge_warns_when_the_output_is_larger_than_a_viewer_loads(ddp_run, tmp_path, monkeypatch):
+    from distprof.analysis import merge
+
+    r = merge.merge_traces(ddp_run, str(tmp_path / "m.json"))
+    assert r["warnings"] == [] and r["json_bytes"] > 0  # the real bound (500 MB) is far above this run
+    monkeypatch.setattr(merge, "VIEWER_LIMIT_BYTES", r["json_bytes"] - 1)
+    r = merge.merge_traces(ddp_run, str(tmp_path / "m2.json"))
+    (w,) = r["warnings"]
+    assert "more than a browser viewer can be expected to load" in w and "--steps" in w
+    assert 0 < os.path.getsize(tmp_path / "m2.json") - r["json_bytes"] < 10_000  # the events, plus the header

@@ -325,15 +325,16 @@ def diagnose(
 def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
     out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(),
+    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
-    """One trace with every rank and role as its own process track, clocks aligned, every event kept."""
+    """One trace with every rank and role as its own process track, clocks aligned, every event kept
+    (with --steps: every event that overlaps those steps)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from .analysis.merge import merge_traces
 
-    sel = _selection(ranks, roles, None, False)
+    sel = _selection(ranks, roles, steps, False)
     with Progress(TextColumn("merging"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
         task = bar.add_task("merge", total=None)
         r = merge_traces(path, out, selection=sel, progress=lambda done, total: bar.update(task, completed=done, total=total))

@@ -10,6 +10,12 @@ What Perfetto's JSON importer needs, and real Kineto traces do not always give i
 - Flow ids must be numbers (a string id is parsed as hex, and ``"3:17"`` is dropped as invalid), so
   ids (flow, async and object ids, and ``bind_id``) are renumbered into ``file_index * FLOW_STRIDE + id``;
   ``id2.global`` gets a ``file_index:`` prefix. Ranks then never share an arrow or an async track.
+- A selection of steps (``--steps``) keeps, per file, the events that overlap the chosen ``ProfilerStep#N``
+  ranges, and every metadata event (names of processes and threads).
+- Browsers cap what a page may hold: Perfetto's docs put the limit at about 2 GB of runtime memory, a trace's
+  runtime form being larger than its file, and a 900 MB JSON trace is reported to crash ui.perfetto.dev
+  (google/perfetto#99; chrome://tracing stopped at 256 MB). An output holding more than
+  :data:`VIEWER_LIMIT_BYTES` of JSON is written, with a warning saying how to make it smaller.
 - Complete (``X``) events on one thread must nest. Kineto traces have partial overlaps (ns rounding,
   overlapping kernels), which Perfetto drops or hides; those events are moved to extra *lane*
   threads of the same process (named ``... (overlaps, lane K)``) so every event is shown.
@@ -31,10 +37,11 @@ from .listing import TraceFile, find_traces
 from .writing import atomic_output, check_output
 from .reader import Event, TraceError, open_trace
 from .selection import Selection
+from .vocab import profiler_step
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["merge_traces", "PID_STRIDE", "FLOW_STRIDE"]
+__all__ = ["merge_traces", "PID_STRIDE", "FLOW_STRIDE", "VIEWER_LIMIT_BYTES"]
 
 _enc = msgspec.json.Encoder()
 _TIMED = ("X", "i", "I", "s", "f", "t", "B", "E", "b", "e", "n", "C")
@@ -42,6 +49,7 @@ _FLOW = ("s", "t", "f")
 _PASSTHROUGH = ("bp", "s", "scope", "cname", "sf", "esf", "flow_in", "flow_out")
 PID_STRIDE = 1000  # output pid = file index * PID_STRIDE + the file's own pid index
 FLOW_STRIDE = 10**10  # output flow id = file index * FLOW_STRIDE + id (stays below 2**53 for JS viewers)
+VIEWER_LIMIT_BYTES = 500 * 10**6  # JSON a browser viewer can be expected to load (see the module docstring)
 
 
 class _MetaArgs(msgspec.Struct):
@@ -63,6 +71,7 @@ class _Scan:
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
     max_tid: int = 0
     salvaged: dict | None = None  # what was wrong with a file that could still be read
+    step_ranges: list = field(default_factory=list)  # (start, end) of the selected ProfilerSteps, own time base
 
 
 def _label(role: str | None, rank: int | None, path: str) -> str:
@@ -101,7 +110,7 @@ def overlap_lanes(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     return lane_of
 
 
-def _scan(f: TraceFile) -> _Scan:
+def _scan(f: TraceFile, selection: Selection | None = None) -> _Scan:
     t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window)
     first = None
     named: set = set()
@@ -109,11 +118,15 @@ def _scan(f: TraceFile) -> _Scan:
     cols: dict[tuple[Any, Any], tuple[array, array, array]] = {}
     max_tid = 0
     index = 0
+    steps: list[tuple[float, float]] = []
+    pick = selection is not None and selection.steps is not None
     for batch in t.batches():
         for e in batch:
             if isinstance(e.tid, int) and e.tid > max_tid:
                 max_tid = e.tid
             if e.ph == "X":
+                if pick and (n := profiler_step(e.name)) is not None and selection.step_ok(n):
+                    steps.append((e.ts, e.ts + e.dur))
                 c = cols.get((e.pid, e.tid))
                 if c is None:
                     c = cols[(e.pid, e.tid)] = (array("d"), array("d"), array("q"))
@@ -128,7 +141,8 @@ def _scan(f: TraceFile) -> _Scan:
                 thread_names[(e.pid, e.tid)] = _meta_name(e)
             index += 1
     first = first or 0.0
-    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid)
+    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
+                 step_ranges=steps)
     if t.report.salvaged:
         scan.salvaged = t.report.to_dict()
     for (pid, tid), (ts, dur, idx) in cols.items():
@@ -273,15 +287,17 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     found = find_traces(path, problems)
     check_output(out, [f.path for f in found], "merge", "merged.json.gz")
     files = [f for f in found
-             if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))]
+             if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))
+             and selection.window_ok(f.window.steps if f.window is not None else None)]
+    by_step = selection.steps is not None
     # Pass 1 (streamed, a few numbers per file kept): rank, role, clock offset, first timestamp, track
     # names and overlapping events. It orders the tracks by role then rank and fixes the clock base.
     scans, errors = [], [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
     skipped = len(found) - len(files)  # files the selection leaves out
     for k, f in enumerate(files, 1):
         try:
-            scan = _scan(f)
-            if selection.rank_ok(scan.rank) and selection.role_ok(scan.role):
+            scan = _scan(f, selection)
+            if selection.rank_ok(scan.rank) and selection.role_ok(scan.role) and (scan.step_ranges or not by_step):
                 scans.append(scan)
             else:
                 skipped += 1
@@ -297,7 +313,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     labels = _labels(scans, path)
     # Pass 2: stream every file into a temporary output, one batch at a time; rename it when complete.
     opener = gzip.open if out.endswith(".gz") else open
-    events_out = moved = 0
+    events_out = moved = json_bytes = 0
     with atomic_output(out) as tmp:
         with opener(tmp, "wb") as w:
             w.write(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
@@ -307,26 +323,49 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
                 writer = _FileWriter(scan, i, base, labels[i])
                 f = scan.file
                 index = 0
+                keep = _in_steps(scan.step_ranges) if by_step else None
                 for batch in open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window).batches():
                     chunk = []
                     for e in batch:
-                        chunk.append(writer.encode(e, index))
-                        index += 1
+                        if keep is None or keep(e):
+                            chunk.append(writer.encode(e, index))
+                        index += 1  # every event counts: lanes were found by position in pass 1
                     if chunk:
-                        w.write(sep + b",".join(chunk))
-                        sep, events_out = b",", events_out + len(chunk)
+                        data = sep + b",".join(chunk)
+                        w.write(data)
+                        sep, events_out, json_bytes = b",", events_out + len(chunk), json_bytes + len(data)
                 chunk = writer.trailer()
                 if chunk:
-                    w.write(sep + b",".join(chunk))
-                    sep, events_out = b",", events_out + len(chunk)
+                    data = sep + b",".join(chunk)
+                    w.write(data)
+                    sep, events_out, json_bytes = b",", events_out + len(chunk), json_bytes + len(data)
                 moved += len(scan.lanes)
                 if progress:
                     progress(len(scans) + i + 1, 2 * len(scans))
             w.write(b"]}")
     return {"out": out, "files": len(scans), "events": events_out, "base_time_us": base, "moved_to_lanes": moved,
             "errors": errors, "salvaged": [{"path": s.file.path, **s.salvaged} for s in scans if s.salvaged],
-            "files_read": len(scans), "skipped": skipped, "scope": selection.to_dict(),
-            "warnings": [], "conflicts": []}
+            "files_read": len(scans), "skipped": skipped, "scope": selection.to_dict(), "json_bytes": json_bytes,
+            "warnings": _size_warning(out, json_bytes), "conflicts": []}
+
+
+def _in_steps(ranges: list[tuple[float, float]]) -> Callable[[Event], bool]:
+    """Whether an event overlaps one of the selected steps (metadata and untimed events always do)."""
+    def keep(e: Event) -> bool:
+        if e.ph not in _TIMED:
+            return True
+        end = e.ts + (e.dur or 0.0)
+        return any(e.ts <= hi and end >= lo for lo, hi in ranges)
+    return keep
+
+
+def _size_warning(out: str, json_bytes: int) -> list[str]:
+    if json_bytes <= VIEWER_LIMIT_BYTES:
+        return []
+    return [f"{out} holds {json_bytes / 1e6:,.0f} MB of JSON, more than a browser viewer can be expected to load "
+            f"(about {VIEWER_LIMIT_BYTES / 1e6:.0f} MB: Perfetto's UI is bounded by the browser's memory, about 2 GB); "
+            "merge fewer --ranks, --roles or --steps, or open it through trace_processor --httpd "
+            "(https://perfetto.dev/docs/visualization/large-traces)"]
 
 
 def _labels(scans: list[_Scan], root: str) -> list[str]:
