@@ -410,6 +410,11 @@ class Profiler:
         self._next = None
         if w is None:
             return
+        self._begin_window(w, self._backend)
+        logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
+
+    def _begin_window(self, w: Window, backend: Any) -> None:
+        """Open ``w`` on ``backend`` (a planned window, or a requested one with its own backend)."""
         from .backends import WindowContext
 
         self._annotations = {}
@@ -418,11 +423,10 @@ class Profiler:
         self._open = w
         self._window_t0 = time.time()
         self._window_baseline, self._step_times = self._baseline[-BASELINE_STEPS:], []
-        self._backend.begin(w, self.global_step, ctx)
+        backend.begin(w, self.global_step, ctx)
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         if self._mem_guard is not None:
             self._mem_guard.open()  # after begin(): torch's own start-up memory is not the trace's
-        logger.info("distprof: %s opened window %d-%d (warm-up from %d)", self._who(), w.start, w.end, w.warmup_start)
 
     def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
                stage: str | None = None) -> None:
@@ -664,7 +668,7 @@ class Profiler:
     def _maybe_open_requested(self) -> None:
         if self._pending is None or self._open is not None or self.global_step < self._pending[1].warmup_start:
             return
-        from .backends import WindowContext, create_backend
+        from .backends import create_backend
 
         req, w = self._pending
         self._pending = None
@@ -677,16 +681,7 @@ class Profiler:
             backend = self._backend
         self._open_trigger = (req, self._backend)
         self._backend = backend
-        self._annotations = {}
-        ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
-                            tmp_path=lambda name: self._run.temp_path(self._dir, name))
-        self._open = w
-        self._window_t0 = time.time()
-        self._window_baseline, self._step_times = self._baseline[-BASELINE_STEPS:], []
-        backend.begin(w, self.global_step, ctx)
-        window_opened(self)
-        if self._mem_guard is not None:
-            self._mem_guard.open()  # as for a planned window: the limits count from this window's own start
+        self._begin_window(w, backend)
         logger.info("distprof: %s opened requested window %d-%d (request %s)", self._who(), w.start, w.end, req.id)
 
     def _ack(self, req: Any, state: str, detail: str, steps: list[int] | None = None, seen_step: int | None = None,
