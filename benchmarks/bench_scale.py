@@ -4,7 +4,7 @@ The N-rank sets are made from the real 8-rank DLRM traces in shared/data (rank r
 renumbered to r of N, its events tiled ``--tile`` times in time, timings kept). Measured side by side in one
 run, each in a fresh process:
 
-- decode floor: every file gunzipped and msgspec-decoded into the lean events the analyses read, one file per
+- decode floor: every file gunzipped (ISA-L, as the reader does) and msgspec-decoded into the lean events the analyses read, one file per
   task over a process pool of ``--workers``; the target's floor is the per-file decode times summed, divided by
   the workers (no pool overhead in it),
 - ``summary``, ``steps``, ``stragglers``, ``diagnose`` and ``merge`` as library calls (what the CLI verbs run), with
@@ -51,6 +51,7 @@ FLOOR = """
 import gzip, json, resource, sys, time
 from concurrent.futures import ProcessPoolExecutor
 import msgspec
+from isal import igzip
 from distprof.analysis.reader import _LEAN
 
 class Doc(msgspec.Struct, gc=False):
@@ -58,8 +59,8 @@ class Doc(msgspec.Struct, gc=False):
 
 def decode(path):
     t0 = time.perf_counter()
-    with gzip.open(path, "rb") as f:
-        doc = msgspec.json.decode(f.read(), type=Doc)
+    with open(path, "rb") as f:
+        doc = msgspec.json.decode(igzip.decompress(f.read()), type=Doc)
     return time.perf_counter() - t0, len(doc.traceEvents)
 
 if __name__ == "__main__":

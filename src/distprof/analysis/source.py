@@ -14,6 +14,8 @@ import stat
 import zlib
 from typing import Callable, Iterator
 
+from isal import isal_zlib
+
 from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
@@ -96,47 +98,83 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
                 yield first
                 first = read(size)
             return
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        raw, at, produced, member_out, fed = first, 0, 0, 0, False
-        while True:
-            if at >= len(raw):
-                raw, at = read(max(size // 4, 1)), 0
-                if not raw:
-                    break
-            # Small pieces in: a corrupt stream raises with the output of the whole call lost, so keep it small.
-            piece = memoryview(raw)[at:at + _GZIP_FEED]
-            at += len(piece)
-            fed = True
-            saved, piece_out = d.copy(), 0
-            try:
-                for out in _inflate(d, piece, size):
-                    produced += len(out)
-                    member_out += len(out)
-                    piece_out += len(out)
-                    yield out
-            except zlib.error as e:
-                if produced and not member_out:  # not another member: padding or garbage after the last one
-                    logger.info("%s: bytes after the last gzip member ignored (%s)", path, e)
-                    return
-                # The failing call's output is lost with the exception: replay the piece in small steps from
-                # before it, to keep what precedes the corrupt byte (less what was already yielded).
-                skip = piece_out
-                for out in _replay(saved, piece):
-                    out, skip = out[skip:], max(0, skip - len(out))
-                    if out:
-                        produced += len(out)
-                        yield out
-                if not produced:
-                    raise TraceError(f"{path}: not a readable gzip file ({e})") from None
-                problem.append(f"gzip stream corrupt after {produced:,} bytes ({e})")
+        # ISA-L inflates about 4x faster than zlib, which is a third of the time of reading a gzipped trace.
+        # It cannot copy a stream's state, which salvaging a corrupt stream needs: on an error or a cut stream
+        # the file is read again from the start with zlib, skipping what was already yielded.
+        produced = 0
+        try:
+            for out in _gunzip(isal_zlib, isal_zlib.error, first, read, size, path, problem):
+                produced += len(out)
+                yield out
+            return
+        except _Corrupt:
+            logger.debug("%s: ISA-L found the gzip stream corrupt after %d bytes; reading it again with zlib", path, produced)
+        try:
+            f.seek(0)
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{path}: read failed ({e})") from None
+        skip = produced
+        for out in _gunzip(zlib, zlib.error, read(size), read, size, path, problem):
+            if skip:
+                out, skip = out[skip:], max(0, skip - len(out))
+                if not out:
+                    continue
+            yield out
+
+
+class _Corrupt(Exception):
+    """ISA-L met a corrupt byte or a cut stream: zlib, which can replay from a saved state, takes over."""
+
+
+def _gunzip(lib, error, first: bytes, read, size: int, path: str, problem: list[str]) -> Iterator[bytes]:
+    """Inflate gzip members with ``lib`` (zlib, or ISA-L's zlib-compatible module, which raises
+    :class:`_Corrupt` instead of salvaging)."""
+    salvage = lib is zlib
+    d = lib.decompressobj(16 + zlib.MAX_WBITS)
+    raw, at, produced, member_out, fed = first, 0, 0, 0, False
+    while True:
+        if at >= len(raw):
+            raw, at = read(max(size // 4, 1)), 0
+            if not raw:
+                break
+        # Small pieces in: a corrupt stream raises with the output of the whole call lost, so keep it small.
+        piece = memoryview(raw)[at:at + _GZIP_FEED]
+        at += len(piece)
+        fed = True
+        saved, piece_out = (d.copy() if salvage else None), 0
+        try:
+            for out in _inflate(d, piece, size):
+                produced += len(out)
+                member_out += len(out)
+                piece_out += len(out)
+                yield out
+        except error as e:
+            if produced and not member_out:  # not another member: padding or garbage after the last one
+                logger.info("%s: bytes after the last gzip member ignored (%s)", path, e)
                 return
-            if d.eof:  # a file may hold several members: read the next one, if any
-                raw, at, member_out, fed = d.unused_data + raw[at:], 0, 0, False
-                d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        if fed and not d.eof:
+            if not salvage:
+                raise _Corrupt() from None
+            # The failing call's output is lost with the exception: replay the piece in small steps from
+            # before it, to keep what precedes the corrupt byte (less what was already yielded).
+            skip = piece_out
+            for out in _replay(saved, piece):
+                out, skip = out[skip:], max(0, skip - len(out))
+                if out:
+                    produced += len(out)
+                    yield out
             if not produced:
-                raise TraceError(f"{path}: gzip stream ends before any data")
-            problem.append(f"gzip stream ends early, after {produced:,} bytes")
+                raise TraceError(f"{path}: not a readable gzip file ({e})") from None
+            problem.append(f"gzip stream corrupt after {produced:,} bytes ({e})")
+            return
+        if d.eof:  # a file may hold several members: read the next one, if any
+            raw, at, member_out, fed = d.unused_data + raw[at:], 0, 0, False
+            d = lib.decompressobj(16 + zlib.MAX_WBITS)
+    if fed and not d.eof:
+        if not salvage:  # ISA-L may hold back output of a cut stream, and waits on a short garbage tail
+            raise _Corrupt()
+        if not produced:
+            raise TraceError(f"{path}: gzip stream ends before any data")
+        problem.append(f"gzip stream ends early, after {produced:,} bytes")
 
 
 def _inflate(d, data, size: int) -> Iterator[bytes]:
