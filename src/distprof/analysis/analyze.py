@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
 from . import diagnose as diagnose_mod, idle, launch, step_names, temporal
-from .parallel import FileError, Progress, map_files
+from .parallel import FileError, Progress, SplitPool, map_files
 from .ranks import resolve
 from .listing import TraceFile, find_traces
 from .reader import TraceError, open_trace
@@ -52,10 +52,11 @@ class Skipped:
 
 
 def extract_file(f: TraceFile, on_read: Callable[[int], None] | None, names: tuple[str, ...],
-                 selection: Selection) -> FileResult | Skipped:
-    """Read one file once and run the named analyses' extracts on it (runs in a worker)."""
+                 selection: Selection, pool: SplitPool | None = None) -> FileResult | Skipped:
+    """Read one file once and run the named analyses' extracts on it (runs in a worker; or here, with a
+    ``pool`` decoding the file's runs of events)."""
     t = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=True)
-    tb = TraceTable.read(t, selection)
+    tb = TraceTable.read(t, selection, pool=pool)
     if tb is None:
         return Skipped(f.path)
     return FileResult(tb.info, {n: ANALYSES[n].extract(tb) for n in names})
@@ -114,7 +115,7 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
             continue
         files.append(f)
     fn = functools.partial(extract_file, names=names, selection=selection)
-    results = map_files(fn, files, workers=workers, progress=progress, ray_address=ray_address)
+    results = map_files(fn, files, workers=workers, progress=progress, ray_address=ray_address, split=True)
     read_ok = []
     for r in results:
         if isinstance(r, FileError):

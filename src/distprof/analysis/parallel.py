@@ -1,7 +1,9 @@
 """A parallel map over trace files: one compact result per file comes back, never the events.
 
 Files are read in a process pool (``workers``), in this process (``workers=1``), or as Ray tasks
-(``ray_address``; "local" starts a loopback cluster). Results come back **in file order**, whatever
+(``ray_address``; "local" starts a loopback cluster). One file alone (the common case of a single rank
+profiled with heavy flags) is read in this process with a :class:`SplitPool`: its events list is cut into
+runs that the pool's workers decode and reduce while this process inflates and cuts the stream. Results come back **in file order**, whatever
 finishes first, so every analysis sees the same input for any number of workers. A file that cannot
 be read is one error (path and message), not a failure of the rest; any other exception is a bug and
 propagates.
@@ -9,6 +11,7 @@ propagates.
 
 from __future__ import annotations
 
+import functools
 import logging
 import multiprocessing
 import os
@@ -22,7 +25,7 @@ from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["map_files", "Progress", "FileError"]
+__all__ = ["map_files", "Progress", "FileError", "SplitPool"]
 
 
 @dataclass
@@ -108,15 +111,41 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
             ray.shutdown()
 
 
+class SplitPool:
+    """Worker processes for the runs of one file (:meth:`~.table.TraceTable.read`), started on the first run
+    submitted (a small file, read whole at once, never starts them)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.backlog = 2 * workers  # runs in flight: enough to keep every worker busy, few to hold
+        self._pool: ProcessPoolExecutor | None = None
+
+    def submit(self, fn: Callable, *args: Any):
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+        return self._pool.submit(fn, *args)
+
+    def __enter__(self) -> "SplitPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+
 def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], files: Sequence[TraceFile],
               workers: int | None = None, progress: Callable[[Progress], None] | None = None,
-              ray_address: str | None = None) -> list[Any]:
+              ray_address: str | None = None, split: bool = False) -> list[Any]:
     """``fn(file, on_read)`` for every file; a list in file order of its results or :class:`FileError`.
 
     ``fn`` must be picklable (a module-level function or a ``functools.partial`` of one); ``on_read(n)``
     is to be called as bytes are read. ``progress`` is called with a :class:`Progress` as files finish
-    and, locally, as bytes are read (so one big file still shows movement).
+    and, locally, as bytes are read (so one big file still shows movement). ``split``: ``fn`` takes a
+    ``pool`` keyword (a :class:`SplitPool`), given when one file is read locally with more than one worker.
     """
+    if split and len(files) == 1 and not ray_address and (workers or os.cpu_count() or 1) > 1:
+        with SplitPool(workers or os.cpu_count() or 1) as pool:
+            return map_files(functools.partial(fn, pool=pool), files, workers=1, progress=progress)
     workers = workers or min(len(files), os.cpu_count() or 1)
     sizes = [_size(f.path) for f in files]
     state = Progress(0, len(files), 0, sum(sizes))
@@ -143,6 +172,7 @@ def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], file
                 out[k] = fn(f, bytes_read)
             except TraceError as e:
                 out[k] = FileError(f.path, str(e))
+
             state.files_done += 1
             if progress:
                 progress(state)

@@ -33,18 +33,18 @@ import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterator, Union
+from typing import Annotated, Any, Callable, Iterator, NamedTuple, Union
 
 import msgspec
 
 from .listing import rank_from_name
 from ..rundir.manifest import WindowRecord
-from .source import TraceError, byte_chunks
+from .source import TraceError, byte_chunks, plain_size, read_span
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Event", "LeanEvent", "Complete", "Meta", "Unread", "RankTrace", "ReadReport", "TraceStream", "TraceError",
-           "open_trace", "read_trace", "SEARCH_LIMIT", "Int64"]
+           "open_trace", "read_trace", "decode_run", "SEARCH_LIMIT", "Int64"]
 
 BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small enough to be cheap to hold
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
@@ -350,6 +350,51 @@ def _utf8(data) -> bool:
         return False
 
 
+# Where one event ends and the next begins: `}`, a comma, `{`. Stricter than _CUT (a `}` before `]` or the end is no
+# run's end), so that a run never reaches into the keys after the events list.
+_RUN_END = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*(?=\{)")
+
+
+def _last_run_end(buf: bytes) -> int:
+    """The end of the last whole event in ``buf`` whose successor has begun (just past the comma), 0 if none.
+
+    A candidate inside a string or nested in an event's args is not a boundary; the run cut there then fails
+    to decode whole (an unterminated string or object), which :func:`decode_run` reports."""
+    w = 1 << 16
+    while True:
+        lo = max(0, len(buf) - w)
+        last = None
+        for last in _RUN_END.finditer(buf, lo):
+            pass
+        if last is not None or lo == 0:
+            return last.end() if last is not None else 0
+        w *= 8
+
+
+class Span(NamedTuple):
+    """A run of whole events in a plain local file, by offsets (``TraceStream.batches(defer=True)``)."""
+    path: str
+    start: int
+    end: int
+
+
+def decode_run(data: "bytes | Span") -> list | None:
+    """A run of whole events (``TraceStream.batches(defer=True)``: bytes, or a :class:`Span` of the file) as lean
+    events; None unless all of it decodes typed in one call (the file is then read again on the path that
+    salvages element by element)."""
+    if isinstance(data, Span):
+        try:
+            data = read_span(*data)
+        except TraceError:
+            return None
+    whole = b"".join((b"[", data.rstrip(_WS + b","), b"]"))
+    try:
+        events = _lean_list_decoder.decode(whole)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return events if whole.isascii() or _utf8(whole) else None
+
+
 def _failure(e: Exception, buf: bytes, start: int, end: int) -> tuple[str, int | None]:
     """Why decoding ``[`` + ``buf[start:end]`` + ``]`` failed: ``("end", k)`` the events list closed at ``buf[k]``
     (the keys after the events follow), ``("bad", at)`` malformed JSON at about ``buf[at]`` (None: somewhere),
@@ -401,6 +446,7 @@ class TraceStream:
         self._skips: Counter = Counter()
         self._source_problems: list[str] = []
         self._is_object = True
+        self._defer, self._deferred = False, 0
         self._resolve_rank()
 
     @property
@@ -441,16 +487,24 @@ class TraceStream:
             self.rank_source = "name" if self.rank is not None else "none"
 
     # ---- events --------------------------------------------------------------------------------------
-    def batches(self) -> Iterator[list[Event]]:
+    def batches(self, defer: bool = False) -> Iterator[list[Event]]:
         """Lists of events in file order; each is safe to drop once reduced.
 
         Raises :class:`TraceError` (one line naming the file) when the file is not a trace or nothing
         in it could be read; what a partly read file lost is in :attr:`report` when the stream ends.
+
+        ``defer`` (lean streams): full batches in the middle of the events list come as ``bytes`` instead, a run
+        of whole events cut where an event ends and the next begins, for :func:`decode_run` to decode elsewhere
+        (another core); the start, the end and anything the fast path cannot cut are decoded here as usual.
+        Such runs are not counted in :attr:`event_count`, and are not checked: a run that does not decode
+        whole means the file must be read again without ``defer``.
         """
         self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
+        self._defer, self._deferred = defer and self.lean, 0
         for batch in self._batches():
             if batch:
-                self.event_count += len(batch)
+                if isinstance(batch, list):
+                    self.event_count += len(batch)
                 yield batch
         self._close()
 
@@ -462,6 +516,8 @@ class TraceStream:
         other = r.events_skipped - sum(n for _, n in self._skips.most_common(3))
         if other > 0:
             r.notes.append(f"{other:,} more skipped for other reasons")
+        if self._deferred:
+            return  # the runs decoded elsewhere hold events: a file that fails them is read again, and judged then
         if self.event_count == 0 and r.events_skipped:
             raise TraceError(f"{self.path}: not a Chrome/Kineto trace (none of the {r.events_skipped:,} elements of "
                              f"its event list is an event: {self._skips.most_common(1)[0][0]})")
@@ -645,9 +701,21 @@ class TraceStream:
 
     def _batches(self) -> Iterator[list[Event]]:
         problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
-        chunks = byte_chunks(self.path, self._batch, self._on_read, problem)
+        plain = plain_size(self.path) if self._defer else None
+        read = [0]
+        chunks = byte_chunks(self.path, self._batch, self._counted(read) if plain else self._on_read, problem)
         buf, is_object = self._start(chunks)
         self._is_object = is_object
+        if plain is not None:
+            # A plain local file: runs are handed out as spans of the file (the worker reads them itself); the
+            # bytes here are only looked at around each cut. The last stretch is read here as usual.
+            last = None
+            for last in self._spans(read[0] - len(buf), plain):
+                yield last
+            if last is not None:
+                chunks.close()
+                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end)
+                buf = b""
         pending, size = ([buf], len(buf)) if buf else ([], 0)
         need = self._batch
         ended = False
@@ -661,6 +729,12 @@ class TraceStream:
             if size < need:
                 continue
             buf = b"".join(pending)
+            if self._defer and (cut := _last_run_end(buf)):
+                self._deferred += 1
+                yield buf[:cut]
+                buf = buf[cut:].lstrip(_WS + b",")
+                pending, size = ([buf], len(buf)) if buf else ([], 0)
+                continue
             events, rest, ended = self._take(buf, final=False)
             yield events
             if ended:
@@ -690,6 +764,29 @@ class TraceStream:
                 logger.info("%s: bytes after the events list ignored", self.path)
             return
         self._trailer(buf, chunks)
+
+    def _counted(self, box: list[int]) -> Callable[[int], None]:
+        def note(n: int) -> None:
+            box[0] += n
+            if self._on_read:
+                self._on_read(n)
+        return note
+
+    def _spans(self, pos: int, size: int) -> Iterator["Span"]:
+        """Runs of whole events from ``pos`` on, each about a batch long, cut where the file's bytes show an event
+        end followed by the next one's start; stops a batch or two before the end (or where no cut is seen)."""
+        probe = 1 << 16
+        while pos + 2 * self._batch < size:
+            at = pos + self._batch
+            window = read_span(self.path, at, at + probe)
+            m = _RUN_END.search(window)
+            if m is None:
+                return
+            self._deferred += 1
+            if self._on_read:
+                self._on_read(at + m.end() - pos)
+            yield Span(self.path, pos, at + m.end())
+            pos = at + m.end()
 
     def _cut_off(self, unread: int, where: str) -> None:
         self.report.truncated = True

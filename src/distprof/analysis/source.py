@@ -20,7 +20,7 @@ from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks"]
+__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks", "plain_size", "read_span"]
 
 _GZIP_FEED = 1 << 16  # compressed bytes per inflate call
 
@@ -63,9 +63,33 @@ def _open(path: str):
     return open_local(path.removeprefix("file://"))
 
 
-def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str]) -> Iterator[bytes]:
+def plain_size(path: str) -> int | None:
+    """The size of a local regular file that is not gzip (its bytes are the JSON, at their own offsets), else None."""
+    if is_url(path):
+        return None
+    try:
+        with open_local(path.removeprefix("file://")) as f:
+            if f.read(2) == b"\x1f\x8b":
+                return None
+            return os.fstat(f.fileno()).st_size
+    except (TraceError, OSError, ValueError):
+        return None  # reading it the usual way says what is wrong
+
+
+def read_span(path: str, start: int, end: int) -> bytes:
+    """Bytes ``start:end`` of a local regular file (a run of events another process found the bounds of)."""
+    try:
+        with open_local(path.removeprefix("file://")) as f:
+            return os.pread(f.fileno(), end - start, start)
+    except OSError as e:
+        raise TraceError(f"{path}: read failed ({e})") from None
+
+
+def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str],
+                offset: int = 0) -> Iterator[bytes]:
     """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
 
+    ``offset``: start there (plain files only: see :func:`plain_size`).
     ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
     that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
     salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
@@ -92,8 +116,13 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
         return data
 
     with f:
+        if offset:
+            try:
+                f.seek(offset)
+            except (OSError, ValueError) as e:
+                raise TraceError(f"{path}: read failed ({e})") from None
         first = read(size)
-        if first[:2] != b"\x1f\x8b":
+        if offset or first[:2] != b"\x1f\x8b":
             while first:
                 yield first
                 first = read(size)

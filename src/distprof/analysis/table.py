@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from .. import intervals as iv
-from .reader import Complete, Int64, Meta
+from .reader import Complete, Int64, Meta, decode_run
 from .selection import Selection
 from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
                     is_dataloader, looks_like_device, profiler_step, thread_kind)
@@ -137,100 +137,36 @@ class TraceTable:
 
     # ---- building ------------------------------------------------------------------------------------
     @classmethod
-    def read(cls, t, sel: Selection | None = None) -> "TraceTable | None":
+    def read(cls, t, sel: Selection | None = None, pool: "SplitPool | None" = None) -> "TraceTable | None":
         """Read a lean :class:`~distprof.analysis.reader.TraceStream` (``open_trace(path, lean=True)``) into columns.
 
-        Returns None, having stopped reading, when the file's rank or role is not selected.
+        Returns None, having stopped reading, when the file's rank or role is not selected. With a ``pool``
+        (one big file, several cores), runs of events are decoded and reduced in its workers while this
+        process inflates and cuts the stream; a run the workers cannot take whole (malformed JSON, an
+        unknown phase) makes the file be read again here, on the one path that salvages what it can.
         """
         sel = sel or Selection()
-        self = cls()
-        kinds = KIND_OF_CATEGORY
-        unk = Kind.UNKNOWN
-        needs_args = _NEEDS_ARGS
-        # Names and threads get ids from a counter, so setdefault can run over a whole batch in C (map, no
-        # bytecode per event); the ids are sparse (one number per event seen) and made dense in _finish.
-        name_ids: dict[str, int] = {}
-        track_ids: dict[Any, int] = {}
-        name_seq, track_seq = count(), count()
-        ts_a, dur_a, kind_a = array("d"), array("d"), array("b")
-        name_a, track_a = array("q"), array("q")
-        arg_i, arg_corr, arg_ext, arg_stream = array("q"), array("q"), array("q"), array("q")
-        streams: dict[Any, int] = {}
-        meta: dict[int, tuple[Any, Any]] = {}
-        rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
-        thread_names: dict[Any, str] = {}
-        unknown: Counter = Counter()
-        checked = False
-        base = 0  # index of the batch's first complete event in the table
-        # Each batch is reduced column by column with map() over attribute getters: the per-event work runs
-        # in C, far fewer interpreter steps than one loop body (or a list comprehension) per event.
-        for batch in t.batches():
-            if not checked:
-                checked = True
-                if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
-                    return None  # leaving the loop closes the file: nothing more is read
-            types = list(map(type, batch))
-            xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
-            if len(xs) != len(batch) and Meta in types:
-                for e in compress(batch, map(_IS_M, types)):
-                    if e.name == "thread_name" and e.args:
-                        try:
-                            nm = _meta_decoder.decode(e.args).name
-                        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                            nm = None
-                        if nm:
-                            thread_names[(e.pid, e.tid)] = nm
-            if not xs:
-                continue
-            ks = list(map(kinds.get, map(_CAT, xs), repeat(unk)))
-            if unk in ks:
-                unknown.update(e.cat for e, k in zip(xs, ks) if k == unk)
-            nids = list(map(name_ids.setdefault, map(_NAME, xs), name_seq))
-            ts_a.extend(map(_TS, xs))
-            dur_a.extend(map(_DUR, xs))
-            kind_a.extend(ks)
-            name_a.extend(nids)
-            track_a.extend(map(track_ids.setdefault, zip(map(_PID, xs), map(_TID, xs)), track_seq))
-            need = list(compress(range(len(xs)), map(needs_args.__getitem__, ks)))
-            if need:
-                evs = list(map(xs.__getitem__, need))
-                al = _decode_many(list(map(_ARGS, evs)))
-                arg_i.extend(map(base.__add__, need))
-                arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
-                arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
-                sts = list(map(_STREAM, al))
-                if None in sts:  # no stream arg: the device thread's id stands for it
-                    sts = [e.tid if st is None else st for st, e in zip(sts, evs)]
-                sids = list(map(streams.get, sts))
-                if None in sids:
-                    for st in {st for st, sid in zip(sts, sids) if sid is None}:
-                        streams[st] = st if isinstance(st, int) and st >= 0 else 10**15 + len(streams)
-                    sids = list(map(streams.__getitem__, sts))
-                arg_stream.extend(sids)
-                pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
-                if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
-                    for j, g, c in zip(need, pgs, colls):
-                        if g is not None or c is not None:
-                            meta[base + j] = (g, c)
-            rpc = name_ids.get("record_param_comms")
-            if rpc is not None and rpc in nids:
-                for j in compress(range(len(nids)), map(rpc.__eq__, nids)):
-                    a = _decode_args(xs[j].args)
-                    if a.pg is not None or a.collective is not None:
-                        meta[base + j] = (a.pg, a.collective)
-                        if a.external_id is not None:
-                            rpc_ext[a.external_id] = (a.pg, a.collective)
-            base += len(xs)
+        cols = Columns()
+        ok = cols.read(t, sel, pool) if pool is not None else cols.read(t, sel)
+        if ok is None and pool is not None:
+            logger.info("%s: read again in one process (a run of events needs the salvaging reader)", t.path)
+            cols = Columns()
+            ok = cols.read(t, sel)
+        if not ok:
+            return None
         if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
             return None  # the rank was only known from the trailer (distributedInfo after the events)
-        if sel.by_step and not any(n is not None and sel.step_ok(n) for n in map(profiler_step, name_ids)):
+        if sel.by_step and not any(n is not None and sel.step_ok(n) for n in map(profiler_step, cols.name_ids)):
             return None  # none of the selected steps is in this file: it has nothing to count
-        self._finish(t, sel, name_ids, track_ids, thread_names, ts_a, dur_a, kind_a, name_a, track_a,
-                     arg_i, arg_corr, arg_ext, arg_stream, meta, rpc_ext, unknown)
+        self = cls()
+        self._finish(t, sel, cols)
         return self
 
-    def _finish(self, t, sel, name_ids, track_ids, thread_names, ts_a, dur_a, kind_a, name_a, track_a,
-                arg_i, arg_corr, arg_ext, arg_stream, meta, rpc_ext, unknown) -> None:
+    def _finish(self, t, sel, cols: "Columns") -> None:
+        name_ids, track_ids, thread_names = cols.name_ids, cols.track_ids, cols.thread_names
+        ts_a, dur_a, kind_a, name_a, track_a = cols.ts, cols.dur, cols.kind, cols.name, cols.track
+        arg_i, arg_corr, arg_ext, arg_stream = cols.arg_i, cols.arg_corr, cols.arg_ext, cols.arg_stream
+        meta, rpc_ext, unknown = cols.meta, cols.rpc_ext, cols.unknown
         n = len(ts_a)
         self.names = list(name_ids)
         ts = np.frombuffer(ts_a, dtype=np.float64) if n else np.empty(0)
@@ -563,3 +499,187 @@ def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
     return remap[np.frombuffer(sparse, dtype=np.int64)]
 
 
+
+
+class Columns:
+    """What reading keeps of a stream of events before the table is finished: the columns as ``array``\\ s, and
+    the names, threads and args found. Built batch by batch (:meth:`add`); the columns of a run of events
+    reduced elsewhere (a worker, for one big file) are appended in file order with :meth:`extend`."""
+
+    def __init__(self) -> None:
+        # Names and threads get ids from a counter, so setdefault can run over a whole batch in C (map, no
+        # bytecode per event); the ids are sparse (one number per event seen) and made dense in _finish.
+        self.name_ids: dict[str, int] = {}
+        self.track_ids: dict[Any, int] = {}
+        self._name_seq, self._track_seq = count(), count()
+        self.ts, self.dur, self.kind = array("d"), array("d"), array("b")
+        self.name, self.track = array("q"), array("q")
+        self.arg_i, self.arg_corr, self.arg_ext, self.arg_stream = array("q"), array("q"), array("q"), array("q")
+        self.streams: dict[Any, int] = {}
+        self.meta: dict[int, tuple[Any, Any]] = {}  # event index -> (group, collective) of comm events
+        self.rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
+        self.thread_names: dict[Any, str] = {}
+        self.unknown: Counter = Counter()
+        self.events = 0  # every event decoded (complete or not)
+
+    def __getstate__(self) -> dict:  # (the id counters stay behind: a reduced run is only ever appended)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._name_seq = self._track_seq = None
+
+    def read(self, t, sel: Selection, pool: "Any | None" = None) -> bool | None:
+        """Every batch of the stream ``t``: True; False when the file's rank or role is not selected (reading
+        stops there); None when a run the ``pool`` took could not be decoded whole (read it again without)."""
+        checked = False
+        runs: list = []  # in file order: futures of runs reduced in the pool, Columns of batches read here
+        for batch in (t.batches(defer=True) if pool is not None else t.batches()):
+            if not checked:
+                checked = True
+                if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
+                    return False  # leaving the loop closes the file: nothing more is read
+            if pool is None:
+                self.add(batch)
+                continue
+            if isinstance(batch, list):
+                here = Columns()
+                here.add(batch)
+                runs.append(here)
+            else:
+                runs.append(pool.submit(reduce_run, batch))
+            if not self._drain(runs, pool.backlog):
+                return None
+        return self._drain(runs, 0)
+
+    def _drain(self, runs: list, keep: int) -> bool:
+        """Append finished runs in order; wait for the oldest while more than ``keep`` are unfinished (bounded memory)."""
+        while runs:
+            first = runs[0]
+            if not isinstance(first, Columns):
+                if len(runs) <= keep and not first.done():
+                    return True
+                first = first.result()
+                if first is None:
+                    for r in runs:
+                        if not isinstance(r, Columns):
+                            r.cancel()
+                    return False
+            runs.pop(0)
+            self.extend(first)
+        return True
+
+    def add(self, batch: list) -> None:
+        """Reduce one batch of lean events. Each batch is reduced column by column with map() over attribute
+        getters: the per-event work runs in C, far fewer interpreter steps than one loop body per event."""
+        base = len(self.ts)  # index of the batch's first complete event in the table
+        self.events += len(batch)
+        types = list(map(type, batch))
+        xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
+        if len(xs) != len(batch) and Meta in types:
+            for e in compress(batch, map(_IS_M, types)):
+                if e.name == "thread_name" and e.args:
+                    try:
+                        nm = _meta_decoder.decode(e.args).name
+                    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                        nm = None
+                    if nm:
+                        self.thread_names[(e.pid, e.tid)] = nm
+        if not xs:
+            return
+        unk = Kind.UNKNOWN
+        ks = list(map(KIND_OF_CATEGORY.get, map(_CAT, xs), repeat(unk)))
+        if unk in ks:
+            self.unknown.update(e.cat for e, k in zip(xs, ks) if k == unk)
+        name_ids = self.name_ids
+        nids = list(map(name_ids.setdefault, map(_NAME, xs), self._name_seq))
+        self.ts.extend(map(_TS, xs))
+        self.dur.extend(map(_DUR, xs))
+        self.kind.extend(ks)
+        self.name.extend(nids)
+        self.track.extend(map(self.track_ids.setdefault, zip(map(_PID, xs), map(_TID, xs)), self._track_seq))
+        need = list(compress(range(len(xs)), map(_NEEDS_ARGS.__getitem__, ks)))
+        if need:
+            evs = list(map(xs.__getitem__, need))
+            al = _decode_many(list(map(_ARGS, evs)))
+            self.arg_i.extend(map(base.__add__, need))
+            self.arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
+            self.arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
+            sts = list(map(_STREAM, al))
+            if None in sts:  # no stream arg: the device thread's id stands for it
+                sts = [e.tid if st is None else st for st, e in zip(sts, evs)]
+            streams = self.streams
+            sids = list(map(streams.get, sts))
+            if None in sids:
+                for st in {st for st, sid in zip(sts, sids) if sid is None}:
+                    streams[st] = _stream_id(st, len(streams))
+                sids = list(map(streams.__getitem__, sts))
+            self.arg_stream.extend(sids)
+            pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
+            if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
+                for j, g, c in zip(need, pgs, colls):
+                    if g is not None or c is not None:
+                        self.meta[base + j] = (g, c)
+        rpc = name_ids.get("record_param_comms")
+        if rpc is not None and rpc in nids:
+            for j in compress(range(len(nids)), map(rpc.__eq__, nids)):
+                a = _decode_args(xs[j].args)
+                if a.pg is not None or a.collective is not None:
+                    self.meta[base + j] = (a.pg, a.collective)
+                    if a.external_id is not None:
+                        self.rpc_ext[a.external_id] = (a.pg, a.collective)
+
+    def extend(self, other: "Columns") -> None:
+        """Append the columns of the events that follow this stream's (reduced on their own): ids renumbered."""
+        base = len(self.ts)
+        self.events += other.events
+        self.ts.extend(other.ts)
+        self.dur.extend(other.dur)
+        self.kind.extend(other.kind)
+        self.name.extend(_renumber(other.name, other.name_ids, self.name_ids, self._name_seq))
+        self.track.extend(_renumber(other.track, other.track_ids, self.track_ids, self._track_seq))
+        self.arg_i.extend(array("q", (np.frombuffer(other.arg_i, dtype=np.int64) + base).tobytes())
+                          if len(other.arg_i) else b"")
+        self.arg_corr.extend(other.arg_corr)
+        self.arg_ext.extend(other.arg_ext)
+        # Streams that are not ids got a number by order of appearance: give them this stream's numbers.
+        moved = {}
+        for st, sid in other.streams.items():
+            if st not in self.streams:
+                self.streams[st] = _stream_id(st, len(self.streams))
+            if self.streams[st] != sid:
+                moved[sid] = self.streams[st]
+        self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
+        self.meta.update({base + j: m for j, m in other.meta.items()})
+        self.rpc_ext.update(other.rpc_ext)
+        self.thread_names.update(other.thread_names)
+        self.unknown.update(other.unknown)
+
+
+def _stream_id(st: Any, known: int) -> int:
+    """A stream's number: the stream id itself, or (a name, a negative number) one past every real id."""
+    return st if isinstance(st, int) and st >= 0 else 10**15 + known
+
+
+def _renumber(sparse: array, theirs: dict[Any, int], ours: dict[Any, int], seq) -> array:
+    """Ids handed out by another :class:`Columns` (``theirs``: key -> id) as ids of ours (new keys get new ids)."""
+    if not len(sparse):
+        return array("q")
+    lut = np.zeros(max(theirs.values()) + 1, dtype=np.int64)
+    for key, tid in theirs.items():
+        oid = ours.get(key)
+        if oid is None:
+            oid = ours[key] = next(seq)
+        lut[tid] = oid
+    return array("q", lut[np.frombuffer(sparse, dtype=np.int64)].tobytes())
+
+
+def reduce_run(data: bytes) -> "Columns | None":
+    """A run of whole events (cut from one file's events list by the reader) decoded and reduced, in a worker;
+    None when it does not decode whole as lean events (the file is then read again on the salvaging path)."""
+    events = decode_run(data)
+    if events is None:
+        return None
+    cols = Columns()
+    cols.add(events)
+    return cols
