@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress, count, repeat
 from operator import attrgetter, is_
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -30,6 +30,9 @@ from .reader import Complete, Int64, Meta, decode_run
 from .selection import Selection
 from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
                     is_dataloader, looks_like_device, profiler_step, thread_kind)
+
+if TYPE_CHECKING:
+    from .parallel import SplitPool
 
 logger = logging.getLogger(__name__)
 
