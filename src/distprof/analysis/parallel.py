@@ -16,7 +16,7 @@ import logging
 import multiprocessing
 import os
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Callable, Sequence
 
 from .listing import TraceFile
@@ -25,7 +25,7 @@ from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["map_files", "Progress", "FileError", "SplitPool"]
+__all__ = ["map_files", "Progress", "FileError", "SplitPool", "share_strings"]
 
 
 @dataclass
@@ -71,6 +71,27 @@ def _or_error(fn: Callable, f: TraceFile) -> tuple[bool, Any]:
         return False, str(e)
 
 
+def share_strings(obj: Any, seen: dict[str, str]) -> Any:
+    """``obj`` with every string equal to one seen before replaced by that one (dict keys, values, tuples, lists
+    and dataclass fields, in place where it can). Results unpickled from workers hold their own copy of every
+    kernel and op name; a thousand ranks name the same few hundred, so sharing them halves what the driver
+    holds per rank."""
+    t = type(obj)
+    if t is str:
+        return seen.setdefault(obj, obj)
+    if t is dict:
+        return {(seen.setdefault(k, k) if type(k) is str else k): share_strings(v, seen) for k, v in obj.items()}
+    if t is tuple:
+        return tuple(share_strings(v, seen) for v in obj)
+    if t is list:
+        obj[:] = [share_strings(v, seen) for v in obj]
+        return obj
+    if is_dataclass(obj) and not isinstance(obj, type):
+        for f in fields(obj):
+            setattr(obj, f.name, share_strings(getattr(obj, f.name), seen))
+    return obj
+
+
 def _size(path: str) -> int:
     try:
         if is_url(path):
@@ -98,12 +119,13 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
     try:
         task = ray.remote(num_cpus=1)(_or_error)
         pending = {task.remote(fn, f): k for k, f in enumerate(files)}
+        seen: dict[str, str] = {}
         out: list = [None] * len(files)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(ready[0])
             ok, value = ray.get(ready[0])
-            out[k] = value if ok else FileError(files[k].path, value)
+            out[k] = share_strings(value, seen) if ok else FileError(files[k].path, value)
             done(k)
         return out
     finally:
@@ -177,6 +199,7 @@ def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], file
             if progress:
                 progress(state)
         return out
+    seen: dict[str, str] = {}
     counter = multiprocessing.get_context().Value("q", 0)
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as pool:
         pending = {pool.submit(_in_pool, fn, f): k for k, f in enumerate(files)}
@@ -186,7 +209,7 @@ def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], file
             for fut in done:
                 k = pending.pop(fut)
                 try:
-                    out[k] = fut.result()
+                    out[k] = share_strings(fut.result(), seen)
                 except TraceError as e:
                     out[k] = FileError(files[k].path, str(e))
             state.files_done += len(done)

@@ -9,6 +9,7 @@ and the TensorBoard plugin's samples use.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -105,6 +106,7 @@ _COMM_KERNEL = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)  # each file of a run names the same kernels; the search scans all of a long name
 def is_comm_kernel(name: str) -> bool:
     """A device kernel that is a collective, judged by its name (metadata is checked by the caller)."""
     return bool(_COMM_KERNEL.search(name))

@@ -1,0 +1,27 @@
+"""What keeps the driver small when many ranks are read: each rank's compact result, names shared among ranks."""
+
+from distprof.analysis import analyze
+from distprof.analysis.parallel import share_strings
+
+from tracekit import DLRM
+
+
+def test_ranks_read_in_workers_share_one_copy_of_each_name():
+    run = analyze.read(DLRM, analyze.SUMMARY_PARTS, workers=2)
+    kernels = [r.parts["summary"]["kernels"] for r in run.files]
+    assert len(kernels) == 8
+    common = set(kernels[0]) & set(kernels[5])
+    assert len(common) > 20
+    first = {k: k for k in kernels[0]}
+    assert all(k is first[k] for k in kernels[5] if k in common)  # the same object, not an equal copy
+    # ... and the figures are those of a read in one process.
+    alone = analyze.read(DLRM, analyze.SUMMARY_PARTS, workers=1)
+    assert [r.parts["summary"] for r in alone.files] == [r.parts["summary"] for r in run.files]
+
+
+def test_share_strings_keeps_every_value():
+    seen = {}
+    a = share_strings({"k" * 3: ("x" * 2, [1, "y"]), 4: None}, seen)
+    b = share_strings({"".join(["k"] * 3): ("".join(["x", "x"]), [1, "y"]), 4: None}, seen)
+    assert a == b and [k for k in b if k == "kkk"][0] is [k for k in a if k == "kkk"][0]
+    assert b["kkk"][0] is a["kkk"][0]
