@@ -8,7 +8,8 @@ run, each in a fresh process:
   task over a process pool of ``--workers``; the target's floor is the per-file decode times summed, divided by
   the workers (no pool overhead in it),
 - ``summary``, ``steps``, ``stragglers``, ``diagnose`` and ``merge`` as library calls (what the CLI verbs run), with
-  ``--workers`` processes: wall time, peak RSS of the driver and the largest peak RSS among the workers.
+  ``--workers`` processes: wall time, peak RSS of the driver and the largest peak RSS among the workers, and the
+  state one rank's result brings to the driver (its pickled size).
 
 Run: python benchmarks/bench_scale.py [--ranks 64,256,1024] [--workers 2] [--tile 4] [--verbs summary,steps,...]
 Targets (issue 12): the per-rank verbs within 1.5x of the floor; driver memory grows only by the compact
@@ -44,8 +45,18 @@ if verb == "merge":
 else:
     getattr(analyze, verb)(path, workers=workers)
 wall = time.perf_counter() - t0
-print(json.dumps({"wall": wall, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+stats = {"wall": wall, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+         "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+if verb != "merge":  # what one rank's result weighs on its way to the driver (pickled), after the timing
+    import pickle, glob
+    from distprof.analysis.listing import find_traces
+    from distprof.analysis.selection import Selection
+    parts = {"summary": analyze.SUMMARY_PARTS, "steps": analyze.STEPS_PARTS, "stragglers": analyze.STRAGGLERS_PARTS,
+             "diagnose": tuple(dict.fromkeys(analyze.SUMMARY_PARTS + analyze.STEPS_PARTS + analyze.STRAGGLERS_PARTS
+                                             + ("step_names",)))}[verb]
+    one = find_traces(path)[0]
+    stats["state_kb"] = len(pickle.dumps(analyze.extract_file(one, None, parts, Selection()))) / 1024
+print(json.dumps(stats))
 """
 FLOOR = """
 import gzip, json, resource, sys, time
@@ -115,7 +126,7 @@ def main() -> int:
     args = ap.parse_args()
     verbs = args.verbs.split(",")
     missed = []
-    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9}")
+    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9}")
     for n in (int(x) for x in args.ranks.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
             files = make_set(n, args.tile, os.path.join(tmp, "run"))
@@ -127,7 +138,9 @@ def main() -> int:
             for verb in verbs:
                 got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(args.workers), tmp)
                 ratio = got["wall"] / target_floor
-                print(f"{n:>5} {verb:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB {got['worker_mb']:6.0f} MB")
+                state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
+                print(f"{n:>5} {verb:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB {got['worker_mb']:6.0f} MB "
+                      f"{state:>9}")
                 if verb in PER_RANK_VERBS and ratio > TARGET:
                     missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
             sys.stdout.flush()
