@@ -110,7 +110,7 @@ def test_event_ends_inside_strings_are_no_cut(pool, tmp_path, caplog):
             e["name"] += ' "}, {"ph": "X"'
     path = tmp_path / "tricky.json"
     path.write_text(json.dumps(doc))
-    assert decode_run(b'{"ph": "X", "name": "a \\"}') is None
+    assert decode_run(b'[{"ph": "X", "name": "a \\"}]') is None
     whole, _ = _read(path)
     with caplog.at_level(logging.INFO, logger="distprof.analysis.table"):
         split, t = _read(path, pool)

@@ -355,8 +355,9 @@ def _utf8(data) -> bool:
 _RUN_END = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*(?=\{)")
 
 
-def _last_run_end(buf: bytes) -> int:
-    """The end of the last whole event in ``buf`` whose successor has begun (just past the comma), 0 if none.
+def _last_run_end(buf: bytes) -> tuple[int, int]:
+    """Where the last whole event in ``buf`` whose successor has begun ends, and where that successor starts;
+    (0, 0) if there is none.
 
     A candidate inside a string or nested in an event's args is not a boundary; the run cut there then fails
     to decode whole (an unterminated string or object), which :func:`decode_run` reports."""
@@ -366,8 +367,10 @@ def _last_run_end(buf: bytes) -> int:
         last = None
         for last in _RUN_END.finditer(buf, lo):
             pass
-        if last is not None or lo == 0:
-            return last.end() if last is not None else 0
+        if last is not None:
+            return last.start() + 1, last.end()
+        if lo == 0:
+            return 0, 0
         w *= 8
 
 
@@ -379,15 +382,15 @@ class Span(NamedTuple):
 
 
 def decode_run(data: "bytes | Span") -> list | None:
-    """A run of whole events (``TraceStream.batches(defer=True)``: bytes, or a :class:`Span` of the file) as lean
-    events; None unless all of it decodes typed in one call (the file is then read again on the path that
-    salvages element by element)."""
+    """A run of whole events (``TraceStream.batches(defer=True)``: the JSON list of them, or a :class:`Span` of
+    the file) as lean events; None unless all of it decodes typed in one call (the file is then read again on the
+    path that salvages element by element)."""
     if isinstance(data, Span):
         try:
-            data = read_span(*data)
+            data = read_span(*data, brackets=True)
         except TraceError:
             return None
-    whole = b"".join((b"[", data.rstrip(_WS + b","), b"]"))
+    whole = data
     try:
         events = _lean_list_decoder.decode(whole)
     except (msgspec.DecodeError, RecursionError):
@@ -729,10 +732,10 @@ class TraceStream:
             if size < need:
                 continue
             buf = b"".join(pending)
-            if self._defer and (cut := _last_run_end(buf)):
+            if self._defer and (cut := _last_run_end(buf))[0]:
                 self._deferred += 1
-                yield buf[:cut]
-                buf = buf[cut:].lstrip(_WS + b",")
+                yield b"".join((b"[", memoryview(buf)[:cut[0]], b"]"))  # the copy a slice would make anyway
+                buf = buf[cut[1]:]
                 pending, size = ([buf], len(buf)) if buf else ([], 0)
                 continue
             events, rest, ended = self._take(buf, final=False)
@@ -774,9 +777,10 @@ class TraceStream:
 
     def _spans(self, pos: int, size: int) -> Iterator["Span"]:
         """Runs of whole events from ``pos`` on, each about a batch long, cut where the file's bytes show an event
-        end followed by the next one's start; stops a batch or two before the end (or where no cut is seen)."""
+        end followed by the next one's start; stops within about a batch of the end (the events list's end and the
+        keys after it are read here), or where no cut is seen."""
         probe = 1 << 16
-        while pos + 2 * self._batch < size:
+        while pos + self._batch + probe < size:
             at = pos + self._batch
             window = read_span(self.path, at, at + probe)
             m = _RUN_END.search(window)
@@ -785,7 +789,7 @@ class TraceStream:
             self._deferred += 1
             if self._on_read:
                 self._on_read(at + m.end() - pos)
-            yield Span(self.path, pos, at + m.end())
+            yield Span(self.path, pos, at + m.start() + 1)
             pos = at + m.end()
 
     def _cut_off(self, unread: int, where: str) -> None:

@@ -76,11 +76,19 @@ def plain_size(path: str) -> int | None:
         return None  # reading it the usual way says what is wrong
 
 
-def read_span(path: str, start: int, end: int) -> bytes:
-    """Bytes ``start:end`` of a local regular file (a run of events another process found the bounds of)."""
+def read_span(path: str, start: int, end: int, brackets: bool = False) -> bytes | bytearray:
+    """Bytes ``start:end`` of a local regular file (a run of events another process found the bounds of);
+    ``brackets``: between ``[`` and ``]``, read in place (no copy to make them a JSON list)."""
     try:
         with open_local(path.removeprefix("file://")) as f:
-            return os.pread(f.fileno(), end - start, start)
+            if not brackets:
+                return os.pread(f.fileno(), end - start, start)
+            buf = bytearray(end - start + 2)
+            buf[0], buf[-1] = 0x5B, 0x5D
+            got = os.preadv(f.fileno(), [memoryview(buf)[1:-1]], start)
+            if got != end - start:
+                raise TraceError(f"{path}: read failed (file shrank: {got} of {end - start} bytes at {start})")
+            return buf
     except OSError as e:
         raise TraceError(f"{path}: read failed ({e})") from None
 
