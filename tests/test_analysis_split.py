@@ -13,10 +13,11 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from distprof.analysis import analyze
 from distprof.analysis.parallel import SplitPool
-from distprof.analysis.reader import TraceStream, decode_run
+from distprof.analysis.reader import TraceError, TraceStream, decode_run
 from distprof.analysis.selection import Selection
 from distprof.analysis.table import TraceTable
 
@@ -141,3 +142,32 @@ def test_a_small_file_never_starts_the_workers(tmp_path):
     with SplitPool(2) as p:
         tb, t = _read(path, p)
         assert tb.info.events == 2 and t._deferred == 0 and p._pool is None
+
+
+_REAL_PLAIN = gzip.open(REAL[0], "rb").read()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, len(_REAL_PLAIN) - 1), st.sampled_from(b'{}[],:"\\ x0\xff')),
+                      min_size=1, max_size=6), cut=st.none() | st.integers(1, len(_REAL_PLAIN)), gz=st.booleans())
+def test_a_damaged_trace_reads_the_same_split_or_not(edits, cut, gz, pool, tmp_path):
+    """Bytes changed where a cut may land, or the file cut short: the split read gives what the one-process
+    read gives (the same table and report, or the same one-line error)."""
+    data = bytearray(_REAL_PLAIN)
+    for at, b in edits:
+        data[at] = b
+    path = tmp_path / ("damaged.json.gz" if gz else "damaged.json")
+    path.write_bytes(gzip.compress(bytes(data[:cut]), compresslevel=1, mtime=0) if gz else bytes(data[:cut]))
+    outcomes = []
+    for p in (None, pool):
+        try:
+            tb, t = _read(path, p)
+            outcomes.append((tb, t.report))
+        except TraceError as e:
+            outcomes.append(str(e))
+    (a, b) = outcomes
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b
+    else:
+        assert a[1] == b[1]
+        _same_table(a[0], b[0])

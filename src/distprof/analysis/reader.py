@@ -393,7 +393,7 @@ def decode_run(data: "bytes | Span") -> list | None:
     whole = data
     try:
         events = _lean_list_decoder.decode(whole)
-    except (msgspec.DecodeError, RecursionError):
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     return events if whole.isascii() or _utf8(whole) else None
 

@@ -553,7 +553,7 @@ class Columns:
                 runs.append(pool.submit(reduce_run, batch))
             if not self._drain(runs, pool.backlog):
                 return None
-        return self._drain(runs, 0)
+        return True if self._drain(runs, 0) else None
 
     def _drain(self, runs: list, keep: int) -> bool:
         """Append finished runs in order; wait for the oldest while more than ``keep`` are unfinished (bounded memory)."""
