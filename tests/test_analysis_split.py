@@ -68,7 +68,7 @@ def test_a_split_read_of_a_real_trace_is_the_one_process_read(src, plain, pool, 
 
 
 def test_the_verbs_figures_do_not_depend_on_splitting(tmp_path):
-    """The verb as users call it: one file, workers=2 (split, default 4 MB runs) against workers=1."""
+    """The verb as users call it: one file, workers=2 (split, default 1 MB runs) against workers=1."""
     path = str(_plain(REAL[2], tmp_path))
     assert os.path.getsize(path) > 3 * (4 << 20)
     for verb in ("summary", "steps"):

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["Event", "LeanEvent", "Complete", "Meta", "Unread", "RankTrace", "ReadReport", "TraceStream", "TraceError",
            "open_trace", "read_trace", "decode_run", "SEARCH_LIMIT", "Int64"]
 
-BATCH_BYTES = 4 << 20  # decoded JSON per batch: large enough to amortise, small enough to be cheap to hold
+BATCH_BYTES = 1 << 20  # decoded JSON per batch: large enough to amortise, small enough to stay in cache (measured: 4 MB is ~15% slower)
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
 
 # Times are µs; analyses and merge turn them into int64 ns, so anything at or beyond 9e15 µs is absurd.
