@@ -1,0 +1,131 @@
+"""Inputs found by a red-team review of the split read (one file, runs decoded in pool workers) and of the ISA-L
+inflate: each once made the split read differ from the one-process read, or miscounted, or mixed two files.
+
+Runs are 64 KB here (as in test_analysis_split.py), so a trace of a few hundred KB is split into many runs.
+"""
+
+import gzip
+import json
+import os
+import zlib
+
+import numpy as np
+import pytest
+
+from distprof.analysis.parallel import SplitPool
+from distprof.analysis.reader import TraceError, TraceStream, decode_run
+from distprof.analysis.source import byte_chunks
+from distprof.analysis.table import TraceTable
+from distprof.analysis.vocab import Kind
+
+from tracekit import DLRM, X, write
+
+SMALL_BATCH = 64 << 10
+REAL = os.path.join(DLRM, sorted(os.listdir(DLRM))[3])
+COLUMNS = ("ts", "dur", "end", "kind", "name", "track", "corr", "ext", "stream", "comm", "step", "scope")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SplitPool(2) as p:
+        yield p
+
+
+def _read(path, pool=None, **kw):
+    t = TraceStream(str(path), lean=True, batch_bytes=SMALL_BATCH, **kw)
+    return TraceTable.read(t, None, pool=pool), t
+
+
+def _same_table(a: TraceTable, b: TraceTable):
+    for c in COLUMNS:
+        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
+    assert a.names == b.names
+    assert [(t.pid, t.tid, t.name, t.kind) for t in a.tracks] == [(t.pid, t.tid, t.name, t.kind) for t in b.tracks]
+    assert a.meta == b.meta
+    assert a.info == b.info
+
+
+def _real_events():
+    return json.loads(gzip.open(REAL, "rb").read())["traceEvents"]
+
+
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gzip"])
+def test_no_event_boundary_after_runs_were_handed_out_is_salvaged_as_in_one_process(gz, pool, tmp_path):
+    """A real trace, then one event longer than the search limit (no event boundary for MBs), then more events.
+    One process keeps the events before it (truncated, 'stopped reading'); the split read took them for 'no event
+    yet' (its runs are not counted here) and refused the file as not a trace."""
+    ev = _real_events()
+    huge = X("x" * (3 << 20), 1, 1)
+    path = write(tmp_path / ("long.json.gz" if gz else "long.json"), ev + [huge] + ev[:10])
+    whole, t1 = _read(path, search_limit=1 << 20)
+    split, t2 = _read(path, pool, search_limit=1 << 20)
+    assert t1.report.truncated and "stopped reading" in t1.report.notes[-1]
+    assert t2.report == t1.report
+    _same_table(whole, split)
+
+
+def _kernel(i, stream):
+    return X(f"kernel{i % 5}", 10 * i, 5, cat="kernel", pid=0, tid=7, correlation=i, stream=stream)
+
+
+def test_named_streams_are_numbered_by_first_appearance_split_or_not(pool, tmp_path):
+    """Streams that are names get numbers 10**15 + (order of first appearance). They were numbered in the order
+    of a set (hash order: a different figure from one run of the CLI to the next), and a run reduced in a worker
+    renumbered its names by number, so a real stream id equal to a name's number in that run was moved too."""
+    names = [f"stream-{c}" for c in "hgfedcba"]  # all first seen in one batch
+    pad = [X(f"op{i}", 10 * i, 5) for i in range(4000)]  # ~500 KB: the next kernels are in a run of their own
+    evs = [_kernel(i, s) for i, s in enumerate(names)] + pad \
+        + [_kernel(20, names[5]), _kernel(21, 10**15), _kernel(22, 3)] + pad + [_kernel(23, names[0])]
+    path = write(tmp_path / "streams.json", evs)
+    whole, _ = _read(path)
+    split, t = _read(path, pool)
+    assert t._deferred >= 3
+    _same_table(whole, split)
+    assert (whole.kind == Kind.KERNEL).sum() == 12
+    by_corr = dict(zip(whole.corr[whole.corr >= 0].tolist(), whole.stream[whole.corr >= 0].tolist()))
+    assert [by_corr[i] for i in range(8)] == [10**15 + k for k in range(8)]  # first seen, first numbered
+    assert by_corr[20] == 10**15 + 5 and by_corr[22] == 3 and by_corr[23] == 10**15
+
+
+def _corrupt_crc(tmp_path):
+    data = bytearray(gzip.compress(gzip.open(REAL, "rb").read(), mtime=0))
+    data[-8] ^= 1  # the CRC: ISA-L and zlib both find it at the very end, after every byte was inflated
+    p = tmp_path / "crc.json.gz"
+    p.write_bytes(bytes(data))
+    return p
+
+
+def test_on_read_counts_each_byte_of_the_file_once(pool, tmp_path):
+    """Progress: a gzip file read again with zlib after ISA-L failed was counted twice, and a split plain file
+    counted the bytes before its first run twice."""
+    gz = _corrupt_crc(tmp_path)
+    seen, problem = [], []
+    out = b"".join(byte_chunks(str(gz), SMALL_BATCH, seen.append, problem))
+    assert "corrupt" in problem[0] and out == gzip.open(REAL, "rb").read()  # everything kept, the damage said
+    assert sum(seen) == os.path.getsize(gz)
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.open(REAL, "rb").read())
+    for p in (None, pool):
+        seen = []
+        t = TraceStream(str(plain), lean=True, batch_bytes=SMALL_BATCH, on_read=seen.append)
+        TraceTable.read(t, None, pool=p)
+        assert sum(seen) == os.path.getsize(plain), "split" if p else "one process"
+
+
+def test_a_file_replaced_while_it_is_split_is_never_mixed_with_the_new_one(tmp_path):
+    """Workers open the file again by path: one replaced since (same size, other names) must not be read as the
+    rest of the first."""
+    data = gzip.open(REAL, "rb").read()
+    path, other = tmp_path / "t.json", tmp_path / "new.json"
+    path.write_bytes(data)
+    other.write_bytes(data.replace(b"ProfilerStep", b"ProfilerStop"))
+    assert len(other.read_bytes()) == len(data) and other.read_bytes() != data
+    t = TraceStream(str(path), lean=True, batch_bytes=SMALL_BATCH)
+    batches = t.batches(defer=True)
+    span = next(b for b in batches if not isinstance(b, list))
+    assert decode_run(span) is not None  # the file as it was: its run decodes
+    os.replace(other, path)
+    assert decode_run(span) is None  # a worker: the file is read again in one process (the new file, whole)
+    with pytest.raises(TraceError, match="replaced while it was read"):
+        list(batches)  # the driver: one line naming the file, not the old file's start with the new one's end
+    assert zlib.crc32(path.read_bytes()) != zlib.crc32(data)
