@@ -7,6 +7,7 @@ Runs are 64 KB here (as in test_analysis_split.py), so a trace of a few hundred 
 import gzip
 import json
 import os
+import signal
 import zlib
 
 import numpy as np
@@ -129,3 +130,31 @@ def test_a_file_replaced_while_it_is_split_is_never_mixed_with_the_new_one(tmp_p
     with pytest.raises(TraceError, match="replaced while it was read"):
         list(batches)  # the driver: one line naming the file, not the old file's start with the new one's end
     assert zlib.crc32(path.read_bytes()) != zlib.crc32(data)
+
+
+class _KillingPool(SplitPool):
+    """A SplitPool one of whose workers is killed (as the OOM killer would) once a few runs are in flight."""
+
+    def __init__(self, workers, kill_at):
+        super().__init__(workers)
+        self.kill_at, self.submitted, self.killed = kill_at, 0, None
+
+    def submit(self, fn, *args):
+        fut = super().submit(fn, *args)
+        self.submitted += 1
+        if self.submitted == self.kill_at:
+            pid = next(iter(self._pool._processes))
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
+        return fut
+
+
+def test_a_worker_killed_mid_read_sends_the_file_to_the_one_process_read(tmp_path):
+    """A dead worker breaks the pool (every run in flight fails): the file is read again here, not an internal error."""
+    path = tmp_path / "plain.json"
+    path.write_bytes(gzip.open(REAL, "rb").read())
+    whole, _ = _read(path)
+    with _KillingPool(2, kill_at=3) as p:
+        split, _ = _read(path, p)
+        assert p.killed is not None
+    _same_table(whole, split)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress, count, repeat
@@ -550,7 +551,11 @@ class Columns:
                 here.add(batch)
                 runs.append(here)
             else:
-                runs.append(pool.submit(reduce_run, batch))
+                try:
+                    runs.append(pool.submit(reduce_run, batch))
+                except BrokenProcessPool:  # (a worker died before this run: see _drain)
+                    _cancel(runs)
+                    return None
             if not self._drain(runs, pool.backlog):
                 return None
         if pool is not None and t.needs_whole_read:
@@ -565,7 +570,11 @@ class Columns:
             if not isinstance(first, Columns):
                 if len(runs) <= keep and not first.done():
                     return True
-                first = first.result()
+                try:
+                    first = first.result()
+                except BrokenProcessPool:  # a worker died (the OOM killer ...): every run in flight is lost
+                    logger.info("a worker reading runs of events died")
+                    first = None
                 if first is None:
                     _cancel(runs)
                     return False
