@@ -19,7 +19,7 @@ from distprof.analysis.source import byte_chunks
 from distprof.analysis.table import TraceTable
 from distprof.analysis.vocab import Kind
 
-from tracekit import DLRM, X, write
+from tracekit import DLRM, X, cli, write
 
 SMALL_BATCH = 64 << 10
 REAL = os.path.join(DLRM, sorted(os.listdir(DLRM))[3])
@@ -61,6 +61,20 @@ def test_no_event_boundary_after_runs_were_handed_out_is_salvaged_as_in_one_proc
     whole, t1 = _read(path, search_limit=1 << 20)
     split, t2 = _read(path, pool, search_limit=1 << 20)
     assert t1.report.truncated and "stopped reading" in t1.report.notes[-1]
+    assert t2.report == t1.report
+    _same_table(whole, split)
+
+
+@pytest.mark.parametrize("n", [1_097_576, 1_100_576])
+def test_an_event_just_past_the_search_limit_is_judged_as_in_one_process(n, pool, tmp_path):
+    """Whether the end of an event about as long as the search limit is found depends on where the batches fell:
+    the split read (its driver's batches fall elsewhere) read such an event whole where one process gave up on
+    it (truncated). An element longer than a batch after runs were handed out now sends the file to one process."""
+    ev = _real_events()
+    path = write(tmp_path / "long.json", ev + [X("x" * n, 1, 1)] + ev[:10])
+    whole, t1 = _read(path, search_limit=1 << 20)
+    split, t2 = _read(path, pool, search_limit=1 << 20)
+    assert t1.report.truncated  # (these sizes: one process stops at this event)
     assert t2.report == t1.report
     _same_table(whole, split)
 
@@ -158,3 +172,15 @@ def test_a_worker_killed_mid_read_sends_the_file_to_the_one_process_read(tmp_pat
         split, _ = _read(path, p)
         assert p.killed is not None
     _same_table(whole, split)
+
+
+def test_the_cli_reads_a_file_with_an_event_of_65_mb_on_two_workers_as_on_one(tmp_path):
+    """The defect above as users met it (default 4 MB runs, 64 MB search limit): --workers 1 finds the end of the
+    65 MB event (the search stops a chunk past the limit) and reads the file whole (exit 0); --workers 2 gave up
+    on it and called the file 'not a trace' (exit 2)."""
+    ev = _real_events()
+    path = write(tmp_path / "long.json", ev * 12 + [X("x" * (65 << 20), 1, 1)] + ev[:5])
+    outs = [cli("summary", path, "--workers", w, "--json") for w in (1, 2)]
+    (c1, j1, _), (c2, j2, _) = outs
+    assert c1 == c2 == 0 and j1 == j2
+    assert j1["files_read"] == 1 and not j1["errors"]

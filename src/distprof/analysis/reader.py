@@ -748,6 +748,12 @@ class TraceStream:
                 buf = buf[rest:]
                 break
             if rest == 0 and not events:
+                if self._deferred:
+                    # An element longer than a batch after runs were handed out: whether its end is found before
+                    # the search limit depends on where the batches fell, and giving up depends on the events
+                    # the runs hold (uncounted here), so only the read without defer may judge it.
+                    self.needs_whole_read = True
+                    return
                 if len(buf) > self._limit:
                     self._give_up(len(buf))
                     return
@@ -806,11 +812,6 @@ class TraceStream:
 
     def _give_up(self, held: int) -> None:
         mb = self._limit >> 20
-        if self._deferred:
-            # The runs handed out hold events this stream never counted, which both the choice below (no event
-            # yet: not a trace) and the note's count depend on: the file must be read again without defer.
-            self.needs_whole_read = True
-            return
         if not self.event_count:
             raise TraceError(f"{self.path}: no event boundary in the first {mb} MB: not a trace")
         self.report.truncated = True
