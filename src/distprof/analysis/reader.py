@@ -444,6 +444,7 @@ class TraceStream:
         self.report = ReadReport()
         self.event_count = 0
         self._given_rank = rank
+        self._given_role = role
         self._manifest_rank = manifest_rank
         self._batch = max(int(batch_bytes), 1)
         self._limit = max(int(search_limit), self._batch)
@@ -506,6 +507,10 @@ class TraceStream:
         stream has ended (what was read past the runs depends on how many events they hold).
         """
         self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
+        # What the document's keys said is read again too: a pass given up (a split read sent back to one
+        # process) may have read keys that this pass ignores.
+        self.offset_us, self.distributed_info, self.device_properties, self.role = 0.0, None, [], self._given_role
+        self._resolve_rank()
         self._defer, self._deferred, self.needs_whole_read = defer and self.lean, 0, False
         for batch in self._batches():
             if batch:

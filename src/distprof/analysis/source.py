@@ -8,6 +8,7 @@ and says why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -117,16 +118,7 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
     salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
     gzip member are ignored. Output is bounded per call (``max_length``), so a gzip bomb streams.
     """
-    try:
-        f = _open(path)
-    except TraceError:
-        raise
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: not a regular file (a directory)") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{path}: cannot be read ({e})") from None
+    f = _open_or_fail(path)
     note = on_read or (lambda n: None)
     pos, counted = [0], [0]  # where the file is read, and how far its bytes were told to on_read
 
@@ -167,18 +159,33 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
             return
         except _Corrupt:
             logger.debug("%s: ISA-L found the gzip stream corrupt after %d bytes; reading it again with zlib", path, produced)
+        again = None
         try:
             f.seek(0)
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{path}: read failed ({e})") from None
-        pos[0] = 0
-        skip = produced
-        for out in _gunzip(zlib, zlib.error, read(size), read, size, path, problem):
-            if skip:
-                out, skip = out[skip:], max(0, skip - len(out))
-                if not out:
-                    continue
-            yield out
+        except (OSError, ValueError):  # a stream that cannot seek back (HTTP without a length): opened again
+            f = again = _open_or_fail(path)
+        with again or contextlib.nullcontext():
+            pos[0] = 0
+            skip = produced
+            for out in _gunzip(zlib, zlib.error, read(size), read, size, path, problem):
+                if skip:
+                    out, skip = out[skip:], max(0, skip - len(out))
+                    if not out:
+                        continue
+                yield out
+
+
+def _open_or_fail(path: str):
+    try:
+        return _open(path)
+    except TraceError:
+        raise
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: not a regular file (a directory)") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{path}: cannot be read ({e})") from None
 
 
 class _Corrupt(Exception):
