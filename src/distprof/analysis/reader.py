@@ -39,7 +39,7 @@ import msgspec
 
 from .listing import rank_from_name
 from ..rundir.manifest import WindowRecord
-from .source import TraceError, byte_chunks, plain_size, read_span
+from .source import TraceError, byte_chunks, plain_file, read_span
 
 logger = logging.getLogger(__name__)
 
@@ -379,6 +379,7 @@ class Span(NamedTuple):
     path: str
     start: int
     end: int
+    ident: tuple[int, int] | None = None  # the file's (device, inode): a file replaced since is not read
 
 
 def decode_run(data: "bytes | Span") -> list | None:
@@ -387,7 +388,7 @@ def decode_run(data: "bytes | Span") -> list | None:
     path that salvages element by element)."""
     if isinstance(data, Span):
         try:
-            data = read_span(*data, brackets=True)
+            data = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
         except TraceError:
             return None
     whole = data
@@ -443,6 +444,7 @@ class TraceStream:
         self.report = ReadReport()
         self.event_count = 0
         self._given_rank = rank
+        self._given_role = role
         self._manifest_rank = manifest_rank
         self._batch = max(int(batch_bytes), 1)
         self._limit = max(int(search_limit), self._batch)
@@ -450,6 +452,7 @@ class TraceStream:
         self._source_problems: list[str] = []
         self._is_object = True
         self._defer, self._deferred = False, 0
+        self.needs_whole_read = False  # (defer) the stream met what only a read without defer can judge
         self._resolve_rank()
 
     @property
@@ -500,10 +503,15 @@ class TraceStream:
         of whole events cut where an event ends and the next begins, for :func:`decode_run` to decode elsewhere
         (another core); the start, the end and anything the fast path cannot cut are decoded here as usual.
         Such runs are not counted in :attr:`event_count`, and are not checked: a run that does not decode
-        whole means the file must be read again without ``defer``.
+        whole means the file must be read again without ``defer``; so does :attr:`needs_whole_read` once the
+        stream has ended (what was read past the runs depends on how many events they hold).
         """
         self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
-        self._defer, self._deferred = defer and self.lean, 0
+        # What the document's keys said is read again too: a pass given up (a split read sent back to one
+        # process) may have read keys that this pass ignores.
+        self.offset_us, self.distributed_info, self.device_properties, self.role = 0.0, None, [], self._given_role
+        self._resolve_rank()
+        self._defer, self._deferred, self.needs_whole_read = defer and self.lean, 0, False
         for batch in self._batches():
             if batch:
                 if isinstance(batch, list):
@@ -704,20 +712,21 @@ class TraceStream:
 
     def _batches(self) -> Iterator[list[Event]]:
         problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
-        plain = plain_size(self.path) if self._defer else None
+        plain = plain_file(self.path) if self._defer else None
         read = [0]
-        chunks = byte_chunks(self.path, self._batch, self._counted(read) if plain else self._on_read, problem)
+        chunks = byte_chunks(self.path, self._batch, self._counted(read) if plain else self._on_read, problem,
+                             ident=plain and plain[1])
         buf, is_object = self._start(chunks)
         self._is_object = is_object
         if plain is not None:
             # A plain local file: runs are handed out as spans of the file (the worker reads them itself); the
             # bytes here are only looked at around each cut. The last stretch is read here as usual.
             last = None
-            for last in self._spans(read[0] - len(buf), plain):
+            for last in self._spans(read[0] - len(buf), read[0], *plain):
                 yield last
             if last is not None:
                 chunks.close()
-                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end)
+                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end, ident=plain[1])
                 buf = b""
         pending, size = ([buf], len(buf)) if buf else ([], 0)
         need = self._batch
@@ -744,6 +753,12 @@ class TraceStream:
                 buf = buf[rest:]
                 break
             if rest == 0 and not events:
+                if self._deferred:
+                    # An element longer than a batch after runs were handed out: whether its end is found before
+                    # the search limit depends on where the batches fell, and giving up depends on the events
+                    # the runs hold (uncounted here), so only the read without defer may judge it.
+                    self.needs_whole_read = True
+                    return
                 if len(buf) > self._limit:
                     self._give_up(len(buf))
                     return
@@ -775,21 +790,24 @@ class TraceStream:
                 self._on_read(n)
         return note
 
-    def _spans(self, pos: int, size: int) -> Iterator["Span"]:
+    def _spans(self, pos: int, counted: int, size: int, ident: tuple[int, int]) -> Iterator["Span"]:
         """Runs of whole events from ``pos`` on, each about a batch long, cut where the file's bytes show an event
         end followed by the next one's start; stops within about a batch of the end (the events list's end and the
-        keys after it are read here), or where no cut is seen."""
+        keys after it are read here), or where no cut is seen. ``counted``: how far the file's bytes were told to
+        ``on_read`` (the bytes read up to the events were); the last stretch is counted where it is read."""
         probe = 1 << 16
         while pos + self._batch + probe < size:
             at = pos + self._batch
-            window = read_span(self.path, at, at + probe)
+            window = read_span(self.path, at, at + probe, ident=ident)
             m = _RUN_END.search(window)
             if m is None:
                 return
             self._deferred += 1
-            if self._on_read:
-                self._on_read(at + m.end() - pos)
-            yield Span(self.path, pos, at + m.start() + 1)
+            end = at + m.start() + 1
+            if self._on_read and end > counted:
+                self._on_read(end - counted)
+                counted = end
+            yield Span(self.path, pos, end, ident)
             pos = at + m.end()
 
     def _cut_off(self, unread: int, where: str) -> None:

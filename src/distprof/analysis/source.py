@@ -8,6 +8,7 @@ and says why.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -20,7 +21,7 @@ from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks", "plain_size", "read_span"]
+__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks", "plain_file", "read_span"]
 
 _GZIP_FEED = 1 << 16  # compressed bytes per inflate call
 
@@ -63,24 +64,38 @@ def _open(path: str):
     return open_local(path.removeprefix("file://"))
 
 
-def plain_size(path: str) -> int | None:
-    """The size of a local regular file that is not gzip (its bytes are the JSON, at their own offsets), else None."""
+def plain_file(path: str) -> tuple[int, tuple[int, int]] | None:
+    """The size and identity (device, inode) of a local regular file that is not gzip (its bytes are the JSON, at
+    their own offsets), else None."""
     if is_url(path):
         return None
     try:
         with open_local(path.removeprefix("file://")) as f:
             if f.read(2) == b"\x1f\x8b":
                 return None
-            return os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            return st.st_size, (st.st_dev, st.st_ino)
     except (TraceError, OSError, ValueError):
         return None  # reading it the usual way says what is wrong
 
 
-def read_span(path: str, start: int, end: int, brackets: bool = False) -> bytes | bytearray:
+def _same_file(f, path: str, ident: tuple[int, int] | None) -> None:
+    """Refuse a file opened again by path that is no longer the one first opened (replaced while read): its
+    offsets would be another file's."""
+    if ident is not None:
+        st = os.fstat(f.fileno())
+        if (st.st_dev, st.st_ino) != tuple(ident):
+            raise TraceError(f"{path}: read failed (the file was replaced while it was read)")
+
+
+def read_span(path: str, start: int, end: int, brackets: bool = False,
+              ident: tuple[int, int] | None = None) -> bytes | bytearray:
     """Bytes ``start:end`` of a local regular file (a run of events another process found the bounds of);
-    ``brackets``: between ``[`` and ``]``, read in place (no copy to make them a JSON list)."""
+    ``brackets``: between ``[`` and ``]``, read in place (no copy to make them a JSON list); ``ident``: the
+    file's (device, inode) when first opened (see :func:`plain_file`), checked."""
     try:
         with open_local(path.removeprefix("file://")) as f:
+            _same_file(f, path, ident)
             if not brackets:
                 return os.pread(f.fileno(), end - start, start)
             buf = bytearray(end - start + 2)
@@ -94,41 +109,39 @@ def read_span(path: str, start: int, end: int, brackets: bool = False) -> bytes 
 
 
 def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str],
-                offset: int = 0) -> Iterator[bytes]:
+                offset: int = 0, ident: tuple[int, int] | None = None) -> Iterator[bytes]:
     """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
 
-    ``offset``: start there (plain files only: see :func:`plain_size`).
+    ``offset``: start there (plain files only: see :func:`plain_file`, whose ``ident`` is then checked).
     ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
     that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
     salvaged). Concatenated gzip members are read in turn; bytes after the last member that are not a
     gzip member are ignored. Output is bounded per call (``max_length``), so a gzip bomb streams.
     """
-    try:
-        f = _open(path)
-    except TraceError:
-        raise
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: not a regular file (a directory)") from None
-    except (OSError, ValueError) as e:
-        raise TraceError(f"{path}: cannot be read ({e})") from None
+    f = _open_or_fail(path)
     note = on_read or (lambda n: None)
+    pos, counted = [0], [0]  # where the file is read, and how far its bytes were told to on_read
 
     def read(n: int) -> bytes:
         try:
             data = f.read(n)
         except OSError as e:
             raise TraceError(f"{path}: read failed ({e})") from None
-        note(len(data))
+        pos[0] += len(data)
+        if pos[0] > counted[0]:  # bytes read again (zlib taking over from ISA-L at 0) are not counted twice
+            note(pos[0] - counted[0])
+            counted[0] = pos[0]
         return data
 
     with f:
+        if ident is not None:
+            _same_file(f, path, ident)
         if offset:
             try:
                 f.seek(offset)
             except (OSError, ValueError) as e:
                 raise TraceError(f"{path}: read failed ({e})") from None
+            pos[0] = counted[0] = offset
         first = read(size)
         if offset or first[:2] != b"\x1f\x8b":
             while first:
@@ -146,17 +159,33 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
             return
         except _Corrupt:
             logger.debug("%s: ISA-L found the gzip stream corrupt after %d bytes; reading it again with zlib", path, produced)
+        again = None
         try:
             f.seek(0)
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{path}: read failed ({e})") from None
-        skip = produced
-        for out in _gunzip(zlib, zlib.error, read(size), read, size, path, problem):
-            if skip:
-                out, skip = out[skip:], max(0, skip - len(out))
-                if not out:
-                    continue
-            yield out
+        except (OSError, ValueError):  # a stream that cannot seek back (HTTP without a length): opened again
+            f = again = _open_or_fail(path)
+        with again or contextlib.nullcontext():
+            pos[0] = 0
+            skip = produced
+            for out in _gunzip(zlib, zlib.error, read(size), read, size, path, problem):
+                if skip:
+                    out, skip = out[skip:], max(0, skip - len(out))
+                    if not out:
+                        continue
+                yield out
+
+
+def _open_or_fail(path: str):
+    try:
+        return _open(path)
+    except TraceError:
+        raise
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: not a regular file (a directory)") from None
+    except (OSError, ValueError) as e:
+        raise TraceError(f"{path}: cannot be read ({e})") from None
 
 
 class _Corrupt(Exception):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from itertools import compress, count, repeat
@@ -196,7 +197,7 @@ class TraceTable:
         if idx.size:
             self.corr[idx] = np.frombuffer(arg_corr, dtype=np.int64)
             self.ext[idx] = np.frombuffer(arg_ext, dtype=np.int64)
-            self.stream[idx] = np.frombuffer(arg_stream, dtype=np.int64)
+            self.stream[idx] = _final_streams(np.frombuffer(arg_stream, dtype=np.int64))
 
         # Communication: kernels by family name, by their own collective metadata, or by the
         # record_param_comms op that launched them (same External id); host ranges by name.
@@ -550,9 +551,16 @@ class Columns:
                 here.add(batch)
                 runs.append(here)
             else:
-                runs.append(pool.submit(reduce_run, batch))
+                try:
+                    runs.append(pool.submit(reduce_run, batch))
+                except BrokenProcessPool:  # (a worker died before this run: see _drain)
+                    _cancel(runs)
+                    return None
             if not self._drain(runs, pool.backlog):
                 return None
+        if pool is not None and t.needs_whole_read:
+            _cancel(runs)
+            return None
         return True if self._drain(runs, 0) else None
 
     def _drain(self, runs: list, keep: int) -> bool:
@@ -562,11 +570,13 @@ class Columns:
             if not isinstance(first, Columns):
                 if len(runs) <= keep and not first.done():
                     return True
-                first = first.result()
+                try:
+                    first = first.result()
+                except BrokenProcessPool:  # a worker died (the OOM killer ...): every run in flight is lost
+                    logger.info("a worker reading runs of events died")
+                    first = None
                 if first is None:
-                    for r in runs:
-                        if not isinstance(r, Columns):
-                            r.cancel()
+                    _cancel(runs)
                     return False
             runs.pop(0)
             self.extend(first)
@@ -614,7 +624,7 @@ class Columns:
             streams = self.streams
             sids = list(map(streams.get, sts))
             if None in sids:
-                for st in {st for st, sid in zip(sts, sids) if sid is None}:
+                for st in dict.fromkeys(st for st, sid in zip(sts, sids) if sid is None):  # (first seen first)
                     streams[st] = _stream_id(st, len(streams))
                 sids = list(map(streams.__getitem__, sts))
             self.arg_stream.extend(sids)
@@ -659,9 +669,23 @@ class Columns:
         self.unknown.update(other.unknown)
 
 
+def _cancel(runs: list) -> None:
+    """Cancel the runs not yet started in the pool (their file is read again in one process)."""
+    for r in runs:
+        if not isinstance(r, Columns):
+            r.cancel()
+
+
 def _stream_id(st: Any, known: int) -> int:
-    """A stream's number: the stream id itself, or (a name, a negative number) one past every real id."""
-    return st if isinstance(st, int) and st >= 0 else 10**15 + known
+    """A stream's number while reading: the stream id itself, or (a name, a negative number) a negative number
+    by order of appearance, which no real id can take (so runs reduced apart are renumbered by key without
+    mistaking a real id for a name's); :func:`_final_streams` makes it ``10**15 + order``."""
+    return st if isinstance(st, int) and st >= 0 else -2 - known
+
+
+def _final_streams(sids: np.ndarray) -> np.ndarray:
+    """The stream numbers a table shows: a name's (or a negative id's) one past every plausible real id."""
+    return np.where(sids <= -2, 10**15 - 2 - sids, sids)
 
 
 def _renumber(sparse: array, theirs: dict[Any, int], ours: dict[Any, int], seq) -> array:
