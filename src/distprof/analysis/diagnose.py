@@ -362,7 +362,7 @@ class _Job:
         if key not in self._names:
             mine = self.of_rank.get((role, rank), [])
             total: dict[str, float] = defaultdict(float)
-            for p in {x["path"] for _, _, x in mine}:
+            for p in sorted({x["path"] for _, _, x in mine}):  # sorted: float sums do not depend on hash order
                 parts = self.parts.get(p) or {}
                 src = parts.get("step_names") or parts.get("summary") or {}
                 for name, v in src.get(which, {}).items():
