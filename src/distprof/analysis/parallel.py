@@ -81,31 +81,35 @@ def _size(path: str) -> int:
 
 
 def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
-    """Per-file tasks on a Ray cluster (the files must be readable there: a shared path or an fsspec URL)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local cluster stays on loopback
+    """Per-file tasks on a Ray cluster. A file listed on a node (``TraceFile.node``, by
+    :func:`distprof.ray.files.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost before
+    its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are read
+    anywhere."""
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        if address == "local":
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    try:
+    from ..ray.files import ray_session
+    from ..ray.nodes import node_lost, node_name, node_table, pinned
+
+    with ray_session(address):
         task = ray.remote(num_cpus=1)(_or_error)
-        pending = {task.remote(fn, f): k for k, f in enumerate(files)}
+        pending = {(task.options(scheduling_strategy=pinned(f.node)) if f.node else task).remote(fn, f): k
+                   for k, f in enumerate(files)}
         out: list = [None] * len(files)
+        table = None
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(ready[0])
-            ok, value = ray.get(ready[0])
+            try:
+                ok, value = ray.get(ready[0])
+            except Exception as e:
+                if not (files[k].node and node_lost(e)):
+                    raise  # fn's own exception: a bug, as in a process pool
+                table = table or node_table()
+                ok, value = False, (f"{files[k].path}: {node_name(files[k].node, table)}, which holds this file, "
+                                    f"is gone ({type(e).__name__}); not read")
             out[k] = value if ok else FileError(files[k].path, value)
             done(k)
         return out
-    finally:
-        if started:
-            ray.shutdown()
 
 
 def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], files: Sequence[TraceFile],
