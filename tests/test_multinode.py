@@ -200,6 +200,14 @@ def test_summary_over_ray_reads_node_local_files_on_their_nodes(cluster, run, tm
     code, doc, err = cli("summary", "$SCRATCH/run", "--ray", cluster.address, "--json")
     assert code == 0, err[-2000:]
     assert figures(doc) == figures(here)
+    # Every other verb's --ray reads the node-local files too (each verb: one Ray session for listing and reading).
+    for verb in ("steps", "stragglers", "diagnose"):
+        code, doc, err = cli(verb, "$SCRATCH/run", "--ray", cluster.address, "--json")
+        assert code == 0 and doc["files_read"] == 6, (verb, err[-2000:])
+    code, doc, err = cli("diff", "$SCRATCH/run", local, "--ray", cluster.address, "--json")
+    assert code == 0 and doc["files_read"] == 12, err[-2000:]
+    code, doc, err = cli("report", "$SCRATCH/run", "-o", tmp_path / "r.html", "--ray", cluster.address, "--json")
+    assert code == 0 and doc["files_read"] == 6 and (tmp_path / "r.html").stat().st_size > 10_000, err[-2000:]
 
 
 def test_a_shared_folder_is_read_once_not_once_per_node(cluster, run, tmp_path):
