@@ -261,3 +261,36 @@ def test_unset_variable_in_save_path_names_the_node(cluster):
     a = cluster.nodes["a"].node_id
     assert ray.get(expand.options(scheduling_strategy=pinned(a)).remote("${SCRATCH}/run")) == \
         str(cluster.scratch["a"] / "run")
+
+
+def test_shared_folder_is_collected_once_and_two_writers_of_one_path_are_a_conflict(cluster, run, tmp_path):
+    from distprof.ray import profiling, step_all
+
+    actor = ray.remote(num_cpus=0.25)(Trainer)
+    on = {n: actor.options(resources={f"node_{n}": 0.01}) for n in ("a", "b")}
+    shared = tmp_path / "shared-run"  # one folder both nodes write to (a shared filesystem)
+    both = [on["a"].remote(), on["b"].remote()]
+    twins = [on["a"].remote(), on["b"].remote()]  # two groups whose rank 0 write the same relative paths
+    kw = dict(enable=True, ranks="all", steps=[1, 2], torch={"activities": ["cpu"]})
+    groups = [ProfiledGroup(both, ProfilerConfig(save_path=str(shared), **kw), "shared"),
+              ProfiledGroup(twins[:1], ProfilerConfig(save_path="$SCRATCH/twin", **kw), "twin"),
+              ProfiledGroup(twins[1:], ProfilerConfig(save_path="$SCRATCH/twin", **kw), "twin")]
+    with profiling(groups):
+        for _ in range(3):
+            ray.get([w.work.remote() for w in both + twins])
+            step_all(groups)
+    report = collect(groups, str(tmp_path / "dest"))
+    paths = [f["path"] for f in report.copied]
+    # The shared folder, listed from both nodes, comes once: each file copied once, no conflict.
+    assert {(x["node_id"], x["save_path"]) for x in report.listed if x["save_path"] == str(shared)} == {
+        (cluster.nodes["a"].node_id, str(shared)), (cluster.nodes["b"].node_id, str(shared))}
+    assert len(paths) == len(set(paths)) and {f["path"] for f in list_files(str(shared))} <= set(paths)
+    # Node a's and node b's "twin" rank 0 are different files at one path: the first node's kept, the other named.
+    first, second = sorted([cluster.nodes["a"].node_id, cluster.nodes["b"].node_id])
+    conflicted = {c["path"] for c in report.conflicts}
+    assert "twin/rank00000/manifest.jsonl" in conflicted and conflicted <= {
+        "twin/rank00000/manifest.jsonl", f"twin/rank00000/step00000001-00000002{TRACE}"}
+    assert all((c["node_id"], c["kept_from"]) == (second, first) for c in report.conflicts) and not report.ok
+    kept = "a" if first == cluster.nodes["a"].node_id else "b"
+    assert (tmp_path / "dest" / "twin/rank00000/manifest.jsonl").read_bytes() == \
+        (cluster.scratch[kept] / "twin/twin/rank00000/manifest.jsonl").read_bytes()

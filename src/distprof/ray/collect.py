@@ -95,8 +95,12 @@ def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, An
         time.sleep(0.2)  # polling another process's files: there is nothing to wait on
     files = list_files(root) if os.path.isdir(root) else []
     for f in files:
+        full = os.path.join(root, f["path"])
         if os.path.basename(f["path"]) == MANIFEST:
-            f["digest"] = _digest(os.path.join(root, f["path"]))
+            f["digest"] = _digest(full)
+        st = os.stat(full)
+        # Which file this is: the same path seen from two nodes is one file (a shared folder) only if these agree.
+        f["ident"] = [st.st_size, st.st_mtime_ns, st.st_ino]
     return {"files": files,
             "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
 
@@ -167,7 +171,7 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
     listings = _list_all(sorted(sources.values(), key=lambda s: (s.node, s.root)), table, timeout_s, report)
     read_task = ray.remote(num_cpus=0)(_node_read)
     here = ray.get_runtime_context().get_node_id()
-    kept: dict[str, tuple[str, int, str | None]] = {}  # relative path -> (node id, bytes, digest) brought this call
+    kept: dict[str, tuple[str, Any]] = {}  # relative path -> (node id, file identity) brought this call
     for src, listing in listings:
         report.listed.append({"node_id": src.node, "address": table.get(src.node, {}).get("address"),
                               "save_path": src.root, "ranks": src.ranks, "files": len(listing["files"])})
@@ -178,11 +182,11 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
         for k, f in enumerate(files):
             rel, size, digest = f["path"], f["bytes"], f.get("digest")
             if rel in kept:  # another node (or folder) already gave this path in this call
-                first = kept[rel]
-                if (first[1], first[2]) != (size, digest) and os.path.basename(rel) not in _FIRST_WRITER_WINS:
-                    report.conflicts.append({"path": rel, "node_id": src.node, "bytes": size, "kept_from": first[0]})
+                first_node, first_ident = kept[rel]
+                if first_ident != f.get("ident") and os.path.basename(rel) not in _FIRST_WRITER_WINS:
+                    report.conflicts.append({"path": rel, "node_id": src.node, "bytes": size, "kept_from": first_node})
                 continue
-            kept[rel] = (src.node, size, digest)
+            kept[rel] = (src.node, f.get("ident"))
             target = os.path.join(dest, rel)
             if same_place or _unchanged(target, size, digest):
                 report.unchanged.append(rel)

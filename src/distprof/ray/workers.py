@@ -82,7 +82,8 @@ class ProfiledWorker:
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "ppid": ppid,
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
-                "save_root": None if is_url(p.config.save_path) else os.path.abspath(p.config.save_path),
+                "save_root": None if is_url(p.config.save_path) else
+                os.path.abspath(os.path.expanduser(p.config.save_path.removeprefix("file://"))),
                 "wrapped_by": os.environ.get(WRAPPED_BY)}
 
     def collect_profile(self) -> list[dict[str, Any]]:
