@@ -51,7 +51,9 @@ def cluster(tmp_path_factory):
     for name in ("a", "b", "c"):
         scratch[name] = base / f"scratch-{name}"
         scratch[name].mkdir()
-        nodes[name] = c.add_node(**LOOPBACK, num_cpus=2, resources={f"node_{name}": 1},
+        # Node b has 1 CPU, a quarter of it held by its worker for the whole module: a read asking Ray for a
+        # whole CPU there would wait for the job to end.
+        nodes[name] = c.add_node(**LOOPBACK, num_cpus=1 if name == "b" else 2, resources={f"node_{name}": 1},
                                  env_vars={"SCRATCH": str(scratch[name])})
     ray.init(address=c.address, log_to_driver=False, logging_level=logging.WARNING)
     try:
@@ -181,6 +183,15 @@ def figures(result):
 
 
 def test_summary_over_ray_reads_node_local_files_on_their_nodes(cluster, run, tmp_path):
+    local = tmp_path / "local"  # the same files in one local folder
+    for n in ("a", "b"):
+        shutil.copytree(cluster.scratch[n] / "run", local, dirs_exist_ok=True)
+    here = analyze.summary(str(local), workers=1)
+    # First through the CLI (a subprocess with a time limit: reads queued behind node b's busy CPU would fail
+    # here, not hang): --ray joins the cluster from another process, lists on every node, reads on each.
+    code, doc, err = cli("summary", "$SCRATCH/run", "--ray", cluster.address, "--json")
+    assert code == 0, err[-2000:]
+    assert figures(doc) == figures(here)
     # Each file is found on the node whose $SCRATCH holds it, and its task runs there.
     problems = []
     files = find_traces_on_nodes("$SCRATCH/run", problems)
@@ -189,17 +200,9 @@ def test_summary_over_ray_reads_node_local_files_on_their_nodes(cluster, run, tm
     assert len(files) == 6 and all(f.path.startswith(where[f.node] + "/") for f in files)
     assert map_files(where_read, files, ray_address=cluster.address) == [f.node for f in files]
     # The same figures as reading the same files from one local folder in this process.
-    local = tmp_path / "local"
-    for n in ("a", "b"):
-        shutil.copytree(cluster.scratch[n] / "run", local, dirs_exist_ok=True)
     over_ray = analyze.summary("$SCRATCH/run", ray_address=cluster.address)
-    here = analyze.summary(str(local), workers=1)
     assert over_ray["files_read"] == here["files_read"] == 6 and over_ray["errors"] == []
     assert figures(over_ray) == figures(here)
-    # The CLI's --ray joins the cluster from another process and does the same.
-    code, doc, err = cli("summary", "$SCRATCH/run", "--ray", cluster.address, "--json")
-    assert code == 0, err[-2000:]
-    assert figures(doc) == figures(here)
     # Every other verb's --ray reads the node-local files too (each verb: one Ray session for listing and reading).
     for verb in ("steps", "stragglers", "diagnose"):
         code, doc, err = cli(verb, "$SCRATCH/run", "--ray", cluster.address, "--json")

@@ -50,13 +50,14 @@ def _here() -> str:
 
 
 def node_table() -> dict[str, dict[str, Any]]:
-    """Every node the cluster knows, alive or dead: node id -> {"address", "alive", "death"}."""
+    """Every node the cluster knows, alive or dead: node id -> {"address", "alive", "death", "cpus"}."""
     import ray
 
     out = {}
     for n in ray.nodes():
         out[n["NodeID"]] = {"address": n.get("NodeManagerAddress", "?"), "alive": bool(n.get("Alive")),
-                            "death": n.get("DeathReasonMessage") or ""}
+                            "death": n.get("DeathReasonMessage") or "",
+                            "cpus": int((n.get("Resources") or {}).get("CPU", 0))}
     return out
 
 
