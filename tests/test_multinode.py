@@ -297,3 +297,13 @@ def test_shared_folder_is_collected_once_and_two_writers_of_one_path_are_a_confl
     kept = "a" if first == cluster.nodes["a"].node_id else "b"
     assert (tmp_path / "dest" / "twin/rank00000/manifest.jsonl").read_bytes() == \
         (cluster.scratch[kept] / "twin/twin/rank00000/manifest.jsonl").read_bytes()
+
+
+def test_process_backends_refuse_a_per_node_save_path():
+    from distprof.ray import runtime_env
+
+    config = ProfilerConfig(enable=True, backend="py_spy", save_path="$SCRATCH/run")
+    with pytest.raises(ValueError, match=r"save_path '\$SCRATCH/run' names an environment variable, but py_spy's "
+                                         r"output folder is fixed on the driver; give a plain path"):
+        runtime_env(config, group="rollout")
+    assert runtime_env(config.model_copy(update={"backend": "torch"}), group="rollout") == {}  # torch: per node

@@ -97,7 +97,7 @@ def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: 
 
     from ..analysis.source import TraceError
 
-    if not names_variables(path) and not os.path.isabs(path.removeprefix("file://")):
+    if not (names_variables(path) or path.startswith("~") or os.path.isabs(path.removeprefix("file://"))):
         path = os.path.abspath(path)  # relative to where the command was typed, not to a Ray worker's folder
     table = node_table()
     alive = sorted(n for n, v in table.items() if v["alive"])

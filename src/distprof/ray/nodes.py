@@ -18,8 +18,8 @@ _UNSET = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
 
 def names_variables(path: str) -> bool:
-    """Does ``path`` name an environment variable (``$X`` / ``${X}``), or start with ``~`` (expanded on the node)?"""
-    return bool(_UNSET.search(path)) or path.startswith("~")
+    """Does ``path`` name an environment variable (``$X`` / ``${X}``)?"""
+    return bool(_UNSET.search(path))
 
 
 def expand_on_node(path: str, what: str) -> str:

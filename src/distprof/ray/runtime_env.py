@@ -40,7 +40,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
         )
     from .nodes import names_variables
 
-    if names_variables(config.save_path) and not config.save_path.startswith("~"):
+    if names_variables(config.save_path):
         # The wrapper's output folder is fixed here, on the driver: a per-node variable cannot be honoured.
         raise ValueError(
             f"save_path {config.save_path!r} names an environment variable, but {config.backend}'s output folder "

@@ -98,14 +98,15 @@ class ProfiledWorker:
         return self.profiler
 
 
-def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig | dict:
+def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
     """The config with ``$VARS`` and ``~`` of its save_path expanded here, on the worker's node: node-local
     scratch folders differ per node (``save_path: $TMPDIR/profile``). An unset variable is a ValueError."""
     from .nodes import expand_on_node, names_variables
 
     if isinstance(config, dict):
         config = ProfilerConfig.from_dict(config)
-    if config.save_path and not is_url(config.save_path) and names_variables(config.save_path):
+    path = config.save_path
+    if path and not is_url(path) and (names_variables(path) or path.startswith("~")):
         config = config.model_copy(update={"save_path": expand_on_node(config.save_path, "save_path")})
     return config
 
