@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import os
 import shutil
+import signal
 import subprocess
 from types import SimpleNamespace
 
@@ -307,3 +308,39 @@ def test_process_backends_refuse_a_per_node_save_path():
                                          r"output folder is fixed on the driver; give a plain path"):
         runtime_env(config, group="rollout")
     assert runtime_env(config.model_copy(update={"backend": "torch"}), group="rollout") == {}  # torch: per node
+
+
+def read_or_die(path, offset, size):
+    """collect's chunk reader, except that asked for a trace it kills its node's raylet, then itself: the node dies
+    in the middle of a collect, after its other files were copied."""
+    if path.endswith(TRACE):
+        os.kill(os.getppid(), signal.SIGKILL)  # a Ray worker's parent is its node's raylet
+        os._exit(1)
+    from distprof.ray.collect import _node_read  # on the node: the real one
+
+    return _node_read(path, offset, size)
+
+
+def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path, monkeypatch):
+    import importlib
+
+    collect_module = importlib.import_module("distprof.ray.collect")  # the package's `collect` is the function
+
+    d = tmp_path / "scratch-e"
+    d.mkdir()
+    node = cluster.cluster.add_node(**LOOPBACK, num_cpus=1, resources={"node_e": 1}, env_vars={"SCRATCH": str(d)})
+    w = ray.remote(num_cpus=0.25)(Trainer).options(resources={"node_e": 0.01}).remote()
+    g = ProfiledGroup([w], ProfilerConfig(enable=True, save_path="$SCRATCH/run", ranks="all", steps=[1],
+                                          torch={"activities": ["cpu"]}), role="late")
+    with g:
+        for _ in range(2):  # steps 0 and 1: window 1 is written
+            assert ray.get(w.work.remote()) == node.node_id
+            g.step()
+    monkeypatch.setattr(collect_module, "_node_read", read_or_die)
+    report = collect([g], str(tmp_path / "dest"))
+    (u,) = report.unreachable_nodes
+    assert (u["node_id"], u["ranks"], u["not_copied"]) == (node.node_id, [{"role": "late", "rank": 0}], 1)
+    assert u["error"].startswith(f"lost while copying late/rank00000/step00000001-00000001{TRACE}: ")
+    assert {f["path"] for f in report.copied} == {"run.json", "late/role.json", "late/rank00000/manifest.jsonl"}
+    assert not [p for p in (tmp_path / "dest").rglob("*") if p.name.startswith(".")]  # no temporary left
+    assert [n["Alive"] for n in ray.nodes() if n["NodeID"] == node.node_id] == [False]
