@@ -70,7 +70,18 @@ def cluster(tmp_path_factory):
         yield SimpleNamespace(cluster=c, nodes=nodes, scratch=scratch, base=base, address=c.address)
     finally:
         ray.shutdown()
+        daemons = [i.process.pid for node in (c.head_node, *c.worker_nodes) for infos in node.all_processes.values()
+                   for i in infos]
         c.shutdown()
+        # Every daemon of the cluster exits (they may still be on their way out when shutdown returns).
+        alive = []
+        for pid in daemons:
+            try:
+                alive.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        _, left = psutil.wait_procs(alive, timeout=60)
+        assert left == []
         if old is None:
             os.environ.pop("PYTHONPATH")
         else:
