@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 from types import SimpleNamespace
 
 import psutil
@@ -159,9 +158,9 @@ def test_collect_brings_every_live_file_once_and_names_the_dead_node(cluster, ru
     assert (u["node_id"], u["address"], u["save_paths"], u["ranks"]) == (
         dead, "127.0.0.1", [str(cluster.scratch["c"] / "run")], [{"role": "actor", "rank": 3}])
     assert u["error"].startswith("the node is dead") and not report.ok and report.unreachable == []
-    assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == [
-        f"distprof: collect: node {dead[:12]} (127.0.0.1) is unreachable ({u['error']}); files of actor rank 3 "
-        f"under {cluster.scratch['c'] / 'run'} not collected"]
+    logged = (f"distprof: collect: node {dead[:12]} (127.0.0.1) is unreachable ({u['error']}); files of actor "
+              f"rank 3 under {cluster.scratch['c'] / 'run'} not collected")
+    assert [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()] == [logged]
     # A second collect into the same folder copies nothing (manifests compared by content, not only size).
     again = collect([run.group], str(dest))
     assert again.copied == [] and sorted(again.unchanged) == sorted(live)
@@ -286,7 +285,7 @@ def test_shared_folder_is_collected_once_and_two_writers_of_one_path_are_a_confl
     shared = tmp_path / "shared-run"  # one folder both nodes write to (a shared filesystem)
     both = [on["a"].remote(), on["b"].remote()]
     twins = [on["a"].remote(), on["b"].remote()]  # two groups whose rank 0 write the same relative paths
-    kw = dict(enable=True, ranks="all", steps=[1, 2], torch={"activities": ["cpu"]})
+    kw = {"enable": True, "ranks": "all", "steps": [1, 2], "torch": {"activities": ["cpu"]}}
     groups = [ProfiledGroup(both, ProfilerConfig(save_path=str(shared), **kw), "shared"),
               ProfiledGroup(twins[:1], ProfilerConfig(save_path="$SCRATCH/twin", **kw), "twin"),
               ProfiledGroup(twins[1:], ProfilerConfig(save_path="$SCRATCH/twin", **kw), "twin")]

@@ -33,7 +33,7 @@ from ..procfs import alive
 from ..rundir.layout import MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp, temp_name
 from ..rundir.manifest import MANIFEST_LIMIT
 from ..rundir.store import list_files
-from .nodes import node_lost, node_name, node_table, pinned
+from .nodes import cancel_quietly, node_lost, node_name, node_table, one_line, pinned
 
 logger = logging.getLogger(__name__)
 
@@ -94,14 +94,19 @@ def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, An
             break
         time.sleep(0.2)  # polling another process's files: there is nothing to wait on
     files = list_files(root) if os.path.isdir(root) else []
+    listed = []
     for f in files:
         full = os.path.join(root, f["path"])
-        if os.path.basename(f["path"]) == MANIFEST:
-            f["digest"] = _digest(full)
-        st = os.stat(full)
+        try:
+            st = os.stat(full)
+            if os.path.basename(f["path"]) == MANIFEST:
+                f["digest"] = _digest(full)
+        except OSError:  # gone since it was listed (another collect moved it?): nothing to bring
+            continue
         # Which file this is: the same path seen from two nodes is one file (a shared folder) only if these agree.
         f["ident"] = [st.st_size, st.st_mtime_ns, st.st_ino]
-    return {"files": files,
+        listed.append(f)
+    return {"files": listed,
             "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
 
 
@@ -196,10 +201,9 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
                 report.copied.append({"path": rel, "bytes": size, "node_id": src.node})
             except Exception as e:
                 if node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError):  # nor can the rest of its files
-                    _unreachable(report, src, table, f"lost while copying {rel}: {type(e).__name__}: {e}",
-                                 len(files) - k)
+                    _unreachable(report, src, table, f"lost while copying {rel}: {one_line(e)}", len(files) - k)
                     break
-                report.errors.append(f"{rel}: {type(e).__name__}: {e}")
+                report.errors.append(f"{rel}: {one_line(e)}")
     logger.info("distprof: collected %d files into %s (%d unchanged, %d unreachable workers, %d unreachable nodes, "
                 "%d pending)", len(report.copied), dest, len(report.unchanged), len(report.unreachable),
                 len(report.unreachable_nodes), len(report.pending))
@@ -229,10 +233,10 @@ def _list_all(sources: list[_Source], table: dict[str, dict[str, Any]], timeout_
             out.append((src, ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))))
         except Exception as e:
             if node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError):
-                ray.cancel(ref, force=True)
-                _unreachable(report, src, table, f"cannot list {src.root}: {type(e).__name__}: {e}")
+                cancel_quietly(ref)
+                _unreachable(report, src, table, f"cannot list {src.root}: {one_line(e)}")
             else:  # the listing itself failed there (a folder it may not read)
-                report.errors.append(f"node {src.node[:12]}: cannot list {src.root}: {type(e).__name__}: {e}")
+                report.errors.append(f"{node_name(src.node, table)}: cannot list {src.root}: {one_line(e)}")
     return out
 
 

@@ -28,7 +28,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from .nodes import expand_on_node, names_variables, node_lost, node_name, node_table, pinned
+from .nodes import cancel_quietly, expand_on_node, names_variables, node_lost, node_name, node_table, one_line, pinned
 
 logger = logging.getLogger(__name__)
 
@@ -112,10 +112,9 @@ def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: 
         except Exception as e:
             if not (node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError)):
                 raise  # the listing code itself failed: a bug, not the input
-            ray.cancel(ref, force=True)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            cancel_quietly(ref)
             problems.append((f"{path} on {node_name(n, table)}",
-                             f"the node could not be listed ({type(e).__name__}: {first}); its files are not read"))
+                             f"the node could not be listed ({one_line(e)}); its files are not read"))
             continue
         if "absent" in got:
             absent.append(f"{node_name(n, table)}: {got['absent']}")

@@ -8,11 +8,15 @@ raised.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
 
-__all__ = ["expand_on_node", "node_table", "node_name", "node_lost", "names_variables", "pinned"]
+__all__ = ["expand_on_node", "node_table", "node_name", "node_lost", "names_variables", "pinned", "one_line",
+           "cancel_quietly"]
+
+logger = logging.getLogger(__name__)
 
 _UNSET = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
 
@@ -82,3 +86,19 @@ def pinned(node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def one_line(e: BaseException) -> str:
+    """``Type: first line`` of an exception: Ray's own messages run to many lines (tracebacks, lease ids)."""
+    first = next((x.strip() for x in str(e).splitlines() if x.strip()), "")
+    return f"{type(e).__name__}: {first[:300]}" if first else type(e).__name__
+
+
+def cancel_quietly(ref: Any) -> None:
+    """Stop a task we gave up waiting for (stuck on a silent node); one already finished or lost is left alone."""
+    import ray
+
+    try:
+        ray.cancel(ref, force=True)
+    except Exception as e:  # finished, or its node gone: nothing left to stop
+        logger.debug("distprof: cancel: %s", one_line(e))
