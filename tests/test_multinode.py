@@ -354,3 +354,15 @@ def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path,
     assert {f["path"] for f in report.copied} == {"run.json", "late/role.json", "late/rank00000/manifest.jsonl"}
     assert not [p for p in (tmp_path / "dest").rglob("*") if p.name.startswith(".")]  # no temporary left
     assert [n["Alive"] for n in ray.nodes() if n["NodeID"] == node.node_id] == [False]
+
+
+def test_a_path_no_node_holds_is_one_line_naming_the_variable(cluster):
+    from distprof.analysis.source import TraceError
+
+    with pytest.raises(TraceError) as e:
+        analyze.summary("$DISTPROF_NO_SUCH_VAR/run", ray_address=cluster.address)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("$DISTPROF_NO_SUCH_VAR/run: no trace files on any of the ")
+    assert "path '$DISTPROF_NO_SUCH_VAR/run' names $DISTPROF_NO_SUCH_VAR, which is not set on this node" in msg
+    code, _, err = cli("summary", "$DISTPROF_NO_SUCH_VAR/run", "--ray", cluster.address)
+    assert code == 2 and "names $DISTPROF_NO_SUCH_VAR, which is not set" in err and "Traceback" not in err
