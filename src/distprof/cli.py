@@ -186,7 +186,9 @@ def _opt_workers():
 
 
 def _opt_ray():
-    return typer.Option(None, "--ray", help="Read files as tasks on this Ray cluster ('local' starts one on loopback).")
+    return typer.Option(None, "--ray", help="Read files as tasks on this Ray cluster ('local' starts one on loopback): "
+                        "the path is listed on every node and each file read on the node that holds it; quote "
+                        "'$VAR/path' for a per-node folder.")
 
 
 def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str], steps_only: bool,

@@ -29,6 +29,7 @@ from .listing import TraceFile, find_traces
 from .reader import TraceError, open_trace
 from .selection import Selection
 from .table import FileInfo, TraceTable
+from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
@@ -95,11 +96,30 @@ def exit_code(result: dict[str, Any]) -> int:
 
 def read(path: str, names: Iterable[str], selection: Selection | None = None, workers: int | None = None,
          ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Run:
-    """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel."""
+    """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel.
+
+    With ``ray_address`` a local path is listed on every node of the cluster and each file read on the node that
+    holds it (node-local scratch folders; ``$VARS`` in ``path`` expanded per node): see :mod:`distprof.ray.files`.
+    """
+    if not ray_address:
+        return _read(path, names, selection, workers, None, progress)
+    from ..ray.files import ray_session
+
+    with ray_session(ray_address):  # one connection for the listing and the reading
+        return _read(path, names, selection, workers, ray_address, progress)
+
+
+def _read(path: str, names: Iterable[str], selection: Selection | None, workers: int | None,
+          ray_address: str | None, progress: Callable[[Progress], None] | None) -> Run:
     selection = selection or Selection()
     names = tuple(names)
     problems: list[tuple[str, str]] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
-    found = find_traces(path, problems)
+    if ray_address and not is_url(path):
+        from ..ray.files import find_traces_on_nodes
+
+        found = find_traces_on_nodes(path, problems)
+    else:
+        found = find_traces(path, problems)
     if not found:
         why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
         raise TraceError(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) found")

@@ -30,6 +30,7 @@ class TraceFile(NamedTuple):
     manifest_rank: int | None = None
     role: str | None = None
     window: WindowRecord | None = None  # the manifest record of the window that wrote this file
+    node: str | None = None  # the Ray node holding the file (listed there by distprof.ray.files), else anywhere
 
 
 _RANK_PATTERNS = [re.compile(p) for p in (r"rank[-_]?(\d+)", r"worker[-_]?(\d+)")]

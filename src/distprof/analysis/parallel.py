@@ -105,32 +105,55 @@ def _size(path: str) -> int:
 
 
 def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
-    """Per-file tasks on a Ray cluster (the files must be readable there: a shared path or an fsspec URL)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local cluster stays on loopback
+    """Per-file tasks on a Ray cluster. A file listed on a node (``TraceFile.node``, by
+    :func:`distprof.ray.files.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost before
+    its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are read
+    anywhere, one CPU each.
+
+    Pinned reads claim no CPU from Ray: the job's own actors may hold every CPU of the node that has the files
+    (logically), and a read needing one would wait for the job to end. Instead the driver keeps at most as many
+    reads in flight per node as the node has CPUs (at least one)."""
+    import collections
+
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        if address == "local":
-            ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
-                     logging_level=logging.WARNING)
-        else:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    try:
-        task = ray.remote(num_cpus=1)(_or_error)
-        pending = {task.remote(fn, f): k for k, f in enumerate(files)}
+    from ..ray.files import ray_session
+    from ..ray.nodes import node_lost, node_name, node_table, pinned
+
+    with ray_session(address):
+        anywhere, here = ray.remote(num_cpus=1)(_or_error), ray.remote(num_cpus=0)(_or_error)
+        table = node_table() if any(f.node for f in files) else {}
+        queued: dict[str, collections.deque] = collections.defaultdict(collections.deque)
+        for k, f in enumerate(files):
+            if f.node:
+                queued[f.node].append(k)
+        pending = {anywhere.remote(fn, f): k for k, f in enumerate(files) if not f.node}
         seen: dict[str, str] = {}
+
+        def submit(node: str) -> None:
+            k = queued[node].popleft()
+            pending[here.options(scheduling_strategy=pinned(node)).remote(fn, files[k])] = k
+
+        for node in list(queued):
+            for _ in range(min(len(queued[node]), max(1, table.get(node, {}).get("cpus", 1)))):
+                submit(node)
         out: list = [None] * len(files)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(ready[0])
-            ok, value = ray.get(ready[0])
+            node = files[k].node
+            if node and queued[node]:
+                submit(node)
+            try:
+                ok, value = ray.get(ready[0])
+            except Exception as e:
+                if not (node and node_lost(e)):
+                    raise  # fn's own exception: a bug, as in a process pool
+                ok, value = False, (f"{files[k].path}: {node_name(node, table)}, which holds this file, "
+                                    f"is gone ({type(e).__name__}); not read")
             out[k] = share_strings(value, seen) if ok else FileError(files[k].path, value)
             done(k)
         return out
-    finally:
-        if started:
-            ray.shutdown()
 
 
 class SplitPool:

@@ -38,6 +38,14 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
             f"save_path {config.save_path!r} is a URL, but {config.backend} writes files on each node; "
             "use a local path (then distprof.ray.collect brings them to one place)"
         )
+    from .nodes import names_variables
+
+    if names_variables(config.save_path):
+        # The wrapper's output folder is fixed here, on the driver: a per-node variable cannot be honoured.
+        raise ValueError(
+            f"save_path {config.save_path!r} names an environment variable, but {config.backend}'s output folder "
+            "is fixed on the driver; give a plain path for process backends (the torch backend expands it per node)"
+        )
     python = shlex.split(base["py_executable"]) if base.get("py_executable") else [sys.executable]
     section = getattr(config, config.backend)
     executable = check_tool(config.backend, section.executable, python)

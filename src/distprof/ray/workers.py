@@ -12,6 +12,7 @@ from ..config import ProfilerConfig
 from ..envvars import WRAPPED_BY
 from ..plan import role_selected
 from ..profiler import Profiler
+from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class ProfiledWorker:
 
     def setup_profiler(self, config: ProfilerConfig | dict, role: str, rank: int, world_size: int,
                        global_step: int = 0, mesh: Any = None) -> dict[str, Any]:
+        config = _save_path_on_this_node(config)
         self.profiler = Profiler(config, role=role, global_step=global_step, rank=rank, world_size=world_size,
                                  mesh=mesh, local_rank=0)  # per_node is refused for groups: no local rank needed
         return self.profiler_where()
@@ -79,6 +81,9 @@ class ProfiledWorker:
         gppid = parent_pid(ppid)
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "ppid": ppid,
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
+                # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
+                "save_root": None if is_url(p.config.save_path) else
+                os.path.abspath(os.path.expanduser(p.config.save_path.removeprefix("file://"))),
                 "wrapped_by": os.environ.get(WRAPPED_BY)}
 
     def collect_profile(self) -> list[dict[str, Any]]:
@@ -91,6 +96,19 @@ class ProfiledWorker:
         if self.profiler is None:
             raise RuntimeError("setup_profiler() was not called on this worker")
         return self.profiler
+
+
+def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
+    """The config with ``$VARS`` and ``~`` of its save_path expanded here, on the worker's node: node-local
+    scratch folders differ per node (``save_path: $TMPDIR/profile``). An unset variable is a ValueError."""
+    from .nodes import expand_on_node, names_variables
+
+    if isinstance(config, dict):
+        config = ProfilerConfig.from_dict(config)
+    path = config.save_path
+    if path and not is_url(path) and (names_variables(path) or path.startswith("~")):
+        config = config.model_copy(update={"save_path": expand_on_node(config.save_path, "save_path")})
+    return config
 
 
 class ProfiledGroup:

@@ -74,6 +74,17 @@ def build_report(inv: Any, findings: list[Finding], out: str, compare: dict[str,
             "plots": [{"id": s.id, "figures": len(s.figures), "note": s.note} for s in sections]}
 
 
+def _seen_here(path: str, ray_address: str | None) -> list:
+    """The traces under ``path`` on this machine (``out`` must not be one of them). With Ray the files may live
+    only on the cluster's nodes (``'$SCRATCH/run'``): then none is here, and the reading reports what is missing."""
+    try:
+        return find_traces(path, [])
+    except TraceError:
+        if ray_address:
+            return []
+        raise
+
+
 def write_report(path: str, out: str, compare: str | None = None, selection: Selection | None = None,
                  workers: int | None = None, ray_address: str | None = None,
                  progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
@@ -85,7 +96,8 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
     added to them). The selection applies to both runs. Raises TraceError when nothing under ``path`` (or
     ``compare``) can be read, or when ``out`` must not be written (checked before anything is read).
     """
-    check_output(out, [f.path for p in (path, compare) if p for f in find_traces(p, [])], "report", "report.html")
+    check_output(out, [f.path for p in (path, compare) if p for f in _seen_here(p, ray_address)], "report",
+                 "report.html")
     inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
     if not inv.run.files:
         # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
