@@ -259,7 +259,7 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
         try:
             top = max(tids, default=0)
         except TypeError:  # string tids among them
-            top = max((x for x in tids if type(x) is int), default=0)
+            top = max([x for x in tids if type(x) is int], default=0)
         if top > max_tid:
             max_tid = top
         xe = [e for e in batch if type(e) is x_type]
@@ -272,12 +272,11 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
         if pick:
             steps += [(e.ts, e.ts + e.dur) for e in xe
                       if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
-        for e in batch:
-            if type(e) is _SeenM:
-                if e.name == "process_name":
-                    named.add(e.pid)
-                elif e.name == "thread_name":
-                    thread_names[(e.pid, e.tid)] = _meta_name(e)
+        for e in [e for e in batch if type(e) is _SeenM]:
+            if e.name == "process_name":
+                named.add(e.pid)
+            elif e.name == "thread_name":
+                thread_names[(e.pid, e.tid)] = _meta_name(e)
     first = first or 0.0
     scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
                  step_ranges=steps)
