@@ -335,6 +335,7 @@ class _FileWriter:
         self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
         self.other_ids: dict[Any, int] = {}
         self.ids: dict[Any, int] = {}
+        self.alias: dict[Any, int] = {}  # pid read (the absent pid too) -> output pid
 
     def pid(self, orig: Any) -> int:
         pid = self.pids.get(orig)
@@ -382,42 +383,58 @@ class _FileWriter:
 
     def fix(self, batch: list[_Out]) -> None:
         """Every event of ``batch`` as it is written: this file's pids, lanes, one clock, scoped ids."""
-        pids, lanes, flow_lanes = self.pids, self.scan.lanes, self.scan.flow_lanes
+        alias, lanes, flow_lanes = self.alias, self.scan.lanes, self.scan.flow_lanes
         first, start_ns = self.first, self.start_ns
         for e in batch:
-            ph, pid, tid, ts, dur = e.ph, e.pid, e.tid, e.ts, e.dur
-            if pid == _NO_ID:  # absent: pid 0, as the reader reads it
-                pid = 0
+            ph, pid, tid = e.ph, e.pid, e.tid
+            new = alias.get(pid)
+            if new is None:  # an absent pid is pid 0, as the reader reads it
+                new = alias[pid] = self.pid(0 if pid == _NO_ID else pid)
+            e.pid = new
             if tid == _NO_ID:
                 e.tid = tid = 0
-            if ts == _NO_TIME:
-                ts = 0.0
-            if dur == _NO_TIME:
-                dur = 0.0
-            new = pids.get(pid)
-            e.pid = new if new is not None else self.pid(pid)
             if ph == "M":
                 e.ts = _NO_TIME
                 if e.name and _raw_value(e.name) == "process_name":
                     orig = _meta_name(e)
                     e.args = msgspec.Raw(_enc.encode({"name": f"{self.label} / {orig}" if orig else self.label}))
-            else:
-                e.ts = (start_ns + round((ts - first) * 1000.0)) / 1000.0
-                if lanes and ph == "X":
-                    lane = lanes.get((pid, tid, ts, dur))
+                if e.dur != _NO_TIME:
+                    e.dur = round(e.dur * 1000.0) / 1000.0 if e.dur else _NO_TIME
+                if e.id is not None or e.bind_id is not None or e.id2:
+                    self.scope_ids(e)
+                continue
+            ts, dur = e.ts, e.dur
+            if ts == _NO_TIME:
+                ts = 0.0
+            e.ts = (start_ns + round((ts - first) * 1000.0)) / 1000.0
+            if ph == "X":
+                if dur == _NO_TIME:
+                    dur = 0.0
+                e.dur = round(dur * 1000.0) / 1000.0
+                if lanes:
+                    p0 = 0 if pid == _NO_ID else pid
+                    lane = lanes.get((p0, tid, ts, dur))
                     if lane:
-                        e.tid = self.lane_tid(pid, tid, lane)
-                elif flow_lanes and ph in _FLOW:
-                    lane = flow_lanes.get((pid, tid, ts))
+                        e.tid = self.lane_tid(p0, tid, lane)
+            else:
+                if dur != _NO_TIME:
+                    e.dur = round(dur * 1000.0) / 1000.0 if dur else _NO_TIME
+                if flow_lanes and ph in _FLOW:
+                    p0 = 0 if pid == _NO_ID else pid
+                    lane = flow_lanes.get((p0, tid, ts))
                     if lane:  # the flow binds to the slice that moved
-                        e.tid = self.lane_tid(pid, tid, lane)
-            e.dur = round(dur * 1000.0) / 1000.0 if dur or ph == "X" else _NO_TIME
-            if e.id is not None:  # flow, async and object ids: renumbered so ranks never share one
-                e.id = self.scoped_id(e.id)
-            if e.bind_id is not None:
-                e.bind_id = self.scoped_id(e.bind_id)
-            if e.id2:
-                e.id2 = self.id2(e.id2)
+                        e.tid = self.lane_tid(p0, tid, lane)
+            if e.id is not None or e.bind_id is not None or e.id2:
+                self.scope_ids(e)
+
+    def scope_ids(self, e: _Out) -> None:
+        """Flow, async and object ids renumbered so ranks never share one."""
+        if e.id is not None:
+            e.id = self.scoped_id(e.id)
+        if e.bind_id is not None:
+            e.bind_id = self.scoped_id(e.bind_id)
+        if e.id2:
+            e.id2 = self.id2(e.id2)
 
     def trailer(self) -> list[bytes]:
         """Names and order for every track of this file, and names for its lane threads."""
