@@ -39,7 +39,7 @@ from .fragments import Joiner, Part, PartWriter
 from .listing import TraceFile, find_traces
 from .parallel import FileError, Progress, map_files
 from .writing import atomic_output, check_output
-from .reader import Int64, TraceError, TraceStream, _Duration, _Time, open_trace
+from .reader import Int64, TraceError, TraceStream, _Duration, _Time
 from .selection import Selection
 from .vocab import profiler_step
 
@@ -136,11 +136,16 @@ _OUT_DECODERS = (msgspec.json.Decoder(list[_Out]), msgspec.json.Decoder(_Out))
 _TIMED_SEEN = frozenset((_SeenX, _SeenXNamed, *_SEEN_TIMED))
 
 
+_BATCH_BYTES = 1 << 20  # decoded JSON per batch: a batch and its events stay in the CPU's cache (measured: both
+# passes about 15% faster than with the reader's 4 MB)
+
+
 def _stream(f: TraceFile, on_read: Callable[[int], None] | None, lean: bool, decoders: tuple) -> TraceStream:
     """The reader's stream over ``f`` (its checks, salvage and bounded memory), decoding events as ``decoders``
     say. The reader has no parameter for the event type yet, so its two decoders are swapped here; ``lean``
     picks how an element that does not fit is told from a broken one (see TraceStream._event)."""
-    s = open_trace(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=lean)
+    s = TraceStream(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=lean,
+                    batch_bytes=_BATCH_BYTES)
     if not (isinstance(getattr(s, "_list", None), msgspec.json.Decoder)
             and isinstance(getattr(s, "_one", None), msgspec.json.Decoder)):
         raise RuntimeError("merge: reader.TraceStream no longer has the _list/_one decoders merge swaps")
