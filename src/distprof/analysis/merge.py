@@ -5,6 +5,14 @@ onto one clock (absolute time, relative to the earliest file's start); flow ids 
 file so arrows never join events of different ranks. Inputs are streamed twice (once for clocks,
 names and overlaps, once to write) and only one batch of events is in memory at a time.
 
+Both passes run per file over a pool of workers (``workers``; :func:`~distprof.analysis.parallel.map_files`):
+pass 1 returns a few numbers per file, and with them and the clock base pass 2 writes each file's part of the
+output to a hidden folder beside it; the driver joins the parts in file order (:mod:`.fragments`: one gzip
+member, compressed by the workers with ISA-L). Pass 1 decodes only the fields it uses; pass 2 decodes what it
+changes (pids, tids, times, ids) and keeps every other field as the raw JSON read, written back unchanged.
+The output is the same for any number of workers. A file that cannot be read in pass 2 (changed since pass 1)
+is an error of its own; the others are merged.
+
 What Perfetto's JSON importer needs, and real Kineto traces do not always give it:
 
 - Flow ids must be numbers (a string id is parsed as hex, and ``"3:17"`` is dropped as invalid), so
