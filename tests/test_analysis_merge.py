@@ -275,7 +275,10 @@ def test_untrusted_fields_merge_go_through_as_read(tmp_path):
             '{"ph": "M", "name": "process_\\u006eame", "pid": 1, "args": {"name": "trainer"}},'
             '{"ph": "M", "name": ' + deep + ', "pid": 1, "tid": 4, "args": {"name": "odd"}},'
             '{"ph": "s", "name": "flow", "pid": 1, "tid": 9, "ts": 11, "id": "zz-not-hex", "cat": "c"},'
-            '{"ph": "f", "name": "flow", "pid": 1, "tid": 9, "ts": 12, "id": -5, "bp": "e", "cat": "c"}'
+            '{"ph": "f", "name": "flow", "pid": 1, "tid": 9, "ts": 12, "id": -5, "bp": "e", "cat": "c"},'
+            '{"ph": "X", "name": "bad time", "pid": 1, "tid": 9, "ts": "11", "dur": 1},'
+            '7,'
+            '{"ph": "X", "name": "odd cat", "pid": 1, "tid": 9, "ts": 11.5, "dur": 0.5, "cat": {"k": [1]}}'
             ']}')
     src = tmp_path / "in"
     src.mkdir()
@@ -295,7 +298,10 @@ def test_untrusted_fields_merge_go_through_as_read(tmp_path):
         labels = [e["args"]["name"] for e in mine if e["name"] == "process_name" and e["pid"] == c["pid"]]
         assert labels == [f"rank {rank} / trainer"]  # the escaped name is read as process_name, and relabelled
         assert not [e for e in mine if e.get("tid") == 4]  # the event too deep to decode is left out, and counted:
-    assert [s["events_skipped"] for s in r["salvaged"]] == [1, 1]
+    # Left out and counted: the name too deep to decode, the time that is a string, the element that is no event.
+    assert [s["events_skipped"] for s in r["salvaged"]] == [3, 3]
+    assert not [e for e in ev if e["name"] == "bad time"]
+    assert [e["cat"] for e in ev if e["name"] == "odd cat"] == [{"k": [1]}] * 2  # kept as read, not decoded
     for rank in (0, 1):  # ids that are no hex number, and negative ones, get numbers of their own in the rank's range
         (s,), (f,) = ([e for e in ev if e["pid"] // PID_STRIDE == rank and e["ph"] == ph] for ph in "sf")
         assert s["id"] // FLOW_STRIDE == f["id"] // FLOW_STRIDE == rank and s["id"] != f["id"]
