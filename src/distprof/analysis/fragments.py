@@ -43,7 +43,7 @@ class PartWriter:
         self._f = open(path, "wb")
         self._z = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, -15) if gz else None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.length += len(data)
         if self._z is None:
             self._f.write(data)

@@ -396,7 +396,7 @@ class _FileWriter:
 
     def fix(self, batch: list[_Out]) -> None:
         """Every event of ``batch`` as it is written: this file's pids, lanes, one clock, scoped ids."""
-        alias, lanes, flow_lanes = self.alias, self.scan.lanes, self.scan.flow_lanes
+        alias, lanes, flow_lanes, ids = self.alias, self.scan.lanes, self.scan.flow_lanes, self.ids
         first, start_ns = self.first, self.start_ns
         for e in batch:
             ph, pid, tid = e.ph, e.pid, e.tid
@@ -437,8 +437,14 @@ class _FileWriter:
                     lane = flow_lanes.get((p0, tid, ts))
                     if lane:  # the flow binds to the slice that moved
                         e.tid = self.lane_tid(p0, tid, lane)
-            if e.id is not None or e.bind_id is not None or e.id2:
-                self.scope_ids(e)
+            i = e.id
+            if i is not None:  # flow, async and object ids: renumbered so ranks never share one
+                n = ids.get(i)
+                e.id = n if n is not None else self.scoped_id(i)
+            if e.bind_id is not None:
+                e.bind_id = self.scoped_id(e.bind_id)
+            if e.id2:
+                e.id2 = self.id2(e.id2)
 
     def scope_ids(self, e: _Out) -> None:
         """Flow, async and object ids renumbered so ranks never share one."""
@@ -487,7 +493,10 @@ def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, f
             if not batch:
                 continue
             writer.fix(batch)
-            part.write(sep + _enc.encode(batch)[1:-1])
+            if sep:
+                part.write(sep)
+            data = _enc.encode(batch)
+            part.write(memoryview(data)[1:-1])  # the events, without the list's brackets (not copied)
             sep, events = b",", events + len(batch)
         tail = writer.trailer()
         if tail:
