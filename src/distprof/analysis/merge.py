@@ -8,10 +8,11 @@ names and overlaps, once to write) and only one batch of events is in memory at 
 Both passes run per file over a pool of workers (``workers``; :func:`~distprof.analysis.parallel.map_files`):
 pass 1 returns a few numbers per file, and with them and the clock base pass 2 writes each file's part of the
 output to a hidden folder beside it; the driver joins the parts in file order (:mod:`.fragments`: one gzip
-member, compressed by the workers with ISA-L). Pass 1 decodes only the fields it uses; pass 2 decodes what it
-changes (pids, tids, times, ids) and keeps every other field as the raw JSON read, written back unchanged.
-The output is the same for any number of workers. A file that cannot be read in pass 2 (changed since pass 1)
-is an error of its own; the others are merged.
+member, compressed by the workers with ISA-L). Pass 1 decodes only the fields it uses; pass 2 decodes the
+fields of the Trace Event Format with the reader's checks (an event every verb skips, merge skips and counts)
+into structs it changes in place and encodes back, ``args`` kept as the raw JSON read. The output is the same
+for any number of workers. A file that cannot be read in pass 2 (changed since pass 1) is an error of its own;
+the others are merged.
 
 What Perfetto's JSON importer needs, and real Kineto traces do not always give it:
 
@@ -111,33 +112,33 @@ _RAW = msgspec.Raw(b"")
 
 
 class _Out(msgspec.Struct, gc=False, omit_defaults=True):
-    """Pass 2: an event as read and, changed in place, as written. What merge changes is typed (with
-    :class:`~distprof.analysis.reader.Event`'s checks); the rest is kept as the raw JSON read (valid JSON, UTF-8
-    checked by the reader) and written back as it is, not decoded and encoded again. Defaults are what is
-    left out of the output."""
+    """Pass 2: an event as read and, changed in place, as written: the fields and checks of
+    :class:`~distprof.analysis.reader.Event` (so merge keeps and skips exactly the events every verb reads), in
+    Kineto's key order. Defaults are what is left out of the output; ``args``, ``id2`` and the stacks stay
+    raw JSON, written back as read."""
     ph: str = ""
-    cat: msgspec.Raw = _RAW
-    name: msgspec.Raw = _RAW
+    cat: str = ""
+    name: str = ""
     pid: Int64 | str = _NO_ID
     tid: Int64 | str = _NO_ID
     ts: _Time = _NO_TIME
     dur: _Duration = _NO_TIME
     args: msgspec.Raw = _RAW
     id: Int64 | str | None = None
-    bp: msgspec.Raw = _RAW
-    s: msgspec.Raw = _RAW
-    tts: msgspec.Raw = _RAW
-    tdur: msgspec.Raw = _RAW
+    bp: str | None = None
+    s: str | None = None
+    tts: float | None = None
+    tdur: float | None = None
     id2: msgspec.Raw = _RAW
-    scope: msgspec.Raw = _RAW
-    cname: msgspec.Raw = _RAW
-    sf: msgspec.Raw = _RAW
-    esf: msgspec.Raw = _RAW
+    scope: str | None = None
+    cname: str | None = None
+    sf: Int64 | str | None = None
+    esf: Int64 | str | None = None
     stack: msgspec.Raw = _RAW
     estack: msgspec.Raw = _RAW
     bind_id: Int64 | str | None = None
-    flow_in: msgspec.Raw = _RAW
-    flow_out: msgspec.Raw = _RAW
+    flow_in: bool | None = None
+    flow_out: bool | None = None
 
 
 _OUT_DECODERS = (msgspec.json.Decoder(list[_Out]), msgspec.json.Decoder(_Out))
@@ -180,7 +181,6 @@ class _Scan:
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
     moved: int = 0  # X events moved to lanes
     max_tid: int = 0
-    salvaged: dict | None = None  # what was wrong with a file that could still be read
     step_ranges: list = field(default_factory=list)  # (start, end) of the selected ProfilerSteps, own time base
     index: int = 0  # pass 2: the file's place in the output
     label: str = ""
@@ -293,8 +293,6 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     first = first or 0.0
     scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
                  step_ranges=steps)
-    if t.report.salvaged:
-        scan.salvaged = t.report.to_dict()
     if xt:
         tn = np.frombuffer(xt, dtype=np.int64)
         ts = np.frombuffer(xs, dtype="d")
@@ -316,14 +314,6 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
         logger.info("%s: %d complete events overlap others on their thread; moved to lane threads",
                     f.path, scan.moved)
     return scan
-
-
-def _raw_value(raw: msgspec.Raw) -> Any:
-    """A raw JSON value decoded (None when msgspec cannot: nested deeper than it goes)."""
-    try:
-        return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        return None
 
 
 def _meta_name(e: Any) -> str | None:
@@ -408,7 +398,7 @@ class _FileWriter:
                 e.tid = tid = 0
             if ph == "M":
                 e.ts = _NO_TIME
-                if e.name and _raw_value(e.name) == "process_name":
+                if e.name == "process_name":
                     orig = _meta_name(e)
                     e.args = msgspec.Raw(_enc.encode({"name": f"{self.label} / {orig}" if orig else self.label}))
                 if e.dur != _NO_TIME:
@@ -477,6 +467,7 @@ class _Written:
     """Pass 2's result for one file: its part of the output and what is in it."""
     part: Part
     events: int
+    salvaged: dict | None  # what was wrong with the file, as this pass read it (what the output lacks)
 
 
 def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, folder: str, gz: bool,
@@ -486,8 +477,9 @@ def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, f
     keep = _in_steps(scan.step_ranges) if by_step else None
     part = PartWriter(os.path.join(folder, f"{scan.index:06d}.part"), gz)
     events, sep = 0, b""
+    stream = _stream(scan.file, on_read, False, _OUT_DECODERS)
     try:
-        for batch in _stream(scan.file, on_read, False, _OUT_DECODERS).batches():
+        for batch in stream.batches():
             if keep is not None:
                 batch = [e for e in batch if keep(e)]
             if not batch:
@@ -504,7 +496,7 @@ def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, f
             events += len(tail)
     finally:
         done = part.close()
-    return _Written(done, events)
+    return _Written(done, events, stream.report.to_dict() if stream.report.salvaged else None)
 
 
 def merge_traces(path: str, out: str, selection: Selection | None = None,
@@ -553,6 +545,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     gz = out.endswith(".gz")
     events_out = json_bytes = 0
     written: list[_Scan] = []
+    salvaged: list[dict | None] = []
     with atomic_output(out) as tmp:
         with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(out)}.parts-",
                                          dir=os.path.dirname(os.path.abspath(out))) as folder:
@@ -573,12 +566,13 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
                         w.add_part(got.part)
                         events_out += got.events
                     written.append(scan)
+                    salvaged.append({"path": scan.file.path, **got.salvaged} if got.salvaged else None)
                 json_bytes = w.length - head
                 w.add(b"]}")
                 w.close()
     return {"out": out, "files": len(written), "events": events_out, "base_time_us": base,
             "moved_to_lanes": sum(s.moved for s in written),
-            "errors": errors, "salvaged": [{"path": s.file.path, **s.salvaged} for s in written if s.salvaged],
+            "errors": errors, "salvaged": [s for s in salvaged if s],
             "files_read": len(written), "skipped": skipped, "scope": selection.to_dict(), "json_bytes": json_bytes,
             "warnings": _size_warning(out, json_bytes), "conflicts": []}
 
