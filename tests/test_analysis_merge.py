@@ -226,9 +226,9 @@ def test_merge_output_is_the_same_for_any_number_of_workers_and_one_gzip_member(
     r1 = merge_traces(DLRM, str(tmp_path / "w1.json.gz"), workers=1)
     r2 = merge_traces(DLRM, str(tmp_path / "w2.json.gz"), workers=2)
     r3 = merge_traces(DLRM, str(tmp_path / "w2.json"), workers=2)
-    raw1, raw2 = (open(tmp_path / n, "rb").read() for n in ("w1.json.gz", "w2.json.gz"))
+    raw1, raw2 = ((tmp_path / n).read_bytes() for n in ("w1.json.gz", "w2.json.gz"))
     body = _one_member(raw2)
-    assert body == gzip.decompress(raw2) == _one_member(raw1) == open(tmp_path / "w2.json", "rb").read()
+    assert body == gzip.decompress(raw2) == _one_member(raw1) == (tmp_path / "w2.json").read_bytes()
     doc = json.loads(body)
     assert len(doc["traceEvents"]) == r1["events"] == r2["events"] == r3["events"] > 20_000
     assert r1["json_bytes"] == r2["json_bytes"] and r1["moved_to_lanes"] == r2["moved_to_lanes"]
@@ -286,7 +286,7 @@ def test_untrusted_fields_merge_go_through_as_read(tmp_path):
         (src / f"rank-{rank}.json").write_text(text)
     r = merge_traces(str(src), str(tmp_path / "m.json"), workers=2)
     assert r["errors"] == [] and r["files"] == 2
-    ev = json.load(open(tmp_path / "m.json"))["traceEvents"]
+    ev = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
     for rank in (0, 1):
         mine = [e for e in ev if e["pid"] // PID_STRIDE == rank]
         by_name = {e["name"]: e for e in mine}
