@@ -386,7 +386,7 @@ class _FileWriter:
 
     def fix(self, batch: list[_Out]) -> None:
         """Every event of ``batch`` as it is written: this file's pids, lanes, one clock, scoped ids."""
-        alias, lanes, flow_lanes, ids = self.alias, self.scan.lanes, self.scan.flow_lanes, self.ids
+        alias, lanes, flow_lanes = self.alias, self.scan.lanes, self.scan.flow_lanes
         first, start_ns = self.first, self.start_ns
         for e in batch:
             ph, pid, tid = e.ph, e.pid, e.tid
@@ -403,38 +403,30 @@ class _FileWriter:
                     e.args = msgspec.Raw(_enc.encode({"name": f"{self.label} / {orig}" if orig else self.label}))
                 if e.dur != _NO_TIME:
                     e.dur = round(e.dur * 1000.0) / 1000.0 if e.dur else _NO_TIME
-                if e.id is not None or e.bind_id is not None or e.id2:
-                    self.scope_ids(e)
-                continue
-            ts, dur = e.ts, e.dur
-            if ts == _NO_TIME:
-                ts = 0.0
-            e.ts = (start_ns + round((ts - first) * 1000.0)) / 1000.0
-            if ph == "X":
-                if dur == _NO_TIME:
-                    dur = 0.0
-                e.dur = round(dur * 1000.0) / 1000.0
-                if lanes:
-                    p0 = 0 if pid == _NO_ID else pid
-                    lane = lanes.get((p0, tid, ts, dur))
-                    if lane:
-                        e.tid = self.lane_tid(p0, tid, lane)
             else:
-                if dur != _NO_TIME:
-                    e.dur = round(dur * 1000.0) / 1000.0 if dur else _NO_TIME
-                if flow_lanes and ph in _FLOW:
-                    p0 = 0 if pid == _NO_ID else pid
-                    lane = flow_lanes.get((p0, tid, ts))
-                    if lane:  # the flow binds to the slice that moved
-                        e.tid = self.lane_tid(p0, tid, lane)
-            i = e.id
-            if i is not None:  # flow, async and object ids: renumbered so ranks never share one
-                n = ids.get(i)
-                e.id = n if n is not None else self.scoped_id(i)
-            if e.bind_id is not None:
-                e.bind_id = self.scoped_id(e.bind_id)
-            if e.id2:
-                e.id2 = self.id2(e.id2)
+                ts, dur = e.ts, e.dur
+                if ts == _NO_TIME:
+                    ts = 0.0
+                e.ts = (start_ns + round((ts - first) * 1000.0)) / 1000.0
+                if ph == "X":
+                    if dur == _NO_TIME:
+                        dur = 0.0
+                    e.dur = round(dur * 1000.0) / 1000.0
+                    if lanes:
+                        p0 = 0 if pid == _NO_ID else pid
+                        lane = lanes.get((p0, tid, ts, dur))
+                        if lane:
+                            e.tid = self.lane_tid(p0, tid, lane)
+                else:
+                    if dur != _NO_TIME:
+                        e.dur = round(dur * 1000.0) / 1000.0 if dur else _NO_TIME
+                    if flow_lanes and ph in _FLOW:
+                        p0 = 0 if pid == _NO_ID else pid
+                        lane = flow_lanes.get((p0, tid, ts))
+                        if lane:  # the flow binds to the slice that moved
+                            e.tid = self.lane_tid(p0, tid, lane)
+            if e.id is not None or e.bind_id is not None or e.id2:
+                self.scope_ids(e)
 
     def scope_ids(self, e: _Out) -> None:
         """Flow, async and object ids renumbered so ranks never share one."""
