@@ -207,10 +207,10 @@ def overlap_lanes(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """
     start = np.round(ts * 1000.0).astype(np.int64)
     end = start + np.round(dur * 1000.0).astype(np.int64)
-    order = np.lexsort((start - end, start))
     lane_of = np.zeros(len(ts), dtype=np.int64)
     if _nested(start, end):
         return lane_of  # the usual case, found without the loop below
+    order = np.lexsort((start - end, start))
     stacks: list[list[int]] = []  # per lane: ends of the open events, innermost last
     s_list, e_list = start.tolist(), end.tolist()
     for k in order.tolist():
@@ -266,15 +266,10 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     x_type = _SeenXNamed if pick else _SeenX
     for batch in t.batches():
         try:
-            tids = [e.tid for e in batch]
+            tids = set([e.tid for e in batch])
         except AttributeError:  # the reader's placeholder for an event of a phase merge does not read
-            tids = [e.tid for e in batch if isinstance(e, _Seen)]
-        try:
-            top = max(tids, default=0)
-        except TypeError:  # string tids among them
-            top = max([x for x in tids if type(x) is int], default=0)
-        if top > max_tid:
-            max_tid = top
+            tids = set([e.tid for e in batch if isinstance(e, _Seen)])
+        max_tid = max([max_tid, *(x for x in tids if type(x) is int)])  # a few distinct tids per batch
         xe = [e for e in batch if type(e) is x_type]
         xt.extend([threads.setdefault((e.pid, e.tid), len(threads)) for e in xe])
         xs.extend([e.ts for e in xe])
