@@ -41,7 +41,7 @@ from distprof.analysis import analyze
 t0 = time.perf_counter()
 if verb == "merge":
     from distprof.analysis.merge import merge_traces
-    merge_traces(path, os.path.join(sys.argv[4], "merged.json.gz"))  # sequential: one output stream
+    merge_traces(path, os.path.join(sys.argv[4], "merged.json.gz"), workers=workers)
 else:
     getattr(analyze, verb)(path, workers=workers)
 wall = time.perf_counter() - t0

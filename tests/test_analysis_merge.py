@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -132,7 +133,7 @@ def test_merge_skips_an_unreadable_rank(tmp_path):
     src.mkdir()
     (src / "rank-0.json").write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}]}))
     (src / "rank-1.json").write_text("not json")
-    proc = subprocess.run([sys.executable, "-m", "distprof.cli", "merge", str(src), "-o", str(tmp_path / "m.json")],
+    proc = subprocess.run([sys.executable, "-m", "distprof.cli", "merge", str(src), "-o", str(tmp_path / "m.json"), "--workers", "2"],
                           capture_output=True, text=True)
     assert proc.returncode == 1 and "rank-1.json" in proc.stderr and "cannot read" in proc.stderr
     assert [e["name"] for e in json.load(open(tmp_path / "m.json"))["traceEvents"] if e["ph"] == "X"] == ["a"]
@@ -209,3 +210,108 @@ def test_merge_warns_when_the_output_is_larger_than_a_viewer_loads(ddp_run, tmp_
     (w,) = r["warnings"]
     assert "more than a browser viewer can be expected to load" in w and "--steps" in w
     assert 0 < os.path.getsize(tmp_path / "m2.json") - r["json_bytes"] < 10_000  # the events, plus the header
+
+
+def _one_member(data: bytes) -> bytes:
+    """The content of ``data`` read as ONE gzip member (what a viewer reading only the first member sees)."""
+    d = zlib.decompressobj(31)
+    body = d.decompress(data) + d.flush()
+    assert d.eof and d.unused_data == b""  # the member ends where the file does: nothing after it
+    return body
+
+
+def test_merge_output_is_the_same_for_any_number_of_workers_and_one_gzip_member(tmp_path):
+    """The real 8-rank DLRM set merged by 1 and by 2 worker processes: the same events in the same order, the
+    .gz output is one gzip member (its parts, compressed by different processes, joined), the same as .json."""
+    r1 = merge_traces(DLRM, str(tmp_path / "w1.json.gz"), workers=1)
+    r2 = merge_traces(DLRM, str(tmp_path / "w2.json.gz"), workers=2)
+    r3 = merge_traces(DLRM, str(tmp_path / "w2.json"), workers=2)
+    raw1, raw2 = ((tmp_path / n).read_bytes() for n in ("w1.json.gz", "w2.json.gz"))
+    body = _one_member(raw2)
+    assert body == gzip.decompress(raw2) == _one_member(raw1) == (tmp_path / "w2.json").read_bytes()
+    doc = json.loads(body)
+    assert len(doc["traceEvents"]) == r1["events"] == r2["events"] == r3["events"] > 20_000
+    assert r1["json_bytes"] == r2["json_bytes"] and r1["moved_to_lanes"] == r2["moved_to_lanes"]
+    labels = {e["pid"] // PID_STRIDE: e["args"]["name"].split(" / ")[0] for e in doc["traceEvents"]
+              if e["name"] == "process_name"}
+    assert labels == {k: f"rank {k}" for k in range(8)}  # every rank, in rank order
+
+
+def test_parts_join_into_one_gzip_member(tmp_path):
+    """Parts written separately (one empty) join into one member whose CRC and length gzip checks."""
+    from distprof.analysis.fragments import Joiner, PartWriter
+
+    chunks = [b"alpha " * 50_000, b"", bytes(range(256)) * 3000, b"omega"]
+    parts = []
+    for k, c in enumerate(chunks):
+        w = PartWriter(str(tmp_path / f"{k}.part"), gz=True)
+        w.write(c[: len(c) // 2])
+        w.write(c[len(c) // 2:])
+        parts.append(w.close())
+    with open(tmp_path / "out.gz", "wb") as f:
+        j = Joiner(f, gz=True)
+        j.add(b"<")
+        for p in parts:
+            j.add_part(p)
+            j.add(b"|")
+        j.close()
+    data = (tmp_path / "out.gz").read_bytes()
+    want = b"<" + b"|".join(chunks) + b"|"
+    assert gzip.decompress(data) == want == _one_member(data)
+    assert not list(tmp_path.glob("*.part"))  # each part's file is gone once joined
+
+
+def test_untrusted_fields_merge_go_through_as_read(tmp_path):
+    """What pass 1 and 2 decode or skip in an event, from a hand-written trace: events without pid, tid, ts or
+    dur (read as 0, as the reader reads them), string and int tids on one pid, a phase no one knows, a
+    process_name spelt with an escape, a name nested deeper than msgspec decodes, ids of every kind."""
+    deep = "[" * 5000 + "]" * 5000
+    text = ('{"traceEvents": ['
+            '{"ph": "X", "name": "a", "ts": 10, "dur": 5},'
+            '{"ph": "X", "name": "b", "pid": 1, "tid": "stream 7", "ts": 12, "dur": 1},'
+            '{"ph": "X", "name": "c", "pid": 1, "tid": 9, "ts": 11},'
+            '{"ph": "i", "name": "tick", "pid": 1, "tid": 99, "ts": 8, "s": "t"},'
+            '{"ph": "Z", "name": "unknown phase", "pid": 1, "tid": 3, "ts": 13},'
+            '{"ph": "M", "name": "process_\\u006eame", "pid": 1, "args": {"name": "trainer"}},'
+            '{"ph": "M", "name": ' + deep + ', "pid": 1, "tid": 4, "args": {"name": "odd"}},'
+            '{"ph": "s", "name": "flow", "pid": 1, "tid": 9, "ts": 11, "id": "zz-not-hex", "cat": "c"},'
+            '{"ph": "f", "name": "flow", "pid": 1, "tid": 9, "ts": 12, "id": -5, "bp": "e", "cat": "c"},'
+            '{"ph": "X", "name": "bad time", "pid": 1, "tid": 9, "ts": "11", "dur": 1},'
+            '7,'
+            '{"ph": "X", "name": "odd cat", "pid": 1, "tid": 9, "ts": 11.5, "dur": 0.5, "cat": {"k": [1]}}'
+            ']}')
+    src = tmp_path / "in"
+    src.mkdir()
+    for rank in (0, 1):
+        (src / f"rank-{rank}.json").write_text(text)
+    r = merge_traces(str(src), str(tmp_path / "m.json"), workers=2)
+    assert r["errors"] == [] and r["files"] == 2
+    ev = json.loads((tmp_path / "m.json").read_text())["traceEvents"]
+    for rank in (0, 1):
+        mine = [e for e in ev if e["pid"] // PID_STRIDE == rank]
+        by_name = {e["name"]: e for e in mine}
+        a, c, tick = by_name["a"], by_name["c"], by_name["tick"]
+        assert a["tid"] == 0 and a["pid"] != by_name["b"]["pid"]  # no pid: pid 0, a process of its own
+        assert c["dur"] == 0 and by_name["b"]["tid"] == "stream 7"
+        assert tick["ts"] == 0 and a["ts"] == 2 and c["ts"] == 3  # the earliest timed event (an instant) is 0
+        assert by_name["unknown phase"]["ph"] == "Z" and "ts" in by_name["unknown phase"]
+        labels = [e["args"]["name"] for e in mine if e["name"] == "process_name" and e["pid"] == c["pid"]]
+        assert labels == [f"rank {rank} / trainer"]  # the escaped name is read as process_name, and relabelled
+        assert not [e for e in mine if e.get("tid") == 4]  # the event too deep to decode is left out, and counted:
+    # Left out and counted, as every verb reads them: the name too deep to decode, the time that is a string, the
+    # element that is no event, the category that is no string.
+    assert [s["events_skipped"] for s in r["salvaged"]] == [4, 4]
+    assert not [e for e in ev if e["name"] in ("bad time", "odd cat")]
+    for rank in (0, 1):  # ids that are no hex number, and negative ones, get numbers of their own in the rank's range
+        (s,), (f,) = ([e for e in ev if e["pid"] // PID_STRIDE == rank and e["ph"] == ph] for ph in "sf")
+        assert s["id"] // FLOW_STRIDE == f["id"] // FLOW_STRIDE == rank and s["id"] != f["id"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=30))
+def test_nesting_check_agrees_with_counting_overlaps(spans):
+    from distprof.analysis.merge import _nested
+
+    start = np.array([s for s, _ in spans], dtype=np.int64)
+    end = start + np.array([d for _, d in spans], dtype=np.int64)
+    events = [{"ph": "X", "pid": 0, "tid": 0, "ts": s / 1000, "dur": d / 1000} for s, d in spans]
+    assert _nested(start, end) == (_partial_overlaps(events) == 0)

@@ -328,6 +328,7 @@ def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
     out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
     ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
+    workers: Optional[int] = _opt_workers(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
     """One trace with every rank and role as its own process track, clocks aligned, every event kept
@@ -339,7 +340,8 @@ def merge(
     sel = _selection(ranks, roles, steps, False)
     with Progress(TextColumn("merging"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
         task = bar.add_task("merge", total=None)
-        r = merge_traces(path, out, selection=sel, progress=lambda done, total: bar.update(task, completed=done, total=total))
+        r = merge_traces(path, out, selection=sel, workers=workers,
+                         progress=lambda done, total: bar.update(task, completed=done, total=total))
 
     def draw() -> None:
         console.print(Text(f"merged {r['files']} traces, {r['events']:,} events -> {render.plain(r['out'])} "
