@@ -48,7 +48,7 @@ from .fragments import Joiner, Part, PartWriter
 from .listing import TraceFile, find_traces
 from .parallel import FileError, Progress, map_files
 from .writing import atomic_output, check_output
-from .reader import Int64, TraceError, TraceStream, _Duration, _Time
+from .reader import Int64, TraceError, TraceStream, Duration, Time
 from .selection import Selection
 from .vocab import profiler_step
 
@@ -75,16 +75,16 @@ class _Seen(msgspec.Struct, gc=False, tag_field="ph"):
 class _SeenX(_Seen, tag="X"):
     pid: Int64 | str = 0
     tid: Int64 | str = 0
-    ts: _Time = 0.0
-    dur: _Duration = 0.0
+    ts: Time = 0.0
+    dur: Duration = 0.0
 
 
 class _SeenXNamed(_Seen, tag="X"):  # with --steps: the ProfilerStep#N events are found by name
     name: str = ""
     pid: Int64 | str = 0
     tid: Int64 | str = 0
-    ts: _Time = 0.0
-    dur: _Duration = 0.0
+    ts: Time = 0.0
+    dur: Duration = 0.0
 
 
 class _SeenM(_Seen, tag="M"):
@@ -94,7 +94,7 @@ class _SeenM(_Seen, tag="M"):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
-_SEEN_TIMED = tuple(msgspec.defstruct(f"_SeenT{ord(p)}", [("tid", Int64 | str, 0), ("ts", _Time, 0.0)],
+_SEEN_TIMED = tuple(msgspec.defstruct(f"_SeenT{ord(p)}", [("tid", Int64 | str, 0), ("ts", Time, 0.0)],
                                       bases=(_Seen,), tag=p) for p in _TIMED if p != "X")
 _SEEN_OTHER = tuple(msgspec.defstruct(f"_SeenO{ord(p)}", [("tid", Int64 | str, 0)], bases=(_Seen,), tag=p)
                     for p in "PONDRcSTpFVv()")
@@ -121,8 +121,8 @@ class _Out(msgspec.Struct, gc=False, omit_defaults=True):
     name: str = ""
     pid: Int64 | str = _NO_ID
     tid: Int64 | str = _NO_ID
-    ts: _Time = _NO_TIME
-    dur: _Duration = _NO_TIME
+    ts: Time = _NO_TIME
+    dur: Duration = _NO_TIME
     args: msgspec.Raw = _RAW
     id: Int64 | str | None = None
     bp: str | None = None
@@ -145,21 +145,11 @@ _OUT_DECODERS = (msgspec.json.Decoder(list[_Out]), msgspec.json.Decoder(_Out))
 _TIMED_SEEN = frozenset((_SeenX, _SeenXNamed, *_SEEN_TIMED))
 
 
-_BATCH_BYTES = 1 << 20  # decoded JSON per batch: a batch and its events stay in the CPU's cache (measured: both
-# passes about 15% faster than with the reader's 4 MB)
-
-
 def _stream(f: TraceFile, on_read: Callable[[int], None] | None, lean: bool, decoders: tuple) -> TraceStream:
     """The reader's stream over ``f`` (its checks, salvage and bounded memory), decoding events as ``decoders``
-    say. The reader has no parameter for the event type yet, so its two decoders are swapped here; ``lean``
-    picks how an element that does not fit is told from a broken one (see TraceStream._event)."""
-    s = TraceStream(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=lean,
-                    batch_bytes=_BATCH_BYTES)
-    if not (isinstance(getattr(s, "_list", None), msgspec.json.Decoder)
-            and isinstance(getattr(s, "_one", None), msgspec.json.Decoder)):
-        raise RuntimeError("merge: reader.TraceStream no longer has the _list/_one decoders merge swaps")
-    s._list, s._one = decoders
-    return s
+    say; ``lean`` picks how an element that does not fit is told from a broken one (see TraceStream._event)."""
+    return TraceStream(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=lean,
+                       decoders=decoders)
 
 
 class _MetaArgs(msgspec.Struct):

@@ -44,14 +44,14 @@ from .source import TraceError, byte_chunks, plain_file, read_span
 logger = logging.getLogger(__name__)
 
 __all__ = ["Event", "LeanEvent", "Complete", "Meta", "Unread", "RankTrace", "ReadReport", "TraceStream", "TraceError",
-           "open_trace", "read_trace", "decode_run", "SEARCH_LIMIT", "Int64"]
+           "open_trace", "read_trace", "decode_run", "SEARCH_LIMIT", "BATCH_BYTES", "Int64", "Time", "Duration"]
 
 BATCH_BYTES = 1 << 20  # decoded JSON per batch: large enough to amortise, small enough to stay in cache (measured: 4 MB is ~15% slower)
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
 
 # Times are µs; analyses and merge turn them into int64 ns, so anything at or beyond 9e15 µs is absurd.
-_Time = Annotated[float, msgspec.Meta(ge=-9e15, le=9e15)]
-_Duration = Annotated[float, msgspec.Meta(ge=0, le=9e15)]  # a negative duration is a broken event, not a figure
+Time = Annotated[float, msgspec.Meta(ge=-9e15, le=9e15)]
+Duration = Annotated[float, msgspec.Meta(ge=0, le=9e15)]  # a negative duration is a broken event, not a figure
 Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]  # ids end up in numpy int64 columns
 
 
@@ -62,8 +62,8 @@ class Event(msgspec.Struct, gc=False):
     cat: str = ""
     pid: Int64 | str = 0
     tid: Int64 | str = 0
-    ts: _Time = 0.0
-    dur: _Duration = 0.0
+    ts: Time = 0.0
+    dur: Duration = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")  # decoded only when an analysis needs it
     id: Int64 | str | None = None  # flow / async / object id
     bp: str | None = None  # flow binding point
@@ -110,8 +110,8 @@ class Complete(LeanEvent, tag="X"):
     cat: str = ""
     pid: Int64 | str = 0
     tid: Int64 | str = 0
-    ts: _Time = 0.0
-    dur: _Duration = 0.0
+    ts: Time = 0.0
+    dur: Duration = 0.0
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
@@ -429,10 +429,15 @@ class TraceStream:
 
     def __init__(self, path: str, rank: int | None = None, manifest_rank: int | None = None,
                  role: str | None = None, window: WindowRecord | None = None, batch_bytes: int = BATCH_BYTES,
-                 on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT, lean: bool = False):
+                 on_read: Callable[[int], None] | None = None, search_limit: int = SEARCH_LIMIT, lean: bool = False,
+                 decoders: "tuple[msgspec.json.Decoder, msgspec.json.Decoder] | None" = None):
         self.path = path
         self.lean = lean  # LeanEvents (what a TraceTable reads), not whole Events
         self._list, self._one = (_lean_list_decoder, _lean_decoder) if lean else (_list_decoder, _event_decoder)
+        if decoders is not None:
+            # Another event type (merge's): a list decoder and an element decoder of one type. ``lean`` then says
+            # how an element that does not fit it is told from a broken one (see _event).
+            self._list, self._one = decoders
         self._on_read = on_read
         self.window = window
         self.rank: int | None = None
