@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -21,12 +20,11 @@ from distprof.analysis.reader import TraceError, TraceStream, decode_run
 from distprof.analysis.selection import Selection
 from distprof.analysis.table import TraceTable
 
-from tracekit import DLRM, TRACES, X, write
+from tracekit import DLRM, TRACES, X, write, same_table
 
 SMALL_BATCH = 64 << 10
 REAL = [os.path.join(DLRM, sorted(os.listdir(DLRM))[3]),
         os.path.join(TRACES, "hta", "nccl_data.json.gz"), os.path.join(TRACES, "hta", "ns_resolution_rank-0.pt.trace.json.gz")]
-COLUMNS = ("ts", "dur", "end", "kind", "name", "track", "corr", "ext", "stream", "comm", "step", "scope")
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +36,6 @@ def pool():
 def _read(path, pool=None, sel=None):
     t = TraceStream(str(path), lean=True, batch_bytes=SMALL_BATCH)
     return TraceTable.read(t, sel, pool=pool), t
-
-
-def _same_table(a: TraceTable, b: TraceTable):
-    for c in COLUMNS:
-        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
-    assert a.names == b.names
-    assert [(t.pid, t.tid, t.name, t.kind) for t in a.tracks] == [(t.pid, t.tid, t.name, t.kind) for t in b.tracks]
-    assert a.meta == b.meta
-    np.testing.assert_array_equal(a.steps, b.steps)
-    assert a.info == b.info
 
 
 def _plain(src, tmp_path):
@@ -64,7 +52,7 @@ def test_a_split_read_of_a_real_trace_is_the_one_process_read(src, plain, pool, 
     whole, _ = _read(path)
     split, t = _read(path, pool)
     assert t._deferred >= 3  # runs really went to the workers (spans of the file, or inflated bytes)
-    _same_table(whole, split)
+    same_table(whole, split)
 
 
 def test_the_verbs_figures_do_not_depend_on_splitting(tmp_path):
@@ -97,7 +85,7 @@ def test_a_run_that_does_not_decode_whole_is_read_again_on_the_salvaging_path(ba
     whole, t1 = _read(path)
     with caplog.at_level(logging.INFO, logger="distprof.analysis.table"):
         split, t2 = _read(path, pool)
-    _same_table(whole, split)
+    same_table(whole, split)
     assert t2.report == t1.report and t1.report.events_skipped == 1  # skipped and counted, on both paths
     assert "read again in one process" in caplog.text
 
@@ -116,7 +104,7 @@ def test_event_ends_inside_strings_are_no_cut(pool, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="distprof.analysis.table"):
         split, t = _read(path, pool)
     assert "read again in one process" in caplog.text  # (the second read resets the stream's counts)
-    _same_table(whole, split)
+    same_table(whole, split)
     assert whole.names[0].endswith('"}, {"ph": "X"')
 
 
@@ -128,7 +116,7 @@ def test_a_file_cut_off_mid_run_is_salvaged_as_in_one_process(pool, tmp_path):
     whole, t1 = _read(cut)
     split, t2 = _read(cut, pool)
     assert t1.report.truncated and t2.report == t1.report
-    _same_table(whole, split)
+    same_table(whole, split)
 
 
 def test_a_rank_left_out_by_the_selection_stops_the_split_read(pool, tmp_path):
@@ -170,4 +158,4 @@ def test_a_damaged_trace_reads_the_same_split_or_not(edits, cut, gz, pool, tmp_p
         assert a == b
     else:
         assert a[1] == b[1]
-        _same_table(a[0], b[0])
+        same_table(a[0], b[0])

@@ -12,7 +12,6 @@ import signal
 import threading
 import zlib
 
-import numpy as np
 import pytest
 
 from distprof.analysis.parallel import SplitPool
@@ -21,11 +20,10 @@ from distprof.analysis.source import byte_chunks
 from distprof.analysis.table import TraceTable
 from distprof.analysis.vocab import Kind
 
-from tracekit import DLRM, X, cli, write
+from tracekit import DLRM, X, cli, write, same_table
 
 SMALL_BATCH = 64 << 10
 REAL = os.path.join(DLRM, sorted(os.listdir(DLRM))[3])
-COLUMNS = ("ts", "dur", "end", "kind", "name", "track", "corr", "ext", "stream", "comm", "step", "scope")
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +35,6 @@ def pool():
 def _read(path, pool=None, **kw):
     t = TraceStream(str(path), lean=True, batch_bytes=SMALL_BATCH, **kw)
     return TraceTable.read(t, None, pool=pool), t
-
-
-def _same_table(a: TraceTable, b: TraceTable):
-    for c in COLUMNS:
-        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
-    assert a.names == b.names
-    assert [(t.pid, t.tid, t.name, t.kind) for t in a.tracks] == [(t.pid, t.tid, t.name, t.kind) for t in b.tracks]
-    assert a.meta == b.meta
-    assert a.info == b.info
 
 
 def _real_events():
@@ -64,7 +53,7 @@ def test_no_event_boundary_after_runs_were_handed_out_is_salvaged_as_in_one_proc
     split, t2 = _read(path, pool, search_limit=1 << 20)
     assert t1.report.truncated and "stopped reading" in t1.report.notes[-1]
     assert t2.report == t1.report
-    _same_table(whole, split)
+    same_table(whole, split)
 
 
 @pytest.mark.parametrize("n", [1_097_576, 1_100_576])
@@ -78,7 +67,7 @@ def test_an_event_just_past_the_search_limit_is_judged_as_in_one_process(n, pool
     split, t2 = _read(path, pool, search_limit=1 << 20)
     assert t1.report.truncated  # (these sizes: one process stops at this event)
     assert t2.report == t1.report
-    _same_table(whole, split)
+    same_table(whole, split)
 
 
 def _kernel(i, stream):
@@ -97,7 +86,7 @@ def test_named_streams_are_numbered_by_first_appearance_split_or_not(pool, tmp_p
     whole, _ = _read(path)
     split, t = _read(path, pool)
     assert t._deferred >= 3
-    _same_table(whole, split)
+    same_table(whole, split)
     assert (whole.kind == Kind.KERNEL).sum() == 12
     by_corr = dict(zip(whole.corr[whole.corr >= 0].tolist(), whole.stream[whole.corr >= 0].tolist()))
     assert [by_corr[i] for i in range(8)] == [10**15 + k for k in range(8)]  # first seen, first numbered
@@ -173,7 +162,7 @@ def test_a_worker_killed_mid_read_sends_the_file_to_the_one_process_read(tmp_pat
     with _KillingPool(2, kill_at=3) as p:
         split, _ = _read(path, p)
         assert p.killed is not None
-    _same_table(whole, split)
+    same_table(whole, split)
 
 
 def test_the_cli_reads_a_file_with_an_event_of_65_mb_on_two_workers_as_on_one(tmp_path):
@@ -257,4 +246,4 @@ def test_keys_read_by_a_split_pass_that_fails_do_not_outlive_it(pool, tmp_path):
     split, t2 = _read(path, pool)
     assert "not valid JSON" in t1.report.notes[0] and t1.offset_us == 0.0
     assert t2.offset_us == t1.offset_us and t2.report == t1.report
-    _same_table(whole, split)
+    same_table(whole, split)

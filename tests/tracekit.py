@@ -30,6 +30,22 @@ def table(path, **kw):
     return TraceTable.read(open_trace(str(path), lean=True, **kw))
 
 
+TABLE_COLUMNS = ("ts", "dur", "end", "kind", "name", "track", "corr", "ext", "stream", "comm", "step", "scope")
+
+
+def same_table(a, b):
+    """Two TraceTables of one file hold the same columns, names, threads, metadata, steps and identity."""
+    import numpy as np
+
+    for c in TABLE_COLUMNS:
+        np.testing.assert_array_equal(getattr(a, c), getattr(b, c), err_msg=c)
+    assert a.names == b.names
+    assert [(t.pid, t.tid, t.name, t.kind) for t in a.tracks] == [(t.pid, t.tid, t.name, t.kind) for t in b.tracks]
+    assert a.meta == b.meta
+    np.testing.assert_array_equal(a.steps, b.steps)
+    assert a.info == b.info
+
+
 def load(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
