@@ -124,6 +124,23 @@ def test_a_run_that_captured_nothing_fails_with_every_window_missing(copy):
     assert [(i.steps, i.status) for i in res.items if i.status != "unlisted"] == [([1, 2], "missing"), ([4, 4], "missing")]
 
 
+def test_missing_windows_of_a_rank_on_a_node_collect_could_not_reach_name_the_node(copy):
+    """collect.json (written by distprof.ray.collect) says which node held which ranks; a rank's missing windows say
+    so. Entries of the wrong shape, or naming a role outside the run, are ignored."""
+    shutil.rmtree(rank_folder(copy))
+    (copy / "collect.json").write_text(json.dumps({"unreachable_nodes": [
+        {"node_id": "ab" * 20, "address": "10.0.0.7", "error": "the node is dead", "not_copied": None,
+         "ranks": [{"role": "main", "rank": 0}, {"role": "../x", "rank": 0}, {"role": "main", "rank": "0"}, 7]},
+        "junk", {"ranks": "x"}], "unreachable_workers": []}))
+    res = check_run(str(copy))
+    why = "not collected: node abababababab (10.0.0.7) was unreachable: the node is dead"
+    missing = items(res, "missing")
+    assert missing and all(i.detail.endswith(why) for i in missing) and not res.ok
+    (copy / "collect.json").write_text("{not json")
+    res = check_run(str(copy))
+    assert not any(why in i.detail for i in res.items) and any(n.startswith("collect.json: not valid JSON") for n in res.notes)
+
+
 def test_memory_guard_stop_names_its_numbers(copy):
     recs = records(copy)
     recs[0].update(steps=[1, 1], complete=False, stopped_by="memory_guard", guard={"limit": "max_host_memory_gb", "measured": 9.5, "limit_value": 8.0, "rss_gb": 9.5})
@@ -348,13 +365,15 @@ def test_wrong_shapes_are_reported_in_one_line(copy, target, content):
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                      lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(
                          ["config", "world_size", "role", "rank", "steps", "files", "path", "bytes", "complete",
-                          "backend", "ranks", "mesh", "trigger", "pid", "start_time", "end_time"]), c, max_size=6),
+                          "backend", "ranks", "mesh", "trigger", "pid", "start_time", "end_time",
+                          "unreachable_nodes", "node_id", "address", "error"]), c, max_size=6),
                      max_leaves=12)
 _content = st.binary(max_size=64) | _json.map(lambda v: json.dumps(v).encode())
 
 
 @settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(target=st.sampled_from(["run.json", "main/role.json", "main/rank00000/manifest.jsonl"]), data=_content)
+@given(target=st.sampled_from(["run.json", "main/role.json", "main/rank00000/manifest.jsonl", "collect.json"]),
+       data=_content)
 def test_fuzzed_run_files_never_raise(two_windows, tmp_path, target, data):
     from typer.testing import CliRunner
 

@@ -170,8 +170,13 @@ def test_collect_brings_every_live_file_once_and_names_the_dead_node(cluster, ru
     status = {(i.rank, tuple(i.steps or ())): i.status for i in res.items}
     assert status == {**{(r, w): "ok" for r in (0, 1, 2) for w in ((1, 2), (4, 5))},
                       (3, (1, 2)): "missing", (3, (4, 5)): "missing"}
+    # ... and say why, naming the node the last collect could not reach (its collect.json in the folder).
+    why = f"not collected: node {dead[:12]} (127.0.0.1) was unreachable: {u['error']}"
+    assert [i.detail for i in res.items if i.status == "missing"] == [f"no manifest line for this window; {why}"] * 2
+    assert not any("collect.json" in n for n in res.notes)
     code, doc, _ = cli("check", dest, "--json")
     assert code == 1 and doc["ok"] is False and doc["error"] is None
+    assert all(why in i["detail"] for i in doc["items"] if i["status"] == "missing")
 
 
 def where_read(f, on_read):

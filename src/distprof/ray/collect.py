@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..procfs import alive
-from ..rundir.layout import MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp, temp_name
+from ..rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp, temp_name
 from ..rundir.manifest import MANIFEST_LIMIT
 from ..rundir.store import list_files
 from .nodes import cancel_quietly, node_lost, node_name, node_table, one_line, pinned
@@ -204,6 +204,7 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
                     _unreachable(report, src, table, f"lost while copying {rel}: {one_line(e)}", len(files) - k)
                     break
                 report.errors.append(f"{rel}: {one_line(e)}")
+    _write_note(dest, report)
     logger.info("distprof: collected %d files into %s (%d unchanged, %d unreachable workers, %d unreachable nodes, "
                 "%d pending)", len(report.copied), dest, len(report.unchanged), len(report.unreachable),
                 len(report.unreachable_nodes), len(report.pending))
@@ -254,6 +255,27 @@ def _unreachable(report: CollectReport, src: _Source, table: dict[str, dict[str,
     held = ", ".join(f"{r['role']} rank {r['rank']}" for r in src.ranks) or "no known rank"
     logger.error("distprof: collect: %s is unreachable (%s); files of %s under %s not collected",
                  node_name(src.node, table), error, held, src.root)
+
+
+def _write_note(dest: str, report: CollectReport) -> None:
+    """``collect.json`` in ``dest``: the nodes and workers this collect could not reach, so that ``distprof check``
+    can say why a rank's windows are missing (rewritten by every collect: it describes the last one)."""
+    import msgspec
+
+    note = {"unreachable_nodes": [{k: u[k] for k in ("node_id", "address", "ranks", "error", "not_copied")}
+                                  for u in report.unreachable_nodes],
+            "unreachable_workers": report.unreachable, "time": time.time()}
+    path = os.path.join(dest, COLLECT_JSON)
+    tmp = os.path.join(dest, temp_name(os.getpid(), COLLECT_JSON))
+    try:
+        os.makedirs(dest, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(msgspec.json.encode(note))
+        os.replace(tmp, path)
+    except (OSError, TypeError, msgspec.EncodeError) as e:  # the copies stand; only check's explanation is lost
+        logger.warning("distprof: collect: cannot write %s (%s)", path, e)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _unchanged(target: str, size: int, digest: str | None) -> bool:

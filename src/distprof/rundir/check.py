@@ -30,7 +30,8 @@ from typing import Any
 import msgspec
 
 from ..plan import FOREVER, Window
-from .layout import MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output, rank_dir, rank_of_dir
+from .layout import (COLLECT_JSON, MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output,
+                     rank_dir, rank_of_dir, sanitize_role)
 from .manifest import MANIFEST_LIMIT, WindowRecord, read_manifest, safe_relpath
 from .view import RunView, ViewError
 
@@ -147,7 +148,36 @@ def check_run(run_dir: str) -> CheckResult:
     for rel, why in view.refused:
         if rel not in listed:  # a refused file a manifest names is already a broken item
             res.notes.append(f"{rel}: {why}")
+    _explain_missing(view, res)
     return res
+
+
+def _explain_missing(view: RunView, res: CheckResult) -> None:
+    """Missing windows of ranks whose node the last ``distprof.ray.collect`` could not reach (its ``collect.json``):
+    say so, naming the node. The file is untrusted like the rest: anything of the wrong shape is ignored."""
+    note, why = _read_json(view, COLLECT_JSON)
+    if note is None:
+        if why != "missing":
+            res.notes.append(f"{COLLECT_JSON}: {why}")
+        return
+    lost: dict[tuple[str, int], str] = {}
+    nodes = note.get("unreachable_nodes")
+    for u in nodes if isinstance(nodes, list) else []:
+        if not isinstance(u, dict) or not isinstance(u.get("ranks"), list):
+            continue
+        node = str(u.get("node_id") or "?")[:12]
+        where = f"node {node}" + (f" ({str(u['address'])[:64]})" if u.get("address") else "")
+        because = f": {str(u['error'])[:200]}" if u.get("error") else ""
+        for r in u["ranks"]:
+            if isinstance(r, dict) and isinstance(r.get("role"), str) and type(r.get("rank")) is int:
+                try:
+                    role = sanitize_role(r["role"])
+                except ValueError:
+                    continue
+                lost.setdefault((role, r["rank"]), f"not collected: {where} was unreachable{because}")
+    for item in res.items:
+        if item.status == "missing" and (item.role, item.rank) in lost:
+            item.detail = f"{item.detail}; {lost[(item.role, item.rank)]}" if item.detail else lost[(item.role, item.rank)]
 
 
 # ---- reading ------------------------------------------------------------------------------------------------
