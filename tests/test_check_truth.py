@@ -136,6 +136,9 @@ def test_missing_windows_of_a_rank_on_a_node_collect_could_not_reach_name_the_no
     why = "not collected: node abababababab (10.0.0.7) was unreachable: the node is dead"
     missing = items(res, "missing")
     assert missing and all(i.detail.endswith(why) for i in missing) and not res.ok
+    from distprof.analysis.listing import find_traces
+
+    assert not any(f.path.endswith("collect.json") for f in find_traces(str(copy)))  # a run file, never a trace
     (copy / "collect.json").write_text("{not json")
     res = check_run(str(copy))
     assert not any(why in i.detail for i in res.items) and any(n.startswith("collect.json: not valid JSON") for n in res.notes)

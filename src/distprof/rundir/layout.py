@@ -18,7 +18,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "PROCESS_BACKENDS", "is_url", "sanitize_role",
+__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role",
            "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
            "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output"]
 
@@ -27,6 +27,7 @@ MANIFEST = "manifest.jsonl"
 RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 COLLECT_JSON = "collect.json"  # what the last distprof.ray.collect into this folder could not reach (for check)
+RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
 PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")  # tools that wrap the whole worker process
 
 _RANK_DIR = re.compile(r"^rank(\d{5})$")
