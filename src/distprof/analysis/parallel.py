@@ -71,6 +71,9 @@ def _or_error(fn: Callable, f: TraceFile) -> tuple[bool, Any]:
         return False, str(e)
 
 
+_SCALARS = frozenset((int, float, bool, type(None)))
+
+
 def share_strings(obj: Any, seen: dict[str, str]) -> Any:
     """``obj`` with every string equal to one seen before replaced by that one (dict keys, values, tuples, lists
     and dataclass fields, in place where it can). Results unpickled from workers hold their own copy of every
@@ -81,7 +84,9 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
         return seen.setdefault(obj, obj)
     if t is dict:
         return {(seen.setdefault(k, k) if type(k) is str else k): share_strings(v, seen) for k, v in obj.items()}
-    if t is tuple:
+    if t is tuple:  # most are rows of numbers: left as they are (rebuilding them would cost more than the walk)
+        if all(type(v) in _SCALARS for v in obj):
+            return obj
         return tuple(share_strings(v, seen) for v in obj)
     if t is list:
         obj[:] = [share_strings(v, seen) for v in obj]
