@@ -122,7 +122,11 @@ def test_yaml_python_tag_is_refused_and_never_run(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ("enable: true\n  save_path: [\n", [":2: ", "not a valid YAML config", "fix the YAML"]),
+    # distprof's own bound (33 levels), then one libyaml stops in its scanner (PyYAML 6.0.4 bundles it): one answer
+    ("a: " + "[" * 33 + "]" * 33, [":1: ", "more than 32 deep"]),
+    ("a:\n" + "".join(" " * i + "- \n" for i in range(40)) + " " * 40 + "- 1\n", [":", "more than 32 deep"]),
     ("a: " + "[" * 100_000 + "]" * 100_000, [":1: ", "more than 32 deep"]),  # libyaml would crash building it
+    ("a: " + "{b: " * 5_000 + "1" + "}" * 5_000, [":1: ", "more than 32 deep"]),
     ("- 1\n- 2\n", ["expected a mapping", "list"]),
     ("a: 1\n---\nb: 2\n", ["not a valid YAML config"]),
 ])

@@ -1035,6 +1035,15 @@ def _check_yaml_shape(loader_cls: Any, text: str, name: str) -> None:
                     raise _error(f"{name}:{ev.start_mark.line + 1}: anchors/aliases expand the file past "
                                  f"{_MAX_VALUES:,} values (a 'billion laughs'?); a profiler config is a few dozen "
                                  "values: refer to anchors less, or write the values out")
+    except yaml.YAMLError as e:
+        # libyaml as bundled with PyYAML 6.0.4 stops deep flow nesting in its scanner, before any of the events
+        # above (its own bound, about 1,000 levels); older releases leave it to the walk. Same answer either way.
+        if "nesting depth" not in str(e):
+            raise
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise _error(f"{name}{line}: nests mappings/lists more than {_MAX_DEPTH} deep; "
+                     "a profiler config is flat: write its values out") from None
     finally:
         loader.dispose()
 
