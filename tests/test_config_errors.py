@@ -164,7 +164,7 @@ def test_every_problem_is_reported_at_once():
     e = refused(lambda: ProfilerConfig(backend="nsight", ranks="x", steps="y", torch={"record_shape": True}))
     assert sorted(p.field for p in e.problems) == ["backend", "ranks", "steps", "torch.record_shape"]
     assert e.errors == e.problems and len(str(e).splitlines()) == 4
-    assert "Did you mean 'record_shapes'" in str(e) and "choose one of torch, cuda_memory, nsys" in str(e)
+    assert "torch.record_shape=True: unknown setting; did you mean 'record_shapes'?" in str(e) and "choose one of torch, cuda_memory, nsys" in str(e)
     import pickle  # a Ray worker's config error reaches the driver pickled
 
     again = pickle.loads(pickle.dumps(e))
@@ -177,7 +177,8 @@ def test_every_problem_is_reported_at_once():
     (dict(torch={"gzip": "sometimes"}), "torch.gzip='sometimes': expected 0/1/true/false"),
     (dict(py_spy={"format": "pdf"}), "py_spy.format='pdf': expected one of 'speedscope', 'chrometrace'"),
     (dict(per_node="two"), "per_node must hold whole numbers, got 'two'"),
-    (dict(enabled=True, savepath="x"), "unknown setting 'enabled' in ProfilerConfig (value True) (and 'savepath')"),
+    (dict(enabled=True, savepath="x"), "enabled=True: unknown setting; did you mean 'enable'?\n"
+                                       "savepath='x': unknown setting; did you mean 'save_path'?"),
 ])
 def test_pydantic_wording_is_replaced(kwargs, text):
     assert text in str(refused(lambda: ProfilerConfig(**kwargs)))
@@ -199,7 +200,7 @@ def test_sections_built_alone_raise_config_errors_too():
     ("DISTPROF_SCHEDULE_ACTIVE", "0", "DISTPROF_SCHEDULE_ACTIVE=0: schedule.active must be >= 1"),
     ("DISTPROF_BACKEND", "nsight", "DISTPROF_BACKEND=nsight: backend 'nsight' is unknown"),
     ("DISTPROF_SAVE_PATH", " a\tb", "DISTPROF_SAVE_PATH=' a\\tb': save_path"),
-    ("DISTPROF_ENABLED", "1", "environment variable DISTPROF_ENABLED=1 is not a distprof setting"),
+    ("DISTPROF_ENABLED", "1", "DISTPROF_ENABLED=1: not a distprof setting; did you mean 'DISTPROF_ENABLE'?"),
 ])
 def test_environment_errors_name_the_variable(monkeypatch, var, value, start):
     monkeypatch.setenv(var, value)

@@ -38,13 +38,13 @@ def test_roles_run_with_their_own_settings(tmp_path):
 
 
 def test_per_role_errors_name_the_role_the_field_and_the_fix(tmp_path):
-    with pytest.raises(ValueError, match=r"per_role\.actor: ranks: ranks must hold whole numbers, got 'x'"):
+    with pytest.raises(ValueError, match=r"per_role\.actor\.ranks must hold whole numbers, got 'x'"):
         _config(tmp_path, per_role={"actor": {"ranks": "x"}})
     with pytest.raises(ValueError, match="per_role.actor sets save_path, which are the same for every role"):
         _config(tmp_path, per_role={"actor": {"save_path": "elsewhere"}})
     with pytest.raises(ValueError, match="would write outside save_path"):
         _config(tmp_path, per_role={"../x": {"ranks": "all"}})
-    with pytest.raises(ValueError, match="unknown setting 'rank'"):
+    with pytest.raises(ValueError, match=r"per_role\.actor\.rank=0: unknown setting; did you mean 'ranks'\?"):
         _config(tmp_path, per_role={"actor": {"rank": 0}})
 
 

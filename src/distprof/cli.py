@@ -578,13 +578,15 @@ def _render_validation(t: Any, file: str) -> None:
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
     for w in t.warnings:
         err.print(Text.assemble(("warning: ", "yellow"), render.plain(w)), soft_wrap=True)
+    unknown = sum(d.unknown for d in t.dropped)
+    ignored = f"; {unknown} unknown key{'s' if unknown != 1 else ''} ignored (see Dropped)" if unknown else ""
     if not t.ok:
         n = len(t.errors)
-        console.print(Text(f"invalid: {n} error{'s' if n != 1 else ''}", style="red"))
+        console.print(Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red"))
     elif t.warnings:
-        console.print(Text("valid, but it captures less than it asks for (see the warnings)", style="yellow"))
+        console.print(Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow"))
     else:
-        console.print(Text("valid", style="green"))
+        console.print(Text(f"valid{ignored}", style="yellow" if unknown else "green"))
 
 
 def main() -> None:

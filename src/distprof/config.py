@@ -16,12 +16,10 @@ ranges are measured before they are built.
 from __future__ import annotations
 
 import contextvars
-import difflib
 import math
 import fnmatch
 import os
 import re
-import reprlib
 import typing
 import unicodedata
 from pathlib import PurePosixPath
@@ -36,6 +34,12 @@ from pydantic import (
     model_validator,
 )
 
+from .config_errors import MAX_SHOWN as _MAX_SHOWN
+from .config_errors import README_TABLE, ConfigError, ConfigProblem, Problems, from_pydantic, nest, suggest
+from .config_errors import cut as _cut
+from .config_errors import error as _error
+from .config_errors import problem as _problem
+from .config_errors import show as _show
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
 from .plan import Plan, Schedule
@@ -54,113 +58,19 @@ _MAX_DIGITS = 18  # a step or rank with more digits is a typo (and int() of 4,30
 _MAX_VALUES = 2 * _MAX_STEPS  # values visited, counting every alias expansion
 _MAX_DEPTH = 32  # nesting of mappings and lists
 _MAX_YAML_BYTES = 4 << 20
-_MAX_SHOWN = 80  # characters of a value shown in a message
-_MAX_MESSAGE = 400  # characters of one problem's message
-_MAX_LISTED = 4  # problems spelled out in str(ConfigError); .problems holds all
 
 
-_short = reprlib.Repr()
-_short.maxlevel, _short.maxlist, _short.maxtuple, _short.maxdict, _short.maxset = 3, 6, 6, 4, 6
-_short.maxstring, _short.maxother, _short.maxlong = 60, 60, 40
+# The validation running in this context: where values came from ({field path: "DISTPROF_X=v" or "--flag v"}, so a
+# message names what the person typed; env_overrides() and from_args() fill it), the problems found outside
+# pydantic's own checks (unknown DISTPROF_* variables), and whether DISTPROF_* variables apply (not for a config
+# recorded in run.json). Set by _validated() for the outermost validation; nested ones (per_role) inherit no_env.
+class _Run(NamedTuple):
+    sources: dict[tuple[str, ...], str]
+    problems: list[ConfigProblem]
+    no_env: bool
 
 
-def _show(value: Any, limit: int = _MAX_SHOWN) -> str:
-    """A repr for messages that is never longer than ``limit``: the value may be huge or self-referencing."""
-    try:
-        text = _short.repr(value)
-    except Exception:  # a hostile __repr__ must not replace the config error
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class ConfigProblem(NamedTuple):
-    """One unusable setting: ``field`` (dotted, or the variable / flag it came from; "" for the whole config),
-    ``value`` (a short repr) and ``message`` (what is wrong and the fix, one line)."""
-
-    field: str
-    value: str
-    message: str
-
-
-class ConfigError(ValueError):
-    """Every problem of a config at once. ``str()`` is one line per problem, readable without pydantic."""
-
-    def __init__(self, problems: list[ConfigProblem]):
-        self.problems = list(problems)
-        lines = [p.message for p in self.problems[:_MAX_LISTED]]
-        if len(self.problems) > _MAX_LISTED:
-            lines.append(f"... and {len(self.problems) - _MAX_LISTED} more problems")
-        super().__init__("\n".join(lines))
-
-    @property
-    def errors(self) -> list[ConfigProblem]:
-        return self.problems
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Ray and multiprocessing pickle a worker's exception; the default would rebuild it from the message.
-        return (type(self), (self.problems,))
-
-
-class _FieldError(ValueError):
-    """A whole-config check's error that knows which field it is about (pydantic files those under no field)."""
-
-    def __init__(self, field: str, value: Any, message: str):
-        super().__init__(message)
-        self.field, self.value = field, value
-
-
-# Where values came from, for the validation running in this context: {field path: "DISTPROF_X=v" or "--flag v"},
-# so a message names what the person typed. Set by _validated(); env_overrides() and from_args() fill it.
-_SOURCES: contextvars.ContextVar[dict[tuple[str, ...], str] | None] = contextvars.ContextVar("distprof_sources",
-                                                                                              default=None)
-
-_PYDANTIC_TYPES = {
-    "bool_parsing": "expected 0/1/true/false", "bool_type": "expected 0/1/true/false",
-    "int_parsing": "expected a whole number", "int_type": "expected a whole number",
-    "int_from_float": "expected a whole number", "float_parsing": "expected a number",
-    "float_type": "expected a number", "finite_number": "expected a finite number",
-    "string_type": "expected a string", "list_type": "expected a list",
-    "dict_type": "expected a mapping", "model_type": "expected a mapping of settings",
-    "model_attributes_type": "expected a mapping of settings",
-}
-
-
-def _problem(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str]) -> ConfigProblem:
-    # Union member tags (e.g. "list[int]") are pydantic's, not the user's: keep only the path the user wrote.
-    parts = [p for p in err["loc"] if isinstance(p, int) or not any(c in p for c in "[]")]
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
-    value = err.get("input")
-    cause = (err.get("ctx") or {}).get("error")
-    if isinstance(cause, _FieldError):
-        field, value = f"{field}.{cause.field}" if field else cause.field, cause.value
-    names = tuple(p for p in parts if isinstance(p, str))
-    label = next((lab for path, lab in sorted(sources.items(), key=lambda kv: -len(kv[0]))
-                  if names[: len(path)] == path), None)
-    if err["type"] == "value_error":
-        text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
-        if label:
-            text = f"{label}: {text}"
-        elif field and field.rsplit(".", 1)[-1].split("[")[0] not in text:
-            text = f"{field}: {text}"
-    else:
-        why = _PYDANTIC_TYPES.get(err["type"])
-        if err["type"] == "literal_error":
-            why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
-        why = why or str(err["msg"]).lower()
-        text = f"{label}: {why}" if label else f"{field or 'config'}={_show(value)}: {why}"
-    return ConfigProblem(field, _show(value), _cut(text, _MAX_MESSAGE))
-
-
-def _readable(e: ValidationError, sources: Mapping[tuple[str, ...], str]) -> ConfigError:
-    seen: dict[str, ConfigProblem] = {}
-    for err in e.errors(include_url=False):
-        p = _problem(err, sources)
-        seen.setdefault(p.field + "\0" + p.message if not p.field else p.field, p)  # a union reports once per member
-    return ConfigError(list(seen.values()))
+_RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("distprof_config_run", default=None)
 
 
 _CONTAINERS = (Mapping, list, tuple, set, frozenset)
@@ -200,57 +110,47 @@ def _check_bounded(data: Any, what: str) -> None:
         stack.extend((c, False) for c in kids if id(c) not in size)
 
 
-def _validated(call: Any, data: Any, sources: Mapping[tuple[str, ...], str] | None = None) -> Any:
-    """Run a pydantic validation of ``data``; its errors become one ConfigError listing them all."""
+def _validated(call: Any, data: Any, root: Any, sources: Mapping[tuple[str, ...], str] | None = None,
+               no_env: bool = False) -> Any:
+    """Run a pydantic validation of ``data`` (a ``root`` model); every problem becomes one ConfigError."""
     _check_bounded(data, "the config")
-    token = _SOURCES.set(dict(sources or {}))
+    outer = _RUN.get()
+    run = _Run(dict(sources or {}), [], no_env or (outer is not None and outer.no_env))
+    token = _RUN.set(run)
     try:
-        return call()
+        out = call()
     except ValidationError as e:
-        raise _readable(e, _SOURCES.get() or {}) from None
+        raise ConfigError(run.problems + from_pydantic(e.errors(include_url=False), run.sources, root)) from None
     finally:
-        _SOURCES.reset(token)
-
-
-def _did_you_mean(name: str, choices: list[str]) -> str:
-    if len(name) > 100:  # difflib indexes every character: a huge value would cost hundreds of MB
-        return ""
-    close = difflib.get_close_matches(name, choices, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
+        _RUN.reset(token)
+    if run.problems:
+        raise ConfigError(run.problems)
+    return out
 
 
 class _Strict(BaseModel):
-    """Unknown keys are refused, with a suggestion for the likely typo; every error is a ConfigError."""
+    """Unknown keys are refused (pydantic's extra="forbid": each one, with its path); every error is a
+    ConfigError."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     def __init__(self, /, **data: Any) -> None:
-        # pydantic builds nested sections through __init__ too: inside a validation, let its errors reach the
-        # outer one, which reports them with their full path.
-        if _SOURCES.get() is not None:
+        # Only a direct call (ProfilerConfig(...)) comes here: pydantic validates nested sections itself (see
+        # below), so their errors reach the outer validation with their full path. A default_factory inside a
+        # validation builds its section plainly.
+        if _RUN.get() is not None:
             super().__init__(**data)
         else:
-            _validated(lambda: super(_Strict, self).__init__(**data), data)
+            _validated(lambda: super(_Strict, self).__init__(**data), data, type(self))
+
+    # pydantic would call a custom __init__ for every nested section and for model_validate, losing the validation
+    # context and refusing non-string keys with a TypeError; marked as its own, it validates them itself.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @classmethod
     def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Any:
-        return _validated(lambda: super(_Strict, cls).model_validate(obj, *args, **kwargs), obj)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _reject_unknown(cls, data: Any) -> Any:
-        if isinstance(data, Mapping):
-            known = list(cls.model_fields)
-            unknown = [k for k in data if not isinstance(k, str) or k not in cls.model_fields]
-            if unknown:
-                key = unknown[0]
-                more = f" (and {', '.join(_show(k, 30) for k in unknown[1:4])})" if len(unknown) > 1 else ""
-                raise _FieldError(
-                    _cut(str(key), _MAX_SHOWN), data[key],
-                    f"unknown setting {_show(key, 40)} in {cls.__name__} (value {_show(data[key])}){more}; "
-                    f"valid settings are {', '.join(known)}.{_did_you_mean(_cut(str(key), 100), known)}"
-                )
-        return data
+        no_env = bool((kwargs.get("context") or {}).get("no_env"))
+        return _validated(lambda: super(_Strict, cls).model_validate(obj, *args, **kwargs), obj, cls, None, no_env)
 
 
 def _non_negative_int(field: str, value: Any, fix: str) -> int:
@@ -603,7 +503,8 @@ class ProfilerConfig(_Strict):
     @classmethod
     def _backend(cls, v: Any) -> str:
         if v not in BACKENDS:
-            raise ValueError(f"backend {_show(v)} is unknown; choose one of {', '.join(BACKENDS)}.{_did_you_mean(str(v), list(BACKENDS))}")
+            tip = suggest(v, BACKENDS)
+            raise ValueError(f"backend {_show(v)} is unknown; {tip + ' ' if tip else ''}choose one of {', '.join(BACKENDS)}")
         return v
 
     @field_validator("on_error", mode="before")
@@ -651,17 +552,30 @@ class ProfilerConfig(_Strict):
         v = _to_plain(v)
         if not isinstance(v, Mapping):
             raise ValueError(f"per_role must map role names to settings, got {_show(v)}; e.g. per_role: {{actor: {{ranks: all}}}}")
-        out = {}
+        out, problems = {}, []  # every role's problems at once
         for role, over in v.items():
-            _check_role_name("per_role", role)
-            over = _to_plain(over)
+            where = f"per_role.{_cut(str(role), 60)}"
+            try:
+                _check_role_name("per_role", role)
+            except ValueError as e:  # the name itself: no field of a role to name
+                problems.append(_problem("per_role", role, str(e)))
+                continue
+            over = _to_plain(over) if isinstance(over, Mapping) else over
+            bad = sorted(set(over) & _NOT_PER_ROLE) if isinstance(over, Mapping) else []
             if not isinstance(over, Mapping):
-                raise ValueError(f"per_role.{role} must be a mapping of settings, got {_show(over)}; e.g. {{ranks: all}}")
-            bad = sorted(set(over) & _NOT_PER_ROLE)
-            if bad:
-                raise ValueError(f"per_role.{role} sets {', '.join(bad)}, which are the same for every role; "
-                                 "set them at the top level")
-            out[role] = dict(over)
+                problems.append(_problem(where, over, f"{where} must be a mapping of settings, got {_show(over)}; "
+                                                      "e.g. {ranks: all}"))
+            elif bad:
+                problems.append(_problem(where, over, f"{where} sets {', '.join(bad)}, which are the same for every "
+                                                      "role; set them at the top level"))
+            else:
+                out[role] = dict(over)
+                try:  # the role's own settings, checked alone: together with the top level in _consistent
+                    ProfilerConfig.model_validate(out[role], context={"no_env": True, "fields_only": True})
+                except ConfigError as e:
+                    problems += [nest(p, where) for p in e.problems]
+        if problems:
+            raise Problems(problems)
         return out
 
     @field_validator("max_host_memory_gb", "min_available_memory_gb", "max_trace_mb", mode="before")
@@ -734,45 +648,48 @@ class ProfilerConfig(_Strict):
     def _apply_env(cls, data: Any, info) -> Any:
         if data is None:
             data = {}
-        if isinstance(data, Mapping) and not (info.context or {}).get("no_env"):
-            return env_overrides(dict(data), os.environ, _SOURCES.get())
+        run = _RUN.get()
+        if isinstance(data, Mapping) and not (info.context or {}).get("no_env") and not (run and run.no_env):
+            return env_overrides(dict(data), os.environ, run and run.sources, run and run.problems)
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ProfilerConfig":
-        if self.steps is not None and self.schedule is not None:
-            raise ValueError(
-                f"steps={_show(self.steps)} and schedule are both set; they are exclusive: keep steps for explicit "
-                "global steps or schedule for a periodic pattern"
-            )
-        if self.discrete and self.backend in PROCESS_BACKENDS:
-            raise ValueError(
-                f"discrete=True needs an in-process backend, but backend is {self.backend!r} (it wraps the whole "
-                "worker process); use backend torch or cuda_memory, or drop discrete"
-            )
-        for role in self.per_role:
+    def _consistent(self, info) -> "ProfilerConfig":
+        # fields_only: a part of a config checked alone (a role's settings, a dialect's fields one by one)
+        fields_only = (info.context or {}).get("fields_only")
+        problems = [] if fields_only else [_problem("", value, text) for value, text in self._conflicts()]
+        for role in self.per_role:  # every role's problems, each with its full path
             try:
                 self._merged(role)
             except ConfigError as e:
-                inner = "; ".join(f"{p.field or 'config'}: {p.message}" for p in e.problems)
-                raise ValueError(f"per_role.{_cut(role, 60)}: {inner}") from None
+                problems += [nest(p, f"per_role.{_cut(role, 60)}") for p in e.problems]
+        if problems:
+            raise Problems(problems)
+        return self
+
+    def _conflicts(self) -> list[tuple[Any, str]]:
+        """Settings that are fine alone but not together: (the value at fault, what is wrong and the fix)."""
+        out = []
+        if self.steps is not None and self.schedule is not None:
+            out.append((self.steps, f"steps={_show(self.steps)} and schedule are both set; they are exclusive: keep "
+                                    "steps for explicit global steps or schedule for a periodic pattern"))
+        if self.discrete and self.backend in PROCESS_BACKENDS:
+            out.append((self.backend,
+                        f"discrete=True needs an in-process backend, but backend is {self.backend!r} (it wraps the whole "
+                        "worker process); use backend torch or cuda_memory, or drop discrete"))
         if self.trigger and (self.discrete or self.backend not in ("torch", "cuda_memory")):
-            raise ValueError(
+            out.append((self.backend,
                 f"trigger=True needs backend torch or cuda_memory without discrete mode (got backend "
                 f"{self.backend!r}{', discrete' if self.discrete else ''}): a requested window opens at a step "
-                "boundary; use backend torch, or drop trigger"
-            )
+                "boundary; use backend torch, or drop trigger"))
         if self.trigger and not self.enable and not self.save_path:
-            raise ValueError(
-                f"save_path is {_show(self.save_path)} but trigger=True; set save_path to the directory or URL "
-                "where requests are sent and traces written (e.g. DISTPROF_SAVE_PATH=...)"
-            )
+            out.append((self.save_path,
+                        f"save_path is {_show(self.save_path)} but trigger=True; set save_path to the directory or URL "
+                        "where requests are sent and traces written (e.g. DISTPROF_SAVE_PATH=...)"))
         if self.enable and not self.save_path:
-            raise ValueError(
-                f"save_path is {_show(self.save_path)} but enable=True; set save_path to a directory or URL "
-                "(e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"
-            )
-        return self
+            out.append((self.save_path, f"save_path is {_show(self.save_path)} but enable=True; set save_path to a "
+                                        "directory or URL (e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"))
+        return out
 
     # ---- per role -----------------------------------------------------------------------
     def for_role(self, role: str) -> "ProfilerConfig":
@@ -882,8 +799,9 @@ class ProfilerConfig(_Strict):
     @classmethod
     def from_dialect(cls, name: str, cfg: Any, section: str | None = None) -> "ProfilerConfig":
         """From the config another framework's users already write: ``name`` is one of verl, skyrl, slime, swift,
-        rlinf, torchtitan, nemo_rl (see ``distprof.dialects``). One ValueError lists every error; fields not
-        honoured and warnings are logged. ``distprof validate FILE --dialect NAME`` shows the mapping."""
+        rlinf, torchtitan, nemo_rl (see ``distprof.dialects``). One ConfigError lists every error; each field not
+        honoured is logged by its dotted key (a key the dialect does not know as a warning), and so are warnings.
+        ``distprof validate FILE --dialect NAME`` shows the mapping and what was dropped."""
         from .dialects import to_config
 
         return to_config(name, cfg, section)
@@ -913,7 +831,7 @@ class ProfilerConfig(_Strict):
             sources[(field,)] = label
             if field == "steps":
                 data["schedule"] = None
-        return _validated(lambda: super(_Strict, cls).model_validate(data), data, sources)
+        return _validated(lambda: super(_Strict, cls).model_validate(data), data, cls, sources)
 
 
 _NOT_PER_ROLE = {"save_path", "on_error", "roles", "per_role"}
@@ -928,10 +846,6 @@ def _deep_merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]
 
 
 DEFAULT_SCHEDULE = ScheduleConfig(skip_first=10, wait=0, warmup=1, active=2, repeat=1)
-
-
-def _error(message: str, field: str = "", value: Any = None) -> ConfigError:
-    return ConfigError([ConfigProblem(field, _show(value), _cut(message, _MAX_MESSAGE))])
 
 
 def _to_plain(data: Any) -> Any:
@@ -1103,20 +1017,22 @@ def _typed(raw: str) -> str:
     return raw if len(raw) <= 60 and raw.isprintable() and raw.strip() == raw and raw else _show(raw, 60)
 
 
-def env_overrides(data: dict[str, Any], environ: Mapping[str, str],
-                  sources: dict[tuple[str, ...], str] | None = None) -> dict[str, Any]:
-    """Return ``data`` with every ``DISTPROF_*`` variable applied on top; ``sources`` learns which field each set."""
+def env_overrides(data: dict[str, Any], environ: Mapping[str, str], sources: dict[tuple[str, ...], str] | None = None,
+                  problems: list[ConfigProblem] | None = None) -> dict[str, Any]:
+    """Return ``data`` with every ``DISTPROF_*`` variable applied on top; ``sources`` learns which field each set.
+    A variable that is no setting is a problem added to ``problems`` (raised at once when it is None)."""
     fields = None
+    found: list[ConfigProblem] = [] if problems is None else problems
     for key, raw in environ.items():
         if not key.startswith(ENV_PREFIX) or key in _ENV_NOT_SETTINGS:
             continue
         fields = fields or _env_fields()
+        name = _cut(key, _MAX_SHOWN)
         if key not in fields:
-            raise _FieldError(
-                _cut(key, _MAX_SHOWN), raw,
-                f"environment variable {_cut(key, _MAX_SHOWN)}={_typed(raw)} is not a distprof setting; "
-                f"valid ones include {', '.join(sorted(fields)[:6])}, ...{_did_you_mean(_cut(key, 100), list(fields))}"
-            )
+            tip = suggest(name, fields, ENV_PREFIX) or (f"a variable is DISTPROF_<FIELD> or DISTPROF_<SECTION>_<FIELD> "
+                                            f"(e.g. DISTPROF_TORCH_RECORD_SHAPES); {README_TABLE}")
+            found.append(_problem(name, raw, f"{name}={_typed(raw)}: not a distprof setting; {tip}"))
+            continue
         if sources is not None:
             sources[fields[key]] = f"{key}={_typed(raw)}"
         value: Any = raw
@@ -1124,8 +1040,9 @@ def env_overrides(data: dict[str, Any], environ: Mapping[str, str],
             value = None
         path = fields[key]
         if path == ("schedule",) and value is not None:
-            raise _FieldError(key, raw, f"{key}={_typed(raw)}: only null is accepted (it removes the schedule); "
-                                        "set its fields with DISTPROF_SCHEDULE_ACTIVE=... and so on")
+            found.append(_problem(key, raw, f"{key}={_typed(raw)}: only null is accepted (it removes the schedule); "
+                                            "set its fields with DISTPROF_SCHEDULE_ACTIVE=... and so on"))
+            continue
         if path == ("steps",) and value is not None and not any(k.startswith(f"{ENV_PREFIX}SCHEDULE") for k in environ):
             data.pop("schedule", None)  # explicit steps from the environment replace a file's schedule, as flags do
         if len(path) == 1:
@@ -1135,4 +1052,6 @@ def env_overrides(data: dict[str, Any], environ: Mapping[str, str],
             section = dict(_to_plain(section) or {}) if not isinstance(section, BaseModel) else section.model_dump()
             section[path[1]] = value
             data[path[0]] = section
+    if found and problems is None:
+        raise ConfigError(found)
     return data

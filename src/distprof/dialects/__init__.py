@@ -3,9 +3,10 @@
 Each dialect module reads the config its framework's users already write (verl's ``global_profiler`` and per-role
 ``profiler`` sections, RLinf's ``cluster.profiling``, slime's flags ...) with that framework's defaults and
 semantics, and writes the distprof fields; :class:`~distprof.dialects.translation.Translation` keeps the mapping
-field by field, what was dropped and why, every error at once, and warnings for a config that captures nothing.
-``distprof validate FILE --dialect NAME`` prints it; ``ProfilerConfig.from_dialect`` raises one ValueError listing
-every error.
+field by field, what was dropped and why (a key the dialect does not know is dropped as ``unknown``, never
+silently), every error at once, and warnings for a config that captures nothing. ``distprof validate FILE --dialect
+NAME`` prints it; ``ProfilerConfig.from_dialect`` raises one ConfigError listing every error, and logs each
+dropped key (a warning for an unknown one).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .source import (
     load_file,
     resolve_interpolations,
     select,
+    short,
     to_plain,
 )
 from .translation import Builder, Dropped, Mapped, Problem, Translation, finish
@@ -87,11 +89,15 @@ def translate(name: str, cfg: Any, section: str | None = None, *, env: Mapping[s
 
 
 def to_config(name: str, cfg: Any, section: str | None = None):
-    """The ProfilerConfig for ``cfg``; one ValueError listing every error. Dropped fields and warnings are logged."""
+    """The ProfilerConfig for ``cfg``; one ConfigError listing every error. Each dropped field is logged, one line
+    naming its dotted key: a key the dialect does not know as a warning (it may be a typo), a field distprof
+    knows but does not honour at INFO; the translation's warnings as warnings."""
     t = translate(name, cfg, section)
     t.raise_for_errors()
     for d in t.dropped:
-        logger.info("distprof: %s config: %s is not honoured: %s", t.dialect, d.source, d.reason)
+        level = logging.WARNING if d.unknown else logging.INFO
+        logger.log(level, "distprof: %s config: %s=%s is not honoured: %s", t.dialect, d.source, short(d.value),
+                   d.reason)
     for w in t.warnings:
         logger.warning("distprof: %s config: %s", t.dialect, w)
     return t.profiler_config

@@ -50,11 +50,10 @@ def translate(b: Builder) -> None:
 
     for k in sec:
         if k not in KNOWN:
-            import difflib
+            from ..config_errors import suggest
 
-            close = difflib.get_close_matches(str(k), KNOWN, n=1)
-            b.error(src(str(k)), sec[k], f"not an RLinf profiling field{f' (did you mean {close[0]!r}?)' if close else ''}; "
-                                         f"fields: {', '.join(KNOWN)}")
+            tip = suggest(k, KNOWN) or f"fields: {', '.join(KNOWN)}"
+            b.error(src(str(k)), sec[k], f"not an RLinf profiling field; {tip}")
 
     raw_backend = sec.get("backend")
     backend = BACKENDS.get(str(raw_backend).lower()) if raw_backend else None

@@ -53,6 +53,9 @@ TARGETS = ("train_overall", "train_actor", "train_log_probs")
 ENV_FLAGS = {"SLIME_PROFILE_RECORD_SHAPES": "record_shapes", "SLIME_PROFILE_WITH_STACK": "with_stack",
              "SLIME_PROFILE_MEMORY": "profile_memory", "SLIME_PROFILE_WITH_FLOPS": "with_flops"}
 ENV_ALL_RANKS = "SLIME_PROFILE_ALL_RANKS"
+# Flags named like the profiler's: one that is not in SPEC is listed as unknown (every other slime flag is not ours).
+PROFILER_FLAGS = ("--profile", "--use-pytorch-profiler", "--pytorch-profiler", "--record-memory", "--memory-snapshot",
+                  "--memory-recorder")
 MEMORY_ROLE = "train_overall/memory"
 
 
@@ -70,9 +73,10 @@ def _args(b: Builder) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
     config's, then the environment's, which win."""
     data = b.data
     env: dict[str, tuple[str, str]] = {}
+    rest: dict[str, Any] = {}  # the other flags: those named like the profiler's are listed as unknown
     if isinstance(data, (list, tuple, str)):
         try:
-            args = parse_flags(data, SPEC)
+            args = parse_flags(data, SPEC, rest)
         except ValueError as e:
             b.error("arguments", MISSING, str(e))
             args = {}
@@ -83,10 +87,16 @@ def _args(b: Builder) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
                 env[k] = (k, str(v))
             elif k in SPEC:
                 args[k] = v
+            else:
+                rest[flag(k)] = v
     else:
         b.error("arguments", data, "expected slime's arguments: a mapping, an argparse Namespace or a list of flags")
         args = {}
     env.update({k: (f"env {k}", v) for k, v in b.env.items() if k.startswith("SLIME_PROFILE_")})
+    b.unknown_keys({k: v for k, v in rest.items() if k.startswith(PROFILER_FLAGS)}, "",
+                   [flag(k) for k in SPEC], "slime/Megatron profiler flag")
+    b.unknown_keys({k: raw for k, (_, raw) in env.items() if k.startswith("SLIME_PROFILE_")}, "",
+                   [*ENV_FLAGS, ENV_ALL_RANKS], "SLIME_PROFILE_* variable", source=lambda k: env[k][0])
     return args, env
 
 

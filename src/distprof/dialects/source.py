@@ -235,10 +235,12 @@ def _scalar(text: str) -> Any:
 
 
 # ---- command-line flags -----------------------------------------------------------------------------------
-def parse_flags(tokens: Sequence[str] | str, spec: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def parse_flags(tokens: Sequence[str] | str, spec: Mapping[str, dict[str, Any]],
+                rest: dict[str, Any] | None = None) -> dict[str, Any]:
     """Flags such as ``--profile-step-start 3 --profile-target train_overall`` as {dest: value}, for the
-    flags in ``spec`` (dest -> argparse keywords); every other flag of the framework is ignored.
-    ``tokens`` may be one string (a launch script's arguments) or a list."""
+    flags in ``spec`` (dest -> argparse keywords); every other flag of the framework is ignored (``rest``, when
+    given, learns them: {"--flag": value or True}). ``tokens`` may be one string (a launch script's arguments)
+    or a list."""
     if isinstance(tokens, str):
         tokens = shlex.split(tokens, comments=True)
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
@@ -248,9 +250,15 @@ def parse_flags(tokens: Sequence[str] | str, spec: Mapping[str, dict[str, Any]])
         parser.add_argument(*names, dest=dest, default=MISSING,
                             **{k: v for k, v in kw.items() if k != "flags"})
     try:
-        ns, _ = parser.parse_known_args([str(t) for t in tokens])
+        ns, others = parser.parse_known_args([str(t) for t in tokens])
     except argparse.ArgumentError as e:
         raise ValueError(f"{e.argument_name or 'arguments'}: {e.message}") from None
+    if rest is not None:
+        for i, t in enumerate(others):
+            if t.startswith("--"):
+                name, eq, value = t.partition("=")
+                nxt = others[i + 1] if i + 1 < len(others) and not others[i + 1].startswith("--") else True
+                rest[name] = value if eq else nxt
     return {k: v for k, v in vars(ns).items() if v is not MISSING}
 
 

@@ -49,18 +49,22 @@ def flag(dest: str) -> str:
 
 def translate(b: Builder) -> None:
     data = b.data
+    rest: dict[str, Any] = {}  # the other arguments: those named like the profiler's are listed as unknown
     if isinstance(data, (list, tuple, str)):
         try:
-            args = parse_flags(data, {k: {**v, "flags": [f"--{k}"]} for k, v in SPEC.items()})
+            args = parse_flags(data, {k: {**v, "flags": [f"--{k}"]} for k, v in SPEC.items()}, rest)
         except ValueError as e:
             b.error("arguments", MISSING, str(e))
             return
     elif isinstance(data, Mapping):
         args = {k: v for k, v in normalize_keys(data).items() if k in SPEC}
+        rest = {flag(k): v for k, v in normalize_keys(data).items() if k not in SPEC}
     else:
         b.error("arguments", data, "expected ms-swift's arguments: a mapping, an argparse Namespace or a list of flags")
         return
     a = {**DEFAULTS, **{k: v for k, v in args.items() if v is not None}}
+    b.unknown_keys({k: v for k, v in rest.items() if k.startswith(("--profiler", "--enable_profiler"))}, "",
+                   [flag(k) for k in SPEC], "ms-swift profiler argument")
 
     enable = b.as_bool(flag("enable_profiler"), a["enable_profiler"])
     b.set("enable", bool(enable), flag("enable_profiler"), a["enable_profiler"])

@@ -8,10 +8,12 @@ errors, each named by its source field, then builds the :class:`~distprof.config
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from ..config_errors import ConfigError, ConfigProblem, cut, label_of, nest, suggest
 from .source import MISSING, Unresolved, clip, get, short
 
 __all__ = ["Mapped", "Dropped", "Problem", "Translation", "Builder", "finish"]
@@ -34,25 +36,31 @@ class Mapped:
 
 @dataclass(frozen=True)
 class Dropped:
-    """``source`` is not honoured, for ``reason``."""
+    """``source`` is not honoured, for ``reason``; ``unknown``: a key the dialect does not know (a typo, or a
+    setting of a newer release), ignored."""
 
     source: str
     value: Any
     reason: str
+    unknown: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "value": clip(self.value), "reason": self.reason}
+        return {"source": self.source, "value": clip(self.value), "reason": self.reason, "unknown": self.unknown}
 
 
 @dataclass(frozen=True)
 class Problem:
-    """An error or a warning about ``source``; ``message`` says what is wrong and how to fix it."""
+    """An error or a warning about ``source``; ``message`` says what is wrong and how to fix it. ``text``, when
+    set, is the whole line (a distprof config problem already names its field, or variable, and value)."""
 
     source: str
     value: Any
     message: str
+    text: str = ""
 
     def __str__(self) -> str:
+        if self.text:
+            return self.text
         if self.value is MISSING:
             return f"{self.source}: {self.message}"
         return f"{self.source} = {short(self.value)}: {self.message}"
@@ -90,14 +98,14 @@ class Translation:
         return {role: _role_summary(pc, role) for role in names}
 
     def raise_for_errors(self) -> None:
-        """One ValueError listing every error (``ProfilerConfig.from_dialect`` calls this)."""
+        """One ConfigError (a ValueError) listing every error, one line each (``ProfilerConfig.from_dialect``
+        calls this); its ``problems`` are (source field, value, line)."""
         if self.ok:
             return
-        if not self.errors:
-            raise ValueError(f"{self.dialect} config could not be translated")
-        lines = "\n".join(f"  - {p}" for p in self.errors)
-        n = len(self.errors)
-        raise ValueError(f"{self.dialect} config has {n} problem{'s' if n != 1 else ''}:\n{lines}")
+        errors = self.errors or [Problem(self.dialect, MISSING, "could not be translated")]
+        n = len(errors)
+        raise ConfigError([ConfigProblem(e.source, "" if e.value is MISSING else short(e.value), str(e)) for e in errors],
+                          title=f"{self.dialect} config has {n} problem{'s' if n != 1 else ''}:")
 
     def to_dict(self) -> dict[str, Any]:
         pc = self.profiler_config
@@ -154,6 +162,7 @@ class Builder:
         self.dropped: list[Dropped] = []
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
+        self.error_lines: set[str] = set()  # the distprof config problems listed, each once
         self.nothing: list[str] = []  # why nothing would be captured, in the framework's own terms
         self.last_step: tuple[str, int] | None = None  # (source field, the last global step the job runs)
         self.world_size: tuple[str, int] | None = None  # (source fields, ranks in the job)
@@ -260,19 +269,34 @@ class Builder:
     def drop(self, source: str, value: Any, reason: str) -> None:
         self.dropped.append(Dropped(source, value, reason))
 
+    def unknown_keys(self, sec: Any, where: str, known: Iterable[str], what: str,
+                     source: Callable[[Any], str] | None = None) -> None:
+        """Every key of ``sec`` (the section at ``where``) that is not in ``known`` is dropped as unknown, so a
+        typo or a setting distprof does not read is listed instead of silently ignored. ``source(key)`` names
+        the dropped field (default ``where.key``)."""
+        if not isinstance(sec, Mapping):
+            return
+        known = list(known)
+        for k in sec:
+            if k not in known:
+                tip = suggest(k, known)
+                key = cut(str(k), 80)  # a config is untrusted: a key may be megabytes long
+                name = source(k) if source else f"{where}.{key}" if where else key
+                self.dropped.append(Dropped(name, sec[k],
+                                            f"unknown {what}{'; ' + tip if tip else ''}; ignored: distprof "
+                                            "does not read it", unknown=True))
+
     def section_fields(self, sec: Mapping[str, Any], where: str, known: Mapping[str, Any], what: str
                        ) -> tuple[dict[str, Any], Any]:
         """A framework's settings section: every key it does not know is an error (with a did-you-mean);
         returns (each known field's value or its default, ``src(key)`` naming a field where it was read)."""
-        import difflib
-
         def src(k: str) -> str:
             return f"{where}.{k}" if where else k
 
         for k in sec:
             if k not in known:
-                close = difflib.get_close_matches(str(k), list(known), n=1)
-                self.error(src(str(k)), sec[k], f"not a {what} field{f' (did you mean {close[0]!r}?)' if close else ''}")
+                tip = suggest(k, known)
+                self.error(src(str(k)), sec[k], f"not a {what} field{'; ' + tip if tip else ''}")
         return {k: sec.get(k, d) for k, d in known.items()}, src
 
     def job_size(self, last_step: str, nodes: str, gpus: str) -> None:
@@ -336,8 +360,8 @@ def finish(b: Builder, section: str | None) -> Translation:
         try:  # DISTPROF_* environment variables are applied here, as they are at run time
             t.profiler_config = ProfilerConfig.model_validate(b.config)
         except ValueError as e:
-            for loc, message in _problems(e):
-                t.errors.append(Problem(_sources_for(b, loc) if loc else "distprof config", MISSING, message))
+            for p in _problems(e):
+                _add(b, t, p)
     if t.profiler_config is not None:
         _warnings(b, t)
     return t
@@ -356,29 +380,58 @@ def _validate_fields(b: Builder, t: Translation) -> None:
                 skipped[0] += 1
                 continue
             try:
-                ProfilerConfig.model_validate({name: value}, context={"no_env": True})
+                ProfilerConfig.model_validate({name: value}, context={"no_env": True, "fields_only": True})
             except ValueError as e:
-                for loc, message in _problems(e):
-                    target = f"{prefix}{loc or name}"
-                    t.errors.append(Problem(_sources_for(b, target), _value_at(b.config, target), message))
+                for p in _problems(e):
+                    _add(b, t, p if p.field else p._replace(field=name), prefix)
 
     check("", b.config)
-    for role, over in (b.config.get("per_role") or {}).items():
-        check(f"per_role.{role}.", over)
+    per_role = b.config.get("per_role")
+    for role, over in (per_role.items() if isinstance(per_role, Mapping) else ()):
+        if isinstance(over, Mapping):  # anything else is refused, named, by the whole config's check
+            check(f"per_role.{role}.", over)
     if skipped[0]:
         t.errors.append(Problem("distprof config", MISSING, f"... and {skipped[0]:,} more fields not checked "
                                                              f"(only the first {MAX_ERRORS} problems are listed)"))
 
 
-def _problems(e: ValueError) -> list[tuple[str, str]]:
-    """(dotted field, message) for each problem of a config error (distprof's ConfigError or pydantic's)."""
+def _problems(e: ValueError) -> list[ConfigProblem]:
+    """The problems of a config error (ProfilerConfig raises ConfigError; anything else is one line)."""
     problems = getattr(e, "problems", None)
     if problems is not None:
-        return [(re.sub(r"\[\d+\]", "", str(p.field)), str(p.message)) for p in problems]
-    if callable(getattr(e, "errors", None)):
-        return [(".".join(str(x) for x in err["loc"] if not isinstance(x, int)),
-                 str(err.get("msg", "")).removeprefix("Value error, ")) for err in e.errors()]
-    return [("", str(e))]
+        return [ConfigProblem(*p) for p in problems]
+    return [ConfigProblem("", "", str(e))]
+
+
+def _add(b: Builder, t: Translation, p: ConfigProblem, prefix: str = "") -> None:
+    """A distprof config problem as an error of the translation, named in the user's terms, listed once.
+
+    A value from a ``DISTPROF_*`` variable is named by the variable (with its value, not the file's); in a
+    distprof config the problem's own line names the field; in another framework's, the source fields that
+    became it lead the line."""
+    if prefix:
+        p = nest(p, prefix.rstrip("."))
+    target = re.sub(r"\[\d+\]", "", p.field)
+    label = label_of(p)
+    if label:
+        problem = Problem(label, _literal(p.value), p.message, text=p.message)
+    elif b.dialect == "distprof":
+        problem = Problem(target or "distprof config", _value_at(b.config, target) if target else MISSING, p.message,
+                          text=p.message)
+    elif target:
+        problem = Problem(_sources_for(b, target), _value_at(b.config, target), p.message)
+    else:
+        problem = Problem("distprof config", MISSING, p.message)
+    if str(problem) not in b.error_lines:
+        b.error_lines.add(str(problem))
+        t.errors.append(problem)
+
+
+def _literal(shown: str) -> Any:
+    try:
+        return ast.literal_eval(shown)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return shown
 
 
 def _value_at(config: Mapping[str, Any], target: str) -> Any:

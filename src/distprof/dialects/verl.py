@@ -16,6 +16,8 @@ Rules (verl 0.5+, ``verl/trainer/config/ppo_trainer.yaml`` and ``profiler/profil
   stack -> with_stack. ``tool_config.torch.discrete`` -> discrete.
 - ``global_tool_config.nsys.worker_nsight_options`` -> nsys.options (distprof sets capture-range and
   capture-range-end itself).
+- Every key of these sections that verl's profiler config does not have (``verl/utils/profiler/config.py``), or
+  distprof does not read, is listed as dropped (``unknown``), with a did-you-mean when one is close.
 """
 
 from __future__ import annotations
@@ -38,6 +40,21 @@ NO_BACKEND = {
     "precision_debugger": "distprof has no precision debugger (msprobe); it profiles time and memory, not numerics",
 }
 CONTENTS = ("cuda", "cpu", "memory", "shapes", "stack")
+# The keys of verl's profiler sections (verl/utils/profiler/config.py); any other key is dropped as unknown.
+_COMMON = ("_target_", "name")
+PROFILER_KEYS = (*_COMMON, "tool", "enable", "all_ranks", "ranks", "save_path", "tool_config", "global_tool_config",
+                 "relocate_results", "finish_hook_cmd", "finish_hook_all_ranks", "finish_hook_ranks", "discrete")
+GLOBAL_KEYS = (*PROFILER_KEYS, "steps", "profile_continuous_steps")
+TOOL_KEYS = {
+    "torch": (*_COMMON, "contents", "discrete", "schedule", "profile_token_start", "profile_token_end", "step_start",
+              "step_end"),
+    "nsys": (*_COMMON, "discrete", "controller_nsight_options", "worker_nsight_options"),
+    "npu": (*_COMMON, "contents", "level", "analysis", "discrete", "profile_token_start", "profile_token_end"),
+    "torch_memory": (*_COMMON, "trace_alloc_max_entries", "stack_depth", "memory_snapshot_num_steps", "context",
+                     "stacks", "kw_args"),
+    "memray": (*_COMMON, "memory_snapshot_num_steps"),
+    "precision_debugger": (*_COMMON, "config_path", "steps", "stages", "strict"),
+}
 DEFAULT_SAVE_PATH = "outputs/profile"  # verl's default global_profiler.save_path
 G = "global_profiler"
 
@@ -65,6 +82,7 @@ def translate(b: Builder) -> None:
                             "critic.profiler ...); give the trainer config (ppo_trainer.yaml), or --section for the "
                             "part that holds global_profiler")
         return
+    _unknown(b, G, b.get(G, None), GLOBAL_KEYS, "global_profiler")
     tool = b.get(f"{G}.tool", None)
     steps = _steps(b)
     save_path = b.get(f"{G}.save_path", DEFAULT_SAVE_PATH)
@@ -81,6 +99,7 @@ def translate(b: Builder) -> None:
         if not isinstance(sec, Mapping):
             b.error(path, sec, "expected a mapping of profiler settings (enable, tool, all_ranks, ranks, tool_config)")
             continue
+        _unknown(b, path, sec, PROFILER_KEYS, "profiler")
         backend = _role(b, role, path, sec, tool)
         if backend is not None:
             capturing.append(role)
@@ -118,6 +137,20 @@ def translate(b: Builder) -> None:
     if "cuda_memory" in backends:
         _torch_memory_global(b)
     _global_extras(b)
+
+
+def _unknown(b: Builder, path: str, sec: Any, keys: tuple[str, ...], what: str) -> None:
+    """Drop, as unknown, each key of a verl profiler section (and of its tool_config / global_tool_config tool
+    sections) that verl's config does not have."""
+    if not isinstance(sec, Mapping):
+        return
+    b.unknown_keys(sec, path, keys, f"verl {what} key")
+    for part in ("tool_config", "global_tool_config"):
+        tools = sec.get(part)
+        if part in keys and isinstance(tools, Mapping):
+            b.unknown_keys(tools, f"{path}.{part}", TOOL_KEYS, f"verl {part} tool")
+            for name, known in TOOL_KEYS.items():
+                b.unknown_keys(tools.get(name), f"{path}.{part}.{name}", known, f"verl {part}.{name} key")
 
 
 def _steps(b: Builder) -> list[int] | None:
@@ -161,8 +194,8 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
         import difflib
 
         close = difflib.get_close_matches(str(tool), [*TOOLS, *NO_BACKEND], n=1, cutoff=0.4)
-        b.error(tool_src, tool, f"role {role}: unknown tool (verl would silently profile nothing); use one of "
-                                f"{', '.join(TOOLS)}{f' (did you mean {close[0]!r}?)' if close else ''}")
+        b.error(tool_src, tool, f"role {role}: unknown tool; {f'did you mean {close[0]!r}? ' if close else ''}use one "
+                                f"of {', '.join(TOOLS)} (verl would silently profile nothing)")
     else:
         b.set(f"per_role.{role}.enable", True, f"{path}.enable", True)
         b.set(f"per_role.{role}.backend", backend, tool_src, tool)
@@ -249,6 +282,11 @@ def _torch(b: Builder, role: str, src: str, tc: Any) -> None:
         b.drop(f"{src}.schedule", sched, "verl's schedule sub-samples update mini-batches inside a step; distprof "
                                          "captures whole global steps. Profile mini-batches with a Profiler of their "
                                          "own (role actor/mini_batch, stepped per mini-batch)")
+    for k in ("step_start", "step_end"):
+        if tc.get(k, -1) not in (None, -1):
+            b.drop(f"{src}.{k}", tc[k], "older verl's step_start/step_end pick update_policy mini-batches inside a "
+                                        "step (later verl: schedule); distprof captures whole global steps: "
+                                        "global_profiler.steps chooses them")
     for k in ("profile_token_start", "profile_token_end"):
         if tc.get(k) is not None:
             b.drop(f"{src}.{k}", tc.get(k), "a token window of the rollout engine's built-in profiler (vLLM/SGLang); "
