@@ -284,6 +284,15 @@ def test_prose_wraps_between_figures_not_inside_them():
         assert all(line.startswith("   ") for line in lines)  # continuation lines keep the indent
 
 
+def test_a_list_of_phases_breaks_between_entries():
+    entries = ["## forward ## 4.50 ms", "DistributedDataParallel.forward 4.44 ms", "## sparse_data_dist ## 2.37 ms"]
+    text = Text("      phases: " + ", ".join(entries))
+    for width in range(48, 100):
+        lines = [line.plain for line in wrap(text, width, hang=2, sep=", ")]
+        assert all(len(line) <= width for line in lines)
+        assert all(any(e in line for line in lines) for e in entries), (width, lines)  # each entry on one line
+
+
 def test_a_table_too_wide_for_its_figures_goes_on_in_a_second_part_with_its_keys():
     figures = [[us(123_456.7 * (k + 1) + rank) for k in range(7)] for rank in range(3)]  # "123.46 ms" ...
     t = FitTable("Per rank", [Col("role", "key", once=True), Col("rank", "key")] +

@@ -223,12 +223,14 @@ def _words(plain: str) -> list[tuple[int, int]]:
     return out
 
 
-def wrap(text: Text | str, width: int, hang: int = 0) -> list[Text]:
+def wrap(text: Text | str, width: int, hang: int = 0, sep: str | None = None) -> list[Text]:
     """``text`` as lines of at most ``width`` cells, broken at spaces (never between a figure and its unit); a
-    word wider than a line is folded. Continuation lines are indented like the first line plus ``hang``."""
+    word wider than a line is folded. Continuation lines are indented like the first line plus ``hang``.
+    ``sep``: the text is a list (``a 1 ms, b 2 ms``): break after a separator, inside an entry only when it is
+    wider than a line."""
     text = Text(text) if isinstance(text, str) else text
     if "\n" in text.plain:
-        return [line for part in text.split("\n", allow_blank=True) for line in wrap(part, width, hang)]
+        return [line for part in text.split("\n", allow_blank=True) for line in wrap(part, width, hang, sep)]
     plain = text.plain
     lead = len(plain) - len(plain.lstrip(" "))
     cont = lead + hang
@@ -240,18 +242,26 @@ def wrap(text: Text | str, width: int, hang: int = 0) -> list[Text]:
     def room() -> int:  # the width of the line being filled (the last of spans)
         return width - (lead if len(spans) <= 1 else cont)
 
-    queue = _words(plain)
+    if sep:
+        cuts = [0, *(m.end() for m in re.finditer(re.escape(sep), plain)), len(plain)]
+        queue = [(a + len(plain[a:b]) - len(plain[a:b].lstrip()), b, True) for a, b in zip(cuts, cuts[1:])
+                 if plain[a:b].strip()]
+    else:
+        queue = [(s, e, False) for s, e in _words(plain)]
     while queue:
-        s, e = queue.pop(0)
+        s, e, entry = queue.pop(0)
         word_end = s + len(plain[s:e].rstrip())
         if spans and cell_len(plain[spans[-1][0]:word_end]) <= room():
             spans[-1] = (spans[-1][0], word_end)
             continue
         if " " in plain[s:word_end] and cell_len(plain[s:word_end]) > width - cont:
             # a joined word wider than a line: break it where it was joined rather than inside a word
-            cut = plain.index(" ", s)
-            cut = len(plain[:cut]) + len(plain[cut:e]) - len(plain[cut:e].lstrip(" "))
-            queue[:0] = [(s, cut), (cut, e)]
+            if entry:  # an entry of a list: its words
+                queue[:0] = [(s + a, s + b, False) for a, b in _words(plain[s:e])]
+            else:
+                cut = plain.index(" ", s)
+                cut = len(plain[:cut]) + len(plain[cut:e]) - len(plain[cut:e].lstrip(" "))
+                queue[:0] = [(s, cut, False), (cut, e, False)]
             continue
         pos = s  # the word starts a line; folded when it is wider than a line
         while True:
@@ -508,5 +518,5 @@ class FitTable:
                 if row[i].plain.strip() in cols[i].empty:
                     continue
                 line = Text.assemble(" " * indent, (f"{cols[i].name}: ", "dim"), row[i])
-                out += wrap(line, width, hang=2)
+                out += wrap(line, width, hang=2, sep=", " if cols[i].kind == "line" else None)
         return out
