@@ -21,6 +21,9 @@ import termios
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
@@ -308,3 +311,37 @@ def test_a_table_too_wide_for_its_figures_goes_on_in_a_second_part_with_its_keys
     assert all(f in text for row in figures for f in row)
     assert text.count("\n0 ") == text.count("\n2 ") == 2  # each part repeats the rank
     assert "unused (no data)" in text and text.count("phases: actor/update 12.35 ms") == 3
+
+
+_NAMES = st.text(alphabet="ab_:<>(), 0123456789x.#", max_size=300)
+_WORDS = st.lists(st.text(alphabet="abcdefgh/_.0123456789", min_size=1, max_size=40), max_size=12).map(" ".join)
+
+
+@settings(max_examples=200)
+@given(st.lists(_NAMES, min_size=1, max_size=6), st.integers(1, 120))
+def test_any_name_cut_fits_shows_the_cut_and_keeps_clear_of_digits(names, width):
+    for name, cut in zip(names, distinct_cuts(names, width)):
+        assert cell_len(cut) <= width and (cut == name or "…" in cut)
+        assert not CUT_FIGURE.search(cut), (name, cut)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.sampled_from(["num", "fixed", "name", "text", "line"]), min_size=1, max_size=10),
+       st.integers(1, 4), st.integers(80, 160), st.booleans(), st.data())
+def test_any_table_fits_its_width_with_every_figure_whole(kinds, rows, width, whole_names, data):
+    t = FitTable(data.draw(_WORDS), [Col("role", "key", once=True), Col("rank", "key")] +
+                 [Col(f"c{i} {kind}", kind) for i, kind in enumerate(kinds)])
+    figures = []
+    for r in range(rows):
+        cells = []
+        for kind in kinds:
+            if kind == "num":
+                cells.append(us(data.draw(st.floats(0, 1e10))))
+                figures.append(cells[-1])
+            else:
+                cells.append(data.draw(st.text("abc-", max_size=12) if kind == "fixed" else
+                                       _NAMES if kind == "name" else _WORDS))
+        t.add_row(data.draw(st.sampled_from(["actor", "rollout"])), str(r), *cells)
+    lines = [line.plain for line in t.lines(width, whole_names=whole_names)]
+    assert all(cell_len(line) <= width for line in lines), lines
+    assert all(f in "\n".join(lines) for f in figures)

@@ -84,21 +84,21 @@ def _tail(s: str, n: int) -> int:
     return 0
 
 
-def _snap_end(s: str, a: int, lo: int) -> int:
+def _snap_end(s: str, a: int, lo: int) -> int | None:
     """Move a cut's left end back (to ``lo`` at most) so that no digit precedes ``…``, onto a word boundary
-    when one is near."""
+    when one is near; None when every place down to ``lo`` follows a digit."""
     for i in range(a, max(lo, a - 10) - 1, -1):
         if i > 0 and not s[i - 1].isdigit() and (s[i - 1] in _SEP or (i < len(s) and s[i] in _SEP)):
             return i
     for i in range(a, lo - 1, -1):
         if i == 0 or not s[i - 1].isdigit():
             return i
-    return lo
+    return None
 
 
-def _snap_start(s: str, b: int, hi: int) -> int:
+def _snap_start(s: str, b: int, hi: int) -> int | None:
     """Move a cut's right end forward (to ``hi`` at most) so that no digit follows ``…``, onto a word boundary
-    when one is near."""
+    when one is near; None when every place up to ``hi`` is a digit."""
     for i in range(b, min(hi, b + 10) + 1):
         if i >= len(s):
             return len(s)
@@ -107,7 +107,7 @@ def _snap_start(s: str, b: int, hi: int) -> int:
     for i in range(b, hi + 1):
         if i >= len(s) or not s[i].isdigit():
             return i
-    return hi
+    return None
 
 
 def _drop_args(s: str) -> str:
@@ -126,36 +126,35 @@ def _drop_args(s: str) -> str:
 
 def cut_middle(s: str, width: int, keep: int | None = None) -> str:
     """``s`` in at most ``width`` cells: whole when it fits; else its closing argument list as ``(…)``, then
-    the middle taken out (``head…tail``), the cut on a word boundary when one is near and never beside a digit.
-    ``keep``: an index whose neighbourhood must stay visible (where the name differs from another), shown as
-    ``head…middle…tail``."""
+    the middle taken out (``head…tail``), the cut on a word boundary when one is near and never beside a digit
+    (so a cut cannot pass for a number). ``keep``: an index whose neighbourhood must stay visible (where the
+    name differs from another), shown as ``head…middle…tail``."""
     if cell_len(s) <= width:
         return s
-    if width < 8:
-        return s[:_snap_end(s, _head(s, max(0, width - 1)), 0)] + ELLIPSIS
-    if keep is None or keep <= 0 or keep >= len(s):
-        short = _drop_args(s)
+    if width < 8 or keep is None or keep <= 0 or keep >= len(s):
+        short = _drop_args(s) if width >= 8 else s
         if cell_len(short) <= width:
             return short
         s = short
         body = width - 1
-        a = _snap_end(s, _head(s, body - body // 3), 1)
-        b = _tail(s, body - cell_len(s[:a]))
-        b = _snap_start(s, max(b, a + 1), len(s))
-        return s[:a] + ELLIPSIS + s[b:]
+        a = _snap_end(s, _head(s, body - body // 3 if width >= 8 else body), 0) or 0
+        b = _snap_start(s, max(_tail(s, body - cell_len(s[:a])), a + 1), len(s))
+        return s[:a] + ELLIPSIS + s[len(s) if b is None else b:]
     body = width - 2
-    a = _snap_end(s, _head(s, body * 2 // 5), 1)
-    if keep <= a + 4:  # the head already shows it
-        return cut_middle(s, width)
+    a = _snap_end(s, _head(s, body * 2 // 5), 0) or 0
     w0 = _snap_start(s, max(a + 1, keep - 8), keep)
+    if keep <= a + 4 or w0 is None:  # the head already shows it, or no clean place to start the middle
+        return cut_middle(s, width)
     budget = body - cell_len(s[:a])
     w1 = _head(s, budget - min(budget // 3, 16), w0)
     if w1 >= len(s):  # the rest fits: no third part
         w0 = _snap_start(s, _tail(s, body + 1 - cell_len(s[:a])), len(s))
-        return s[:a] + ELLIPSIS + s[w0:]
+        return s[:a] + ELLIPSIS + s[len(s) if w0 is None else w0:]
     w1 = _snap_end(s, w1, w0 + 1)
+    if w1 is None:
+        return cut_middle(s, width)
     b = _snap_start(s, max(w1 + 1, _tail(s, body - cell_len(s[:a]) - cell_len(s[w0:w1]))), len(s))
-    return s[:a] + ELLIPSIS + s[w0:w1] + ELLIPSIS + s[b:]
+    return s[:a] + ELLIPSIS + s[w0:w1] + ELLIPSIS + s[len(s) if b is None else b:]
 
 
 def _common_prefix(a: str, b: str) -> int:
