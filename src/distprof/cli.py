@@ -16,19 +16,20 @@ import traceback
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
-from rich.table import Table
 from rich.text import Text
 
 from . import render
+from .termfit import FitConsole
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
-console = Console()
+# On a terminal everything fits its width (termfit); a file or a pipe gets tables laid out for 200 columns with
+# names whole, and each message on one line.
+console = FitConsole()
 if not console.is_terminal:
-    console.width = max(console.width, 200)  # a file or a pipe: no terminal to fit, so do not crop names
-err = Console(stderr=True)
+    console.width = max(console.width, 200)
+err = FitConsole(stderr=True)
 
 
 def _setup_logging(verbose: int) -> None:
@@ -90,12 +91,7 @@ def demo(
     out = out or tempfile.mkdtemp(prefix="distprof-demo-")
     with console.status("starting...") as status:
         result = rl_job.run(out, steps=steps, progress=lambda msg: status.update(msg), slow_ms=slow_ms)
-    table = Table(title=f"Traces in {result.run_dir}")
-    for col in ("role", "rank", "steps", "file", "bytes"):
-        table.add_column(col, justify="right" if col in ("rank", "bytes") else "left")
-    for rec in sorted(result.files, key=lambda r: (r["role"], r["rank"], r["steps"])):
-        table.add_row(rec["role"], str(rec["rank"]), f"{rec['steps'][0]}-{rec['steps'][1]}", rec["file"], f"{rec['bytes']:,}")
-    console.print(table)
+    console.print(render.files_table(result.run_dir, result.files))
     console.print(f"mean reward per step: {', '.join(f'{r:.3f}' for r in result.rewards)}")
     if not result.check.ok:
         err.print(f"[red]the run directory is incomplete[/red]; see: distprof check {result.run_dir}", soft_wrap=True)
@@ -140,9 +136,8 @@ def check(
     if result.error:
         err.print(Text.assemble(("error: ", "red"), render.plain(result.error)), soft_wrap=True)
         raise typer.Exit(code)
-    table = Table(title=Text(f"distprof check {render.plain(result.run_dir)}"))
-    for col in ("role", "rank", "steps", "status", "file", "detail"):
-        table.add_column(col)
+    table = render.table(Text(f"distprof check {render.plain(result.run_dir)}"),
+                         ["role", "rank", ("steps", "fixed"), ("status", "fixed"), ("file", "name"), "detail"])
     colors = {"ok": "green", "unlisted": "yellow", "not_reached": "yellow"}
     for i in result.items:
         steps = f"{i.steps[0]}-{i.steps[1]}" if i.steps else ""
@@ -512,9 +507,9 @@ def trigger(
 def _render_trigger_status(got: dict) -> None:
     """One row per (request, role, rank) answer; the strings come from files others wrote: Text only."""
     colors = {"captured": "green", "accepted": "cyan", "skipped": "yellow", "refused": "red"}
-    table = Table(title=Text(f"distprof trigger {render.plain(got['run_dir'])} --status"))
-    for col in ("request", "start", "role", "rank", "state", "steps", "detail"):
-        table.add_column(col, overflow="fold")
+    table = render.table(Text(f"distprof trigger {render.plain(got['run_dir'])} --status"),
+                         [("request", "key"), ("start", "num"), "role", "rank", ("state", "fixed"), ("steps", "fixed"),
+                          "detail"])
     for r in got["requests"]:
         start = "" if r["start_step"] is None else str(r["start_step"])
         if not r["acks"]:
@@ -548,9 +543,8 @@ def _render_validation(t: Any, file: str) -> None:
         console.print(Text("Resulting distprof config (settings that differ from the defaults):", style="bold"))
         for line in (body or "{}").splitlines():
             console.print(txt(line), soft_wrap=True)
-        roles = Table(title="Roles", title_justify="left")
-        for col in ("role", "captures", "backend", "ranks", "steps", "options"):
-            roles.add_column(col, overflow="fold")
+        roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
+                                       "options"])
         for role, s in t.roles().items():
             steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
             opts = s.get("torch") or s.get(s["backend"]) or {}
@@ -560,17 +554,13 @@ def _render_validation(t: Any, file: str) -> None:
                           txt(s["backend"]), txt(short(s["ranks"])), txt(steps), txt(short(opts)))
         console.print(roles)
     if t.dialect != "distprof" and t.mapping:
-        table = Table(title="Mapping, field by field", title_justify="left")
-        for col in ("source field", "value", "distprof field", "becomes", "note"):
-            table.add_column(col, overflow="fold")
+        table = render.table("Mapping, field by field", ["source field", "value", "distprof field", "becomes", "note"])
         for m in t.mapping:
             table.add_row(txt(m.source), txt(short(m.value)), txt(m.target),
                           txt("-" if m.result is MISSING else short(m.result)), txt(m.note))
         console.print(table)
     if t.dropped:
-        table = Table(title="Dropped (not honoured)", title_justify="left")
-        for col in ("source field", "value", "why"):
-            table.add_column(col, overflow="fold")
+        table = render.table("Dropped (not honoured)", ["source field", "value", "why"])
         for d in t.dropped:
             table.add_row(txt(d.source), txt(short(d.value)), txt(d.reason))
         console.print(table)

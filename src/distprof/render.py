@@ -2,7 +2,8 @@
 
 Every string that comes from a trace (kernel, op, annotation, role, file name) is put in a table as a
 ``rich.text.Text``, never as markup, so ``[param|cuda]`` prints as written and ``[/x]`` cannot break
-or restyle the output.
+or restyle the output. Tables are :class:`~distprof.termfit.FitTable`: they fit the width they are printed at
+(no figure cut, long names cut in the middle on a terminal, whole in a file; the rules are in ``termfit``).
 """
 
 from __future__ import annotations
@@ -10,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from .safetext import visible
+from .termfit import BLANK, Col, FitTable, fit_name, say
 
 __all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note",
-           "profiling_cost"]
+           "profiling_cost", "table", "files_table", "Col", "say"]
 
 
 def us(v: float | None) -> str:
@@ -34,40 +35,59 @@ def plain(s: Any) -> str:
     return visible(s)
 
 
-def _t(s: Any, limit: int = 120) -> Text:
-    """A trace string as plain text (no markup, no control characters), cut to ``limit`` characters (C++ kernel
-    names run to thousands)."""
-    s = plain(s)
-    return Text(s if len(s) <= limit else s[:limit - 1] + "…")
+def _t(s: Any) -> Text:
+    """A trace string as plain text (no markup, no control characters), whole: the table it goes in cuts a name
+    that does not fit (C++ kernel names run to thousands of characters) in the middle, on a terminal only."""
+    return Text(plain(s))
 
 
 def _rank(r: Any) -> str:
     return "?" if r is None else str(r)
 
 
-def _table(title: str, cols: list[str], left: tuple[str, ...] = ("name", "role")) -> Table:
-    t = Table(title=title, title_justify="left")
-    for c in cols:
-        wide = c in ("name", "phases")
-        # Names and phases fold to fit the terminal; numbers keep their width.
-        t.add_column(c, justify="left" if c in left else "right", overflow="fold" if wide else "ellipsis",
-                     no_wrap=not wide, max_width=70 if wide else None, min_width=None if wide else len(c))
+def _kind(c: str, left: tuple[str, ...]) -> str:
+    """A column's layout by its name: names cut or fold, phases go under the row, role/step/rank are keys,
+    other left-aligned columns are prose, the rest figures (never cut)."""
+    return "line" if c == "phases" else "name" if c in ("name", "file") else "key" if c in ("role", "rank", "step") \
+        else "text" if c in left else "num"
+
+
+def _table(title: str | Text, cols: list[str], left: tuple[str, ...] = ("name", "role"),
+           empty: tuple[str, ...] = BLANK) -> FitTable:
+    """A table of figures: ``left`` columns are text, the others figures; a figure column whose every cell is in
+    ``empty`` is left out (and named under the table)."""
+    return FitTable(title, [Col(c, _kind(c, left), empty=BLANK if _kind(c, left) == "key" else empty,
+                                once=c == "role") for c in cols])
+
+
+def table(title: str | Text, cols: list[tuple[str, str] | str]) -> FitTable:
+    """A table for the CLI's other verbs: each column ``(name, kind)`` (kinds in ``termfit.Col``) or a name
+    (a key for role/rank, else text)."""
+    return FitTable(title, [Col(*c) if isinstance(c, tuple) else Col(c, "key" if c in ("role", "rank") else "text",
+                                                                      once=c == "role") for c in cols])
+
+
+def files_table(run_dir: str, files: list[dict[str, Any]]) -> FitTable:
+    """The trace files a run wrote (the demo's first table): role, rank, steps, file, bytes."""
+    t = table(Text(f"Traces in {plain(run_dir)}"), ["role", "rank", ("steps", "fixed"), ("file", "name"), ("bytes", "num")])
+    for rec in sorted(files, key=lambda r: (r["role"], r["rank"], r["steps"])):
+        t.add_row(_t(rec["role"]), str(rec["rank"]), f"{rec['steps'][0]}-{rec['steps'][1]}", _t(rec["file"]),
+                  f"{rec['bytes']:,}")
     return t
 
 
 def problems(err: Console, result: dict[str, Any]) -> None:
     """Errors, salvaged files, conflicts and warnings, one line each, on stderr."""
     for e in result.get("errors", []):
-        err.print(Text.assemble(("cannot read ", "red"), plain(e["message"])), soft_wrap=True)
+        say(err, Text.assemble(("cannot read ", "red"), plain(e["message"])), hang=2)
     for s in result.get("salvaged", []):
         notes = "; ".join(s.get("notes") or []) or "truncated"
-        err.print(Text.assemble(("salvaged ", "yellow"), plain(f"{s['path']}: read in part ({notes}); "
-                                                              "its figures cover only what could be read")),
-                  soft_wrap=True)
+        say(err, Text.assemble(("salvaged ", "yellow"), plain(f"{s['path']}: read in part ({notes}); "
+                                                              "its figures cover only what could be read")), hang=2)
     for c in result.get("conflicts", []):
-        err.print(Text.assemble(("conflict ", "yellow"), plain(f"{c['path']}: {c['reason']}")), soft_wrap=True)
+        say(err, Text.assemble(("conflict ", "yellow"), plain(f"{c['path']}: {c['reason']}")), hang=2)
     for w in result.get("warnings", []):
-        err.print(Text.assemble(("warning ", "yellow"), plain(w)), soft_wrap=True)
+        say(err, Text.assemble(("warning ", "yellow"), plain(w)), hang=2)
 
 
 def scope_note(result: dict[str, Any]) -> Text | None:
@@ -89,7 +109,7 @@ def scope_note(result: dict[str, Any]) -> Text | None:
 def summary(console: Console, s: dict[str, Any]) -> None:
     note = scope_note(s)
     if note is not None:
-        console.print(note, soft_wrap=True)
+        say(console, note)
     if s["kernels"]:
         t = _table("Device kernels, memcpy, memset (all ranks; share of device time)", ["name", "count", "total", "share"])
         for r in s["kernels"]:
@@ -139,10 +159,8 @@ def summary(console: Console, s: dict[str, Any]) -> None:
     b = s.get("step_breakdown")
     if b:
         t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
-                   ["step", "kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu exec", "other"])
-        t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-"
-                                     for k in ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader",
-                                               "cpu_exec", "other")])
+                   ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
+        t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
         console.print(t)
     profiling_cost(console, s.get("profiling_cost"))
 
@@ -174,7 +192,7 @@ def _idle_table(console: Console, s: dict[str, Any]) -> None:
     if overall is None:
         return
     if not overall.get("applicable"):
-        console.print(Text(f"Device idle by cause: {_not_applicable(overall)}"))
+        say(console, Text(f"Device idle by cause: {_not_applicable(overall)}"))
         return
     t = _table(f"Per rank: device idle by cause (idle: share of the device span; causes: share of idle; "
                f"kernel wait: gaps < {overall['kernel_wait_below_us']:g} us)",
@@ -198,13 +216,13 @@ def _launch_table(console: Console, s: dict[str, Any]) -> None:
     if overall is None:
         return
     if not overall.get("applicable"):
-        console.print(Text(f"Kernel launches: {_not_applicable(overall)}"))
+        say(console, Text(f"Kernel launches: {_not_applicable(overall)}"))
         return
     th = overall["thresholds"]
     t = _table(f"Per rank: kernel launches (delay: device start - call end, outlier > "
                f"{th['launch_delay_cutoff_us']:g} us; short: device time < call time)",
                ["role", "rank", "launches", "delay mean", "p95", "max", "outliers", "call / device", "short",
-                "launch-bound steps"])
+                "launch-bound steps"], left=("role", "launch-bound steps"))
     for r in s["ranks"]:
         f = r.get("launch")
         na = _not_applicable(f)
@@ -248,7 +266,7 @@ def _step_breakdown_table(console: Console, d: dict[str, Any]) -> None:
         return
     t = _table("Per step, mean over its ranks: TensorBoard-style breakdown (share of the step) and communication "
                "overlapped by compute", ["role", "step", "duration", *(c.replace("_", " ") for c in _BREAKDOWN),
-                                         "comm overlapped"])
+                                         "comm overlapped"], empty=(*BLANK, "0%"))
     for row in rows:
         figs = [x["breakdown"] for x in row["ranks"] if x.get("breakdown")]
         dur = sum(f["dur_us"] for f in figs)
@@ -276,10 +294,10 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         for j, x in enumerate(shown):
             mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
             ph = Text(", ").join([Text(f"{plain(k)} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
-            t.add_row(_t(row["role"]) if j == 0 else "", label if j == 0 else "", _rank(x["rank"]) + mark,
+            t.add_row(_t(row["role"]), label, _rank(x["rank"]) + mark,
                       us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), _step_idle(x), ph)
         if len(shown) < len(ranks):
-            t.add_row("", "", f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
+            t.add_row(_t(row["role"]), label, f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
         t.add_section()
     console.print(t)
     _step_breakdown_table(console, d)
@@ -289,20 +307,19 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         from .analysis.launch import LAUNCH_BOUND_IDLE_SHARE  # the rule's threshold, spelled once
         listed = "; ".join(f"step {row['step']}: rank{'s' if len(r) > 1 else ''} {','.join(map(_rank, r))}"
                            for row, r in bound[:10]) + (" ..." if len(bound) > 10 else "")
-        console.print(Text(f"LB = launch-bound ({listed}): device idle >= {LAUNCH_BOUND_IDLE_SHARE:.0%} of the step's "
+        say(console, Text(f"LB = launch-bound ({listed}): device idle >= {LAUNCH_BOUND_IDLE_SHARE:.0%} of the step's "
                            "device span, at least half of it waiting for the CPU to launch work, and at least half "
                            "the kernels shorter than their launch calls. "
-                           "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."),
-                      soft_wrap=True)
+                           "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."))
     elif any((x.get("idle") or {}).get("applicable") for row in d["steps"] for x in row["ranks"]):
-        console.print(Text("device idle: share of the step's device span idle (host: share of that idle spent "
-                           "waiting for the CPU to launch work)."), soft_wrap=True)
+        say(console, Text("device idle: share of the step's device span idle (host: share of that idle spent "
+                          "waiting for the CPU to launch work)."))
 
 
 def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
     if r["matched"] == 0:
-        err.print("no collective could be matched across ranks (need 2+ ranks of one role with collective kernels "
-                  "or c10d ops in the same steps)", style="yellow", soft_wrap=True)
+        say(err, Text("no collective could be matched across ranks (need 2+ ranks of one role with collective kernels "
+                      "or c10d ops in the same steps)", style="yellow"))
     t = _table(f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])}); "
                "waits are unions: overlapping collectives count once",
                ["role", "rank", "wait caused", "late arrivals", "waited", "collectives"])
@@ -324,8 +341,8 @@ def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
                       us(w["wait_caused_us"]), us(w["max_wait_us"]))
         console.print(t)
     for m in r["mismatched"]:
-        err.print(Text(plain(f"warning: {m['kind']} in group {m['group']} (step {_step(m['step'])}) has different "
-                             f"counts per rank {m['counts']}: matched up to the smallest")), style="yellow", soft_wrap=True)
+        say(err, Text(plain(f"warning: {m['kind']} in group {m['group']} (step {_step(m['step'])}) has different "
+                            f"counts per rank {m['counts']}: matched up to the smallest"), style="yellow"), hang=2)
 
 
 def diff(console: Console, d: dict[str, Any]) -> None:
@@ -360,20 +377,20 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
     seen = f"{n_steps} step{'' if n_steps == 1 else 's'} of {n_ranks} rank{'' if n_ranks == 1 else 's'} analysed" + \
         ("" if a.get("device") else "; no device events, so only the host rules apply")
     if not findings:
-        console.print(Text(f"No problems found above the thresholds ({seen}).", style="green"), soft_wrap=True)
+        say(console, Text(f"No problems found above the thresholds ({seen}).", style="green"))
         return
-    console.print(Text(f"Diagnosis: {len(findings)} finding{'s' if len(findings) > 1 else ''}, ranked by the step time "
-                       f"they cost ({seen})", style="bold"), soft_wrap=True)
+    say(console, Text(f"Diagnosis: {len(findings)} finding{'s' if len(findings) > 1 else ''}, ranked by the step time "
+                      f"they cost ({seen})", style="bold"))
     for i, f in enumerate(findings, 1):
         cost = us(f["cost_us"]) + (f" ({share(f['cost_share'])} of step time)" if f.get("cost_share") is not None else "")
-        console.print(Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")))
-        console.print(Text.assemble("   ", plain(f["claim"])))
+        say(console, Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")), hang=3)
+        say(console, Text.assemble("   ", plain(f["claim"])))
         w = _what_if(f.get("what_if"))
         if w:
-            console.print(Text.assemble("   ", ("what-if: ", "cyan"), plain(w)))
-        console.print(Text.assemble("   ", ("fix: ", "green"), plain(f["fix"])))
+            say(console, Text.assemble("   ", ("what-if: ", "cyan"), plain(w)))
+        say(console, Text.assemble("   ", ("fix: ", "green"), plain(f["fix"])))
         ev = f["evidence"]
-        names = ", ".join(plain(n if len(n) <= 80 else n[:79] + "…") for n in ev["names"][:3])
+        names = ", ".join(fit_name(console, plain(n), min(60, max(24, console.width - 16))) for n in ev["names"][:3])
         where = "; ".join(p for p in (
             f"role {plain(ev['role'])}" if ev.get("role") else "",
             f"ranks {', '.join(map(_rank, ev['ranks'][:8]))}{' ...' if len(ev['ranks']) > 8 else ''}" if ev["ranks"] else "",
@@ -381,4 +398,4 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
             f"names {names}" if names else "",
             f"plot {f['plot']}" if f.get("plot") else "") if p)
         if where:
-            console.print(Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))
+            say(console, Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))
