@@ -554,13 +554,14 @@ def _render_validation(t: Any, file: str) -> None:
                           txt(s["backend"]), txt(short(s["ranks"])), txt(steps), txt(short(opts)))
         console.print(roles)
     if t.dialect != "distprof" and t.mapping:
-        table = render.table("Mapping, field by field", ["source field", "value", "distprof field", "becomes", "note"])
+        table = render.table("Mapping, field by field", [("source field", "name"), "value", ("distprof field", "name"),
+                                                                 "becomes", "note"])
         for m in t.mapping:
             table.add_row(txt(m.source), txt(short(m.value)), txt(m.target),
                           txt("-" if m.result is MISSING else short(m.result)), txt(m.note))
         console.print(table)
     if t.dropped:
-        table = render.table("Dropped (not honoured)", ["source field", "value", "why"])
+        table = render.table("Dropped (not honoured)", [("source field", "name"), "value", "why"])
         for d in t.dropped:
             table.add_row(txt(d.source), txt(short(d.value)), txt(d.reason))
         console.print(table)

@@ -411,7 +411,9 @@ class FitTable:
             c = cols[i]
             head, word = cell_len(c.name), max((cell_len(w) for w in c.name.split()), default=0)
             want[i] = max(min(cw[i], NAME_WHOLE) if c.kind == "name" and whole_names else cw[i], head)
-            if c.kind == "name":
+            if c.kind == "name" and whole_names:  # a pipe or file keeps names whole: prose wraps instead
+                floor[i] = good[i] = want[i]
+            elif c.kind == "name":
                 floor[i] = max(min(cw[i], NAME_MIN), word)
                 good[i] = max(min(cw[i], NAME_GOOD), floor[i])
             elif c.kind == "text":
