@@ -148,8 +148,9 @@ def _waiting_text(job: Job, role: Any, culprits: list[Any], rows: list[dict[str,
             synced[c["waiter"]] += c.get("sync_us", 0.0)
     n = len(rows)
     total = sum(waited.values())
-    text = (f"the other rank waits {fmt_dur(total / n)} per step for it" if len(waited) == 1 else
-            f"the other ranks wait {fmt_dur(total / n)} per step for it in all "
+    it = "it" if len(culprits) == 1 else "them"
+    text = (f"the other rank waits {fmt_dur(total / n)} per step for {it}" if len(waited) == 1 else
+            f"the other ranks wait {fmt_dur(total / n)} per step for {it} in all "
             f"(up to {fmt_dur(max(waited.values(), default=0.0) / n)} each)")
     sync_ranks = sorted((r for r in synced if synced[r] > 0), key=lambda r: (-synced[r], str(r)))
     if sync_ranks:
@@ -163,7 +164,7 @@ def _waiting_text(job: Job, role: Any, culprits: list[Any], rows: list[dict[str,
                     calls[name] += v
         call = max(calls, key=lambda k: calls[k]) if calls else "sync calls"
         text += (f"; {fmt_dur(sum(synced.values()) / n)} of that is {ranks_text(sync_ranks)} blocked in "
-                 f"{name_text(call)} (their host waits for the device, which waits for it: the sync is where "
+                 f"{name_text(call)} (their host waits for the device, which waits for {it}: the sync is where "
                  f"they wait, not a cause)")
     ranked = sorted(waited, key=lambda r: (-waited[r], _rank_key(r)))
     return text, ranked, {"waited_for_us": by_rank({r: waited[r] for r in ranked}),
