@@ -63,7 +63,7 @@ import numpy as np
 from .. import intervals as iv
 from .ranks import add, summed
 from .table import TraceTable
-from .vocab import ON_HOST, Kind, ThreadKind, is_dataloader, is_sync
+from .vocab import ON_HOST, Kind, ThreadKind, collective_source, is_dataloader, is_sync
 
 __all__ = ["extract", "combine", "analyse", "present", "step_figure", "KERNEL_WAIT_BELOW_US", "CAUSES",
            "not_applicable", "HOST_CAUSES", "HOST_HOLE_US"]
@@ -162,8 +162,8 @@ class _Host:
         op, rt, ann = k == Kind.CPU_OP, k == Kind.RUNTIME, k == Kind.ANNOTATION
         sync = (op | rt) & sync_name[tb.name] if ts.size else np.zeros(0, dtype=bool)
         comm_thread = tb.thread_kind_of_event() == ThreadKind.ALL.index(ThreadKind.COMMUNICATION)
-        self.collective = iv.merge(ts[(op | ann) & tb.comm], end[(op | ann) & tb.comm]) \
-            if tb.collective_source() == ON_HOST else iv.empty()
+        on_host = collective_source(((k == Kind.KERNEL) & tb.comm & tb.scope).any()) == ON_HOST
+        self.collective = iv.merge(ts[(op | ann) & tb.comm], end[(op | ann) & tb.comm]) if on_host else iv.empty()
         self.sync = iv.merge(ts[sync], end[sync])
         # Ops that launch device work: an op whose External id a launch call (a runtime call with device
         # work) carries. With the runtime calls and the short holes between them: the host issuing work.

@@ -95,7 +95,8 @@ def launch_bound(idle_fig: dict[str, Any] | None, launches: int) -> bool:
     host = idle_fig["host_wait_us"]
     return (idle_fig["idle_us"] / idle_fig["span_us"] >= LAUNCH_BOUND_IDLE_SHARE
             and host / idle_fig["idle_us"] >= LAUNCH_BOUND_HOST_WAIT_SHARE
-            and host > 0 and (idle_fig.get("host_wait") or {}).get("launch_us", 0.0) / host >= LAUNCH_BOUND_LAUNCH_SHARE)
+            and host > 0
+            and (idle_fig.get("host_wait") or {}).get("launch_us", 0.0) / host >= LAUNCH_BOUND_LAUNCH_SHARE)
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:

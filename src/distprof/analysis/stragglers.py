@@ -42,7 +42,7 @@ import numpy as np
 from .ranks import role_of, runs
 from .table import TraceTable
 from .. import intervals as iv
-from .vocab import ON_DEVICE, Kind, is_collective_op, is_sync
+from .vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
 
 __all__ = ["extract", "combine"]
 
@@ -64,7 +64,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
 
     gpu = np.flatnonzero((k == Kind.KERNEL) & tb.comm & tb.scope)
     out, syncs = [], []
-    if tb.collective_source() == ON_DEVICE:
+    if collective_source(gpu.size > 0) == ON_DEVICE:
         source = "gpu"
         sync_name = np.array([is_sync(nm) for nm in tb.names], dtype=bool)
         m = ((k == Kind.RUNTIME) | (k == Kind.CPU_OP)) & tb.scope & sync_name[tb.name]

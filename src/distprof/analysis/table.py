@@ -29,8 +29,8 @@ import numpy as np
 from .. import intervals as iv
 from .reader import Complete, Int64, Meta, decode_run
 from .selection import Selection
-from .vocab import (KIND_OF_CATEGORY, ON_DEVICE, Kind, ThreadKind, collective_kind, collective_source,
-                    is_comm_host_event, is_comm_kernel, is_dataloader, looks_like_device, profiler_step, thread_kind)
+from .vocab import (KIND_OF_CATEGORY, ON_DEVICE, Kind, ThreadKind, collective_kind, collective_source, is_comm_host_event,
+                    is_comm_kernel, is_dataloader, looks_like_device, profiler_step, thread_kind)
 
 if TYPE_CHECKING:
     from .parallel import SplitPool
@@ -408,15 +408,6 @@ class TraceTable:
             cached = self._cache["tk"] = per_track[self.track] if self.track.size else np.empty(0, dtype=np.int8)
         return cached
 
-    def collective_source(self) -> str:
-        """Where this rank's collectives run (:func:`.vocab.collective_source`): on the device when a collective
-        kernel is in scope, else on the host."""
-        cached = self._cache.get("collective_source")
-        if cached is None:
-            cached = self._cache["collective_source"] = collective_source(
-                bool(((self.kind == Kind.KERNEL) & self.comm & self.scope).any()))
-        return cached
-
     def collective_label(self, j: int) -> tuple[str, str]:
         """(process group, kind) of comm event ``j``: recorded metadata first, else from the name."""
         g, c = self.meta.get(j, (None, None))
@@ -429,8 +420,6 @@ class Sets:
 
     Device: ``compute`` (kernels that are not collectives), ``comm`` (collective kernels), ``memory``
     (memcpy and memset), ``device_span`` (first device start to last device end, as a set of one).
-    ``collectives``: the rank's collectives where they run (:func:`.vocab.collective_source`): ``comm``, or
-    ``host_comm`` on a rank without collective kernels (gloo, with CPU or CUDA tensors).
     Host: ``host_compute`` (CPU ops that are not communication, on every thread but communication
     threads), ``host_comm`` (c10d ops, record_param_comms, nccl:/gloo: ranges, on any thread),
     ``host_span`` (the selected steps' ranges with --steps/--steps-only, else the first to the last host
@@ -450,7 +439,7 @@ class Sets:
     dataloader: iv.IntervalSet
     host_ops: iv.IntervalSet  # every CPU op, annotation (not steps) and python function: the TB plugin's "CpuOp"
     threads: dict[str, iv.IntervalSet]  # thread kind -> its CPU ops
-    collectives: iv.IntervalSet  # comm, or host_comm where the rank's collectives run on the host
+    collectives: iv.IntervalSet  # comm, or host_comm on a rank without collective kernels (vocab.collective_source)
 
     @classmethod
     def of(cls, tb: TraceTable, step: int | None) -> "Sets":
@@ -503,7 +492,7 @@ class Sets:
                    device_span=device_span, host_compute=host_compute, host_comm=host_comm, host_span=host_span,
                    runtime=host(k == Kind.RUNTIME), dataloader=host(dl),
                    host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads,
-                   collectives=comm if tb.collective_source() == ON_DEVICE else host_comm)
+                   collectives=comm if collective_source((kernel & tb.comm & tb.scope).any()) == ON_DEVICE else host_comm)
 
 
 def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
@@ -514,8 +503,6 @@ def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
     remap = np.zeros(max(ids.values()) + 1, dtype=np.int32)
     remap[np.fromiter(ids.values(), dtype=np.int64, count=len(ids))] = np.arange(len(ids), dtype=np.int32)
     return remap[np.frombuffer(sparse, dtype=np.int64)]
-
-
 
 
 class Columns:
