@@ -19,7 +19,7 @@ import pytest
 from distprof.analysis import analyze, idle, launch
 from distprof.analysis.selection import Selection
 
-from tracekit import DLRM, TRACES, X, cli, load, write
+from tracekit import DLRM, H100, TRACES, X, cli, load, write
 
 HTA = os.path.join(TRACES, "hta")
 NCCL = os.path.join(HTA, "nccl_data.json.gz")
@@ -193,9 +193,13 @@ def test_per_step_figures_match_a_plain_computation():
         lf = x["launch"]
         assert lf["launches"] == len(delays) and lf["delay_max_us"] == approx(max(delays))
         assert lf["delay_p95_us"] == approx(percentile(delays, 0.95))
-        # Launch-bound by the stated rule, from the figures shown beside it.
-        short = lf["short_share"]
-        rule = x["idle"]["idle_share"] >= 0.2 and x["idle"]["host_wait_share"] >= 0.5 and short >= 0.5
+        # The host wait split by what the host does adds up to it; launch-bound by the stated rule, from the
+        # figures shown beside it.
+        hw = x["idle"]["host_wait"]
+        assert sum(hw[k] for k in idle.HOST_CAUSES) == approx(x["idle"]["host_wait_us"])
+        assert sum(hw["phases"].values()) == approx(hw["phase_us"])
+        rule = x["idle"]["idle_share"] >= 0.2 and x["idle"]["host_wait_share"] >= 0.5 and \
+            hw["launch_us"] >= 0.5 * x["idle"]["host_wait_us"]
         assert lf["launch_bound"] is rule
         assert row["launch_bound_ranks"] == ([0] if rule else [])
 
@@ -410,3 +414,93 @@ def test_mixed_job_table_says_which_ranks_have_no_device(tmp_path):
     assert by[1]["idle"] == NOT_APPLICABLE and by[0]["launch"]["launches"] == 1
     code, text, _ = cli("summary", run)
     assert "not applicable (no device events)" in text and "Per rank: kernel launches" in text
+
+
+# ---- what the host does while the device waits for it (issue 18, item 14) ---------------------------------
+def _host_elsewhere_trace():
+    """One step of 2 µs kernels (each shorter than its 10 µs launch call: the old rule's launch-bound), between
+    which the host: launches (Python between calls); sits in a sync; runs phase train/log (3 ms, its inner
+    phase 1 ms) that launches nothing, with untraced host code around it; runs a gloo all-reduce on gloo's
+    thread. No collective kernels: the collectives run on the host."""
+    sync = X("cudaStreamSynchronize", 430, 70, cat="cuda_runtime", pid=1, tid=1)
+    gloo = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "pt_gloo_runloop"}},
+            X("c10d::allreduce_", 4150, 30, pid=1, tid=1), X("gloo:all_reduce", 4200, 2000, cat="user_annotation", tid=2)]
+    return [X("ProfilerStep#1", 0, 20000, cat="user_annotation"),
+            L(0, 10, 1), K(20, 2, 1), L(300, 10, 2), K(320, 2, 2), sync, L(600, 10, 3), K(620, 2, 3),
+            X("train/log", 800, 3000, cat="user_annotation"), X("train/log/inner", 1000, 1000, cat="user_annotation"),
+            L(4000, 10, 4), K(4020, 2, 4), *gloo, L(6300, 10, 5), K(6320, 2, 5)]
+
+
+def test_host_wait_is_split_by_what_the_host_does(tmp_path):
+    r = one(tmp_path, _host_elsewhere_trace())
+    f = r["idle"]
+    assert f["host_wait_us"] == approx(6292.0) and f["idle_us"] == approx(6292.0)  # 4 gaps, all host wait
+    hw = f["host_wait"]
+    # 22 -> 320: launches and the Python between them; 322 -> 620: 70 µs in the sync, the rest launching;
+    # 622 -> 4020: train/log 2 ms and its inner phase 1 ms (innermost wins), 378 µs of untraced host code, the
+    # last launch 20 µs; 4022 -> 6320: the host collective (c10d op and gloo range) 2030 µs, untraced 248.
+    assert hw["launch_us"] == approx(298 + 228 + 20 + 20)
+    assert hw["sync_us"] == approx(70.0) and hw["collective_us"] == approx(2030.0)
+    assert hw["phases"] == approx({"train/log": 2000.0, "train/log/inner": 1000.0}) and hw["phase_us"] == approx(3000.0)
+    assert hw["untraced_us"] == approx(378 + 248)
+    assert sum(hw[k] for k in idle.HOST_CAUSES) == approx(f["host_wait_us"])
+    # Every launch is short and the device idles 99.8% of its span waiting for the host, but the host spends 9% of
+    # that launching: not launch-bound (the old rule, half the launches short, said it was).
+    assert r["launch"]["short"] == r["launch"]["launches"] == 5
+    d = one(tmp_path, _host_elsewhere_trace(), verb="steps")
+    (x,) = d["steps"][0]["ranks"]
+    assert x["idle"]["host_wait"]["phase_us"] == approx(3000.0) and x["launch"]["launch_bound"] is False
+    assert d["steps"][0]["launch_bound_ranks"] == [] and r["launch"]["launch_bound_steps"] == []
+    # diagnose advises by what the host does: the phase that launches nothing, not CUDA graphs.
+    found = analyze.diagnose(str(tmp_path / "rank-0.json"), workers=1)["findings"]
+    ids = {f["id"] for f in found}
+    assert "launch_bound" not in ids and "host_bound" in ids
+    hb = next(f for f in found if f["id"] == "host_bound")
+    assert hb["evidence"]["names"][:2] == ["train/log", "train/log/inner"] and "train/log" in hb["claim"]
+    assert hb["cost_us"] == approx(3000 + 378 + 248) and "train/log" in hb["fix"]
+
+
+def test_launch_calls_and_the_python_between_them_are_launch_bound(tmp_path):
+    r = one(tmp_path, _launch_bound_trace())
+    s1 = analyze.steps(str(tmp_path / "rank-0.json"), workers=1)["steps"][0]["ranks"][0]
+    hw = s1["idle"]["host_wait"]
+    assert hw["launch_us"] == approx(s1["idle"]["host_wait_us"]) == approx(9 * 18.0)
+    assert r["launch"]["launch_bound_steps"] == [1]
+
+
+def test_real_gpu_ddp_over_gloo_is_not_launch_bound():
+    """H100, DDP over gloo with CUDA tensors, rank 1 sleeping 80 ms in train/data: the device idles 97% of its
+    span, nearly all of it host wait, and half the launches are short, so the old rule called all 8 rank-steps
+    launch-bound. The host is elsewhere: in gloo's all-reduces (rank 0, waiting for rank 1) and in train/data."""
+    run = os.path.join(H100, "ddp-gloo-cuda-slow-rank1")
+    s = analyze.summary(run, workers=1)
+    by = {r["rank"]: r for r in s["ranks"]}
+    for rank in (0, 1):
+        f = by[rank]["idle"]
+        assert f["idle_share"] > 0.9 and f["host_wait_share"] > 0.99
+        assert f["host_wait"]["launch_us"] < 0.03 * f["host_wait_us"] and not by[rank]["launch"]["launch_bound_steps"]
+    assert by[0]["idle"]["host_wait"]["collective_us"] > 0.95 * by[0]["idle"]["host_wait_us"]
+    hw1 = by[1]["idle"]["host_wait"]
+    # Rank 1's device waits for train/data (80 ms a step, between steps 3-6: three gaps) and its all-reduces.
+    assert next(iter(hw1["phases"])) == "train/data" and 3 * 78_000 < hw1["phases"]["train/data"] < 3 * 81_000
+    assert hw1["collective_us"] > 0.25 * by[1]["idle"]["host_wait_us"]
+    d = analyze.diagnose(run, workers=1)
+    assert "launch_bound" not in {f["id"] for f in d["findings"]}, [f["claim"] for f in d["findings"]]
+
+
+def test_real_early_steps_stay_launch_bound():
+    """H100, the first steps of a process (transformer-fp32): the device idles 43% of its span, 97% of that host
+    wait, and the host spends nearly all of it issuing work: launch-bound (only 41% of launches are short, so
+    the old rule said no)."""
+    run = os.path.join(H100, "transformer-fp32")
+    d = analyze.steps(run, workers=1)
+    for row in d["steps"]:
+        (x,) = row["ranks"]
+        f = x["idle"]
+        assert 0.4 < f["idle_share"] < 0.5 and f["host_wait_share"] > 0.95
+        assert f["host_wait"]["launch_us"] > 0.95 * f["host_wait_us"] and x["launch"]["short_share"] < 0.5
+        assert x["launch"]["launch_bound"] and row["launch_bound_ranks"] == [0]
+    found = analyze.diagnose(run, workers=1)["findings"]
+    lb = next(f for f in found if f["id"] == "launch_bound")
+    assert "CUDA graphs" in lb["fix"] and lb["evidence"]["figures"]["host_issuing_us"] > 0.95 * \
+        lb["evidence"]["figures"]["host_wait_us"]

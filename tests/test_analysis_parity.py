@@ -470,3 +470,56 @@ def test_every_share_fits_and_every_breakdown_adds_up(dlrm, nccl, ddp):
                 assert r["idle_share"] == pytest.approx(r["temporal"]["device"]["idle_share"])
                 assert r["kernel_total_us"] == pytest.approx(sum(r["categories"].values()))
     assert counts["share"] > 150 and counts["temporal"] > 40 and counts["breakdown"] > 20 and counts["overlap"] > 20, counts
+
+
+# ---- one meaning of communication: gloo on a GPU rank (issue 18, item 15) ------------------------------------
+def _host_collective_device_figures(doc):
+    """A GPU rank with no collective kernels (DDP over gloo with CUDA tensors): its collectives are its host
+    collective ranges (c10d ops, gloo: ranges, any thread), within its device span, where the device waits for
+    them as it would for a spinning NCCL kernel."""
+    events = _complete(doc)
+    dev = [e for e in events if _device_kind(e)]
+    assert not any(_device_kind(e) == "comm" for e in dev)
+    lo, hi = min(e["ts"] for e in dev), max(e["ts"] + e["dur"] for e in dev)
+    spans = defaultdict(list)
+    for e in dev:
+        k = _device_kind(e)
+        spans["memory" if k in ("memcpy", "memset") else k].append((e["ts"], e["ts"] + e["dur"]))
+    for e in events:
+        if e["cat"] in ("cpu_op", "user_annotation") and _host_comm(e["name"]):
+            spans["comm"].append((max(e["ts"], lo), min(e["ts"] + e["dur"], hi)))
+    c = _sweep(spans)
+    comm = _time(c, lambda k: "comm" in k)
+    return {"span_us": float(hi - lo), "communication_us": _time(c, lambda k: "comm" in k and "compute" not in k),
+            "idle_us": float(hi - lo) - _time(c, bool),
+            "overlap": _time(c, lambda k: {"comm", "compute"} <= k) / comm}
+
+
+def test_gloo_collectives_on_a_gpu_rank_are_communication_everywhere():
+    """H100, DDP over gloo with CUDA tensors: the straggler finding counted 8 collectives per rank while the
+    device breakdown said 0% communication and the overlap had no figure ("no collective kernels and no host
+    collectives"). Every analysis now counts the same collectives: the host's, where they run."""
+    run = os.path.join(TRACES, "distprof-h100", "ddp-gloo-cuda-slow-rank1")
+    docs = {}
+    for d, _, names in os.walk(run):
+        for n in names:
+            if n.endswith(".pt.trace.json.gz"):
+                doc = _doc(os.path.join(d, n))
+                docs[doc["distributedInfo"]["rank"]] = doc
+    s = analyze.summary(run, workers=1)
+    st = analyze.stragglers(run, workers=1)
+    counted = {r["rank"]: r["collectives"] for r in st["ranks"]}
+    for rank, doc in docs.items():
+        calls = sum(1 for e in _complete(doc) if e["name"] == "c10d::allreduce_")
+        assert calls == counted[rank] == 8  # what stragglers matches: the c10d calls, 2 buckets x 4 steps
+        mine = _host_collective_device_figures(doc)
+        r = _by_rank(s)[rank]
+        got = r["temporal"]["device"]
+        for key in ("span_us", "communication_us", "idle_us"):
+            assert got[key] == pytest.approx(mine[key], rel=1e-6, abs=1e-3), (rank, key)
+        assert got["communication_share"] > 0.25  # the all-reduces (and rank 0's wait in them) are most of it
+        assert r["overlap"]["device"]["share"] == pytest.approx(mine["overlap"], rel=1e-6)
+        assert r["step_breakdown"]["communication"] > 0
+    d = analyze.diagnose(run, workers=1)
+    f = next(f for f in d["findings"] if f["id"] == "straggler")
+    assert f["evidence"]["figures"]["collectives"] == 8

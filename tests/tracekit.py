@@ -13,6 +13,7 @@ from conftest import SHARED
 
 TRACES = os.path.join(SHARED, "data", "traces")
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
+H100 = os.path.join(TRACES, "distprof-h100")  # distprof's own run directories from a real H100 (README there)
 
 
 def cli(*args, env=None):

@@ -308,9 +308,9 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         listed = "; ".join(f"step {row['step']}: rank{'s' if len(r) > 1 else ''} {','.join(map(_rank, r))}"
                            for row, r in bound[:10]) + (" ..." if len(bound) > 10 else "")
         say(console, Text(f"LB = launch-bound ({listed}): device idle >= {LAUNCH_BOUND_IDLE_SHARE:.0%} of the step's "
-                           "device span, at least half of it waiting for the CPU to launch work, and at least half "
-                           "the kernels shorter than their launch calls. "
-                           "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."))
+                          "device span, at least half of it waiting for the CPU, and at least half of that wait "
+                          "spent issuing work (launch calls, their ops, the Python between them). "
+                          "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."))
     elif any((x.get("idle") or {}).get("applicable") for row in d["steps"] for x in row["ranks"]):
         say(console, Text("device idle: share of the step's device span idle (host: share of that idle spent "
                           "waiting for the CPU to launch work)."))

@@ -21,11 +21,15 @@ by name. Per step: the launches that step made, compactly, and a ``launch_bound`
 A step is **launch-bound** (HTA has no per-step rule; this one is distprof's) when all of these hold:
 its device idle time (``idle``'s figure for the step: gaps in the device work it launched, over its
 device span) is at least :data:`LAUNCH_BOUND_IDLE_SHARE` (20%) of that span; at least
-:data:`LAUNCH_BOUND_HOST_WAIT_SHARE` (half) of that idle time is host wait; and at least
-:data:`LAUNCH_BOUND_SHORT_SHARE` (half) of its launches are short. The device is then often idle, for
-want of work the CPU has not launched yet, while the kernels it does get are quicker than their
-launches: fewer, larger kernels (fusion, ``torch.compile``, CUDA graphs) are the remedy, not faster
-kernels. A device starved by a slow data loader has host wait too, but long kernels.
+:data:`LAUNCH_BOUND_HOST_WAIT_SHARE` (half) of that idle time is host wait; and the host spends at least
+:data:`LAUNCH_BOUND_LAUNCH_SHARE` (half) of that host wait issuing work (``idle``'s ``host_wait.launch_us``:
+launch calls, the ops that make them, and the Python between them). The device is then often idle for
+want of work the CPU is still launching: fewer, larger kernels (fusion, ``torch.compile``, CUDA graphs)
+are the remedy, not faster kernels. A device that waits while the host sleeps, loads data in a phase, or
+runs a host collective (gloo) has host wait too, but not launch-bound host wait: ``idle`` names those.
+(An earlier rule asked for half the launches to be short instead, a proxy for the same thing that
+missed early steps whose kernels outlast their calls although the host spends 99% of the wait
+launching, and fired on a gloo job whose host sat in an 80 ms sleep and in all-reduces.)
 
 Where this differs from HTA 0.5.0: HTA joins only ``cudaLaunchKernel``, ``cudaLaunchKernelExC``,
 ``cudaMemcpyAsync``, ``cudaMemsetAsync`` (and MTIA's ``runFunction``), so it finds no launch on ROCm or
@@ -47,13 +51,13 @@ from .vocab import Kind
 
 __all__ = ["extract", "combine", "step_figure", "launch_bound", "percentiles", "RUNTIME_CUTOFF_US",
            "LAUNCH_DELAY_CUTOFF_US", "LAUNCH_BOUND_IDLE_SHARE", "LAUNCH_BOUND_HOST_WAIT_SHARE",
-           "LAUNCH_BOUND_SHORT_SHARE"]
+           "LAUNCH_BOUND_LAUNCH_SHARE"]
 
 RUNTIME_CUTOFF_US = 50.0  # HTA's runtime_cutoff default
 LAUNCH_DELAY_CUTOFF_US = 100.0  # HTA's launch_delay_cutoff default
 LAUNCH_BOUND_IDLE_SHARE = 0.2
 LAUNCH_BOUND_HOST_WAIT_SHARE = 0.5
-LAUNCH_BOUND_SHORT_SHARE = 0.5
+LAUNCH_BOUND_LAUNCH_SHARE = 0.5  # of the host wait, the host issuing work
 
 _NO_LAUNCHES = "no launch calls linked to device events"
 
@@ -84,13 +88,15 @@ def _delay_stats(delays: np.ndarray) -> dict[str, float]:
     return {"mean": float(delays.mean()), "p50": float(p50[0]), "p95": float(p95[0]), "max": float(delays.max())}
 
 
-def launch_bound(idle_fig: dict[str, Any] | None, short: int, launches: int) -> bool:
-    """The launch-bound rule of the module docstring, on one step's idle figure and launch counts."""
+def launch_bound(idle_fig: dict[str, Any] | None, launches: int) -> bool:
+    """The launch-bound rule of the module docstring, on one step's (or file's) idle figure."""
     if not idle_fig or not launches or idle_fig["span_us"] <= 0 or idle_fig["idle_us"] <= 0:
         return False
+    host = idle_fig["host_wait_us"]
     return (idle_fig["idle_us"] / idle_fig["span_us"] >= LAUNCH_BOUND_IDLE_SHARE
-            and idle_fig["host_wait_us"] / idle_fig["idle_us"] >= LAUNCH_BOUND_HOST_WAIT_SHARE
-            and short / launches >= LAUNCH_BOUND_SHORT_SHARE)
+            and host / idle_fig["idle_us"] >= LAUNCH_BOUND_HOST_WAIT_SHARE
+            and host > 0
+            and (idle_fig.get("host_wait") or {}).get("launch_us", 0.0) / host >= LAUNCH_BOUND_LAUNCH_SHARE)
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:
@@ -127,7 +133,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
                  "cpu_us": float(cpu.sum()), "device_us": float(dev_dur.sum()),
                  "calls": {tb.names[n]: c for n, c in names.most_common()},
                  # for a capture window without steps, which is then its one unit
-                 "whole_launch_bound": launch_bound(idle_mod.analyse(tb)["device"], int(short.sum()), int(calls.size))})
+                 "whole_launch_bound": launch_bound(idle_mod.analyse(tb)["device"], int(calls.size))})
     # Per step (the step of the call, which is the step of its device work).
     step = tb.step[calls].astype(np.int64)
     inside = step >= 0
@@ -145,7 +151,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             num = int(tb.steps[g, 2])
             c, s = int(count[g]), int(n_short[g])
             fig = idle_steps.get(num)
-            bound = launch_bound(fig["device"] if fig else None, s, c)
+            bound = launch_bound(fig["device"] if fig else None, c)
             part["steps"][num] = {"applicable": True, "launches": c, "delay_mean_us": float(total[g] / c),
                                   "delay_p95_us": float(p95[j]), "delay_max_us": float(peak[g]),
                                   "short": s, "short_share": s / c, "delay_outliers": int(outliers[g]),
@@ -204,7 +210,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
                                  "launch_delay_cutoff_us": LAUNCH_DELAY_CUTOFF_US,
                                  "launch_bound": {"idle_share": LAUNCH_BOUND_IDLE_SHARE,
                                                   "host_wait_share": LAUNCH_BOUND_HOST_WAIT_SHARE,
-                                                  "short_share": LAUNCH_BOUND_SHORT_SHARE}}
+                                                  "launch_share": LAUNCH_BOUND_LAUNCH_SHARE}}
     return {"ranks": ranks, "overall": overall}
 
 

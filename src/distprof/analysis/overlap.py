@@ -1,9 +1,12 @@
 """Communication / computation overlap: how much of the time a rank communicates it also computes.
 
 ``share`` = (time a collective and a compute run at once) / (time a collective runs), on the device
-(collective kernels against compute kernels; HolisticTraceAnalysis's ``get_comm_comp_overlap``) and on
-the host (c10d / gloo ranges against CPU ops, for CPU-only jobs, where gloo runs on its own threads).
-Per rank over the whole selection, and per step. A rank that does not communicate has no figure.
+(the rank's collectives against compute kernels; HolisticTraceAnalysis's ``get_comm_comp_overlap``) and
+on the host (c10d / gloo ranges against CPU ops, for CPU-only jobs, where gloo runs on its own threads).
+The collectives are where :func:`.vocab.collective_source` says they run: collective kernels, or on a GPU
+rank without any (gloo with CUDA tensors) its host-side collectives, within its device span, against the
+compute kernels that run meanwhile. Per rank over the whole selection, and per step. A rank that does
+not communicate has no figure.
 
 A collective kernel also runs while it waits for late peers (it spins), so a low share on a rank that
 ``stragglers`` shows waiting is the wait, not a lack of overlap.
@@ -34,7 +37,7 @@ def figures(s: Sets) -> dict[str, Any]:
     # jobs); on a GPU job every host-side collective call sits inside the op that issued it.
     host = _one(iv.intersect(s.host_comm, t), iv.intersect(s.host_compute, t)) \
         if t[0].size and not s.device_span[0].size else None
-    return {"device": _one(s.comm, s.compute), "host": host}
+    return {"device": _one(iv.intersect(s.collectives, s.device_span), s.compute), "host": host}
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:

@@ -12,8 +12,8 @@ the rank that holds the others back: the one whose late arrivals at that step's 
 others the most waiting (``wait_caused_us``, as ``stragglers`` charges it, each blocked instant once).
 A rank can be late because its step started late (its previous step ran long), so this, not the time
 inside the step, is the measure. Each rank's row also has ``waited_us`` (its own blocked time in the
-step: the union of its waits) and ``busy_us = dur_us - waited_us`` (its time outside waiting for
-peers). When no rank waited in a step (one rank, no collectives), the rank with the most busy time,
+step: the union of its waits), ``busy_us = dur_us - waited_us`` (its time outside waiting for
+peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no rank waited in a step (one rank, no collectives), the rank with the most busy time,
 that is the longest step, is the slowest.
 """
 
@@ -95,7 +95,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[st
     attached to each rank's row); ``waits`` are ``stragglers.combine(...)["waits"]``.
     """
     waited = {(w["role"] or "", w["rank"], w["step"] if not isinstance(w["step"], list) else tuple(w["step"])):
-              (w["waited_us"], w["wait_caused_us"]) for w in waits}
+              (w["waited_us"], w["wait_caused_us"], w.get("sync_waiting_us", 0.0)) for w in waits}
     files = list(files)
     labels, run_warnings = runs(info for info, _ in files)  # ranks of different runs never share a row
     table: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
@@ -104,9 +104,9 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[st
         role = role_of(labels, info) or ""
         for s in parts["steps"]["steps"]:
             key = s["step"] if "window" not in s else tuple(s["window"])
-            w, caused = waited.get((role, info.rank, key), (0.0, 0.0))
+            w, caused, synced = waited.get((role, info.rank, key), (0.0, 0.0, 0.0))
             row = {"rank": info.rank, "path": info.path, "dur_us": s["dur_us"], "waited_us": w,
-                   "busy_us": max(s["dur_us"] - w, 0.0), "wait_caused_us": caused,
+                   "busy_us": max(s["dur_us"] - w, 0.0), "wait_caused_us": caused, "sync_waiting_us": synced,
                    "phases": s["phases"], "categories": s["categories"],
                    "source": s["source"], "start_us": s["start_us"]}
             if "window" in s:

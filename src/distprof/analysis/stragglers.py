@@ -20,6 +20,14 @@ of the *oldest* collective blocking it then (a stream runs its collectives in or
 is what holds it); a rank's **wait caused** is the sum of what is charged to it, so the waits caused
 by all ranks add up to the time all ranks waited, and no interval is counted twice. ``wait_matrix``
 splits the same time by pair: how long each rank waited for each other rank.
+
+Where the collectives are kernels, a rank's host often waits too, in a call that waits for the device
+(``cudaStreamSynchronize`` behind a collective, ``.item()``: :func:`.vocab.is_sync`): the device waits for a
+peer and the host waits for the device. ``sync_waiting_us`` (per rank, per rank and step in ``waits``, per
+pair in ``wait_matrix`` as ``sync_us``) is the part of a rank's blocked time during which its host sat in
+such a call: host-sync time that is waiting for a peer, charged like the wait itself. With host
+collectives (gloo) a device sync never waits for a peer (the waiting happens in gloo's host code), so it
+is 0 there.
 """
 
 from __future__ import annotations
@@ -33,7 +41,8 @@ import numpy as np
 
 from .ranks import role_of, runs
 from .table import TraceTable
-from .vocab import Kind, is_collective_op
+from .. import intervals as iv
+from .vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
 
 __all__ = ["extract", "combine"]
 
@@ -54,9 +63,13 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         return int(steps[s]) if s >= 0 else (list(window) if window else None)
 
     gpu = np.flatnonzero((k == Kind.KERNEL) & tb.comm & tb.scope)
-    out = []
-    if gpu.size:
+    out, syncs = [], []
+    if collective_source(gpu.size > 0) == ON_DEVICE:
         source = "gpu"
+        sync_name = np.array([is_sync(nm) for nm in tb.names], dtype=bool)
+        m = ((k == Kind.RUNTIME) | (k == Kind.CPU_OP)) & tb.scope & sync_name[tb.name]
+        a, b = iv.merge(tb.ts[m], tb.end[m])
+        syncs = list(zip((a + off).tolist(), (b + off).tolist()))
         for j in gpu[np.argsort(tb.ts[gpu], kind="stable")].tolist():
             g, kind = tb.collective_label(j)
             out.append((g, kind, float(tb.ts[j]) + off, float(tb.end[j]) + off, step_of(j)))
@@ -82,7 +95,18 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             else:
                 g, kind = tb.collective_label(j)
             out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j)))
-    return {"source": source, "collectives": out}
+    return {"source": source, "collectives": out, "syncs": syncs}
+
+
+def _covered(spans: tuple[list[float], list[float]], lo: float, hi: float) -> float:
+    """How much of ``[lo, hi)`` the sorted, disjoint ``spans`` (starts, ends) cover."""
+    starts, ends = spans
+    i = max(bisect.bisect_right(ends, lo), 0)
+    total = 0.0
+    while i < len(starts) and starts[i] < hi:
+        total += max(min(ends[i], hi) - max(starts[i], lo), 0.0)
+        i += 1
+    return total
 
 
 def _key(step: Any) -> Any:
@@ -100,12 +124,14 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
     members: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
     ends: dict[tuple[str, int], float] = {}
     sources, unranked = set(), []
+    sync_spans: dict[tuple[str, int], list] = defaultdict(list)
     for info, p in files:
         if info.rank is None:
             unranked.append(info.path)
             continue
         role = role_of(labels, info) or ""
         members[role][info.rank].extend(p["collectives"])
+        sync_spans[(role, info.rank)].extend(p.get("syncs", ()))
         sources.add(p["source"])
         if info.end_us is not None:
             ends[(role, info.rank)] = max(ends.get((role, info.rank), -math.inf), info.end_us)
@@ -118,7 +144,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
         for r, colls in ranks.items():
             colls.sort(key=lambda c: c[2])
             stats[(role, r)] = {"role": role or None, "rank": r, "wait_caused_us": 0.0, "late_arrivals": 0,
-                                "waited_us": 0.0, "collectives": 0}
+                                "waited_us": 0.0, "collectives": 0, "sync_waiting_us": 0.0}
         if len(ranks) < 2:
             continue
         queues: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
@@ -152,11 +178,15 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
     # Charge each rank's blocked time, instant by instant, to the oldest collective blocking it.
     per_step: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "by": defaultdict(float), "collectives": set()})
     waited_at: dict[tuple, float] = {}
+    synced_at: dict[tuple, float] = defaultdict(float)
     pair: dict[tuple[str, int, int], float] = defaultdict(float)  # (role, waiter, the rank it waited for) -> µs
+    pair_sync: dict[tuple[str, int, int], float] = defaultdict(float)  # of that, the waiter's host in a sync
     for (role, r), spans in blocked.items():
         spans.sort()
         reach = -math.inf
         by_step: dict[Any, float] = defaultdict(float)
+        ss, se = iv.merge([a for a, _ in sync_spans.get((role, r), ())], [b for _, b in sync_spans.get((role, r), ())])
+        syncs = (ss.tolist(), se.tolist())
         for a, b, k, step in spans:
             lo = max(a, reach)
             if b > lo:
@@ -172,6 +202,11 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
                 s["by"][inst["last_rank"]] += part
                 by_step[_key(step)] += part
                 pair[(role, r, inst["last_rank"])] += part
+                if syncs[0]:
+                    sync = _covered(syncs, lo, b)
+                    stats[(role, r)]["sync_waiting_us"] += sync
+                    synced_at[(role, r, _key(step))] += sync
+                    pair_sync[(role, r, inst["last_rank"])] += sync
             reach = max(reach, b)
         for step, us in by_step.items():
             waited_at[(role, r, step)] = us
@@ -194,10 +229,11 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
         cells.update((role, r, step) for r in s["by"])
     waits = [{"role": role or None, "rank": r, "step": list(step) if isinstance(step, tuple) else step,
               "waited_us": waited_at.get((role, r, step), 0.0),
-              "wait_caused_us": per_step[(role, step)]["by"].get(r, 0.0) if (role, step) in per_step else 0.0}
+              "wait_caused_us": per_step[(role, step)]["by"].get(r, 0.0) if (role, step) in per_step else 0.0,
+              "sync_waiting_us": synced_at.get((role, r, step), 0.0)}
              for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
     return {"ranks": rank_rows, "matched": len(instances), "mismatched": mismatched, "steps": steps,
             "worst": worst[:top] if top else worst, "waits": waits, "sources": sorted(sources),
             "unranked": unranked, "warnings": run_warnings,
-            "wait_matrix": [{"role": role or None, "waiter": w, "culprit": c, "wait_us": us}
-                            for (role, w, c), us in sorted(pair.items())]}
+            "wait_matrix": [{"role": role or None, "waiter": w, "culprit": c, "wait_us": us,
+                             "sync_us": pair_sync.get((role, w, c), 0.0)} for (role, w, c), us in sorted(pair.items())]}

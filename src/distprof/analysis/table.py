@@ -29,8 +29,8 @@ import numpy as np
 from .. import intervals as iv
 from .reader import Complete, Int64, Meta, decode_run
 from .selection import Selection
-from .vocab import (KIND_OF_CATEGORY, Kind, ThreadKind, collective_kind, is_comm_host_event, is_comm_kernel,
-                    is_dataloader, looks_like_device, profiler_step, thread_kind)
+from .vocab import (KIND_OF_CATEGORY, ON_DEVICE, Kind, ThreadKind, collective_kind, collective_source, is_comm_host_event,
+                    is_comm_kernel, is_dataloader, looks_like_device, profiler_step, thread_kind)
 
 if TYPE_CHECKING:
     from .parallel import SplitPool
@@ -439,6 +439,7 @@ class Sets:
     dataloader: iv.IntervalSet
     host_ops: iv.IntervalSet  # every CPU op, annotation (not steps) and python function: the TB plugin's "CpuOp"
     threads: dict[str, iv.IntervalSet]  # thread kind -> its CPU ops
+    collectives: iv.IntervalSet  # comm, or host_comm on a rank without collective kernels (vocab.collective_source)
 
     @classmethod
     def of(cls, tb: TraceTable, step: int | None) -> "Sets":
@@ -490,7 +491,8 @@ class Sets:
         return cls(compute=compute, comm=comm, memory=iv.union(mcp, mst), memcpy=mcp, memset=mst,
                    device_span=device_span, host_compute=host_compute, host_comm=host_comm, host_span=host_span,
                    runtime=host(k == Kind.RUNTIME), dataloader=host(dl),
-                   host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads)
+                   host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads,
+                   collectives=comm if collective_source((kernel & tb.comm & tb.scope).any()) == ON_DEVICE else host_comm)
 
 
 def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
@@ -501,8 +503,6 @@ def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
     remap = np.zeros(max(ids.values()) + 1, dtype=np.int32)
     remap[np.fromiter(ids.values(), dtype=np.int64, count=len(ids))] = np.arange(len(ids), dtype=np.int32)
     return remap[np.frombuffer(sparse, dtype=np.int64)]
-
-
 
 
 class Columns:

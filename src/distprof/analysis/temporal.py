@@ -4,12 +4,17 @@ Device (a rank with GPU/accelerator events), over its device span (first device 
 device event end; for a step, of the device work that step launched):
 
 - ``compute_us``: time some compute kernel runs (kernels that are not collectives), overlaps counted once;
-- ``communication_us``: time a collective kernel runs and no compute kernel does (communication not hidden);
+- ``communication_us``: time one of the rank's collectives runs and no compute kernel does (communication
+  not hidden). The collectives are where :func:`.vocab.collective_source` says they run: collective
+  kernels, or, on a rank without any (gloo, with CUDA tensors too), its host-side collectives, during
+  which the device waits for the result as an NCCL kernel would spin;
 - ``memory_us``: time a memcpy/memset runs and neither of the above does;
-- ``idle_us``: the rest of the span: the device runs nothing.
+- ``idle_us``: the rest of the span: the device runs nothing and no collective is in flight.
 
 They add up to ``span_us``. This is HolisticTraceAnalysis's temporal breakdown (where communication or
-memory overlapping compute counts as compute), with the memory part reported on its own.
+memory overlapping compute counts as compute), with the memory part reported on its own. On ranks with
+collective kernels ``idle_us`` is :mod:`.idle`'s device idle time; on a gloo rank :mod:`.idle` counts the
+time under host collectives as idle (the device runs nothing) and names the collective as its cause.
 
 Host (every rank; the only one on CPU-only jobs), over the traced host time (the selected steps'
 ranges, or the first to the last host event; for a step, its range):
@@ -37,9 +42,10 @@ def device_figures(s: Sets) -> dict[str, float] | None:
     span = iv.length(s.device_span)
     if span <= 0 and not s.device_span[0].size:
         return None
-    busy = iv.union(s.compute, s.comm, s.memory)
-    comm = iv.subtract(s.comm, s.compute)
-    mem = iv.subtract(iv.subtract(s.memory, s.compute), s.comm)
+    coll = iv.intersect(s.collectives, s.device_span)
+    busy = iv.union(s.compute, coll, s.memory)
+    comm = iv.subtract(coll, s.compute)
+    mem = iv.subtract(iv.subtract(s.memory, s.compute), coll)
     return {"span_us": span, "compute_us": iv.length(s.compute), "communication_us": iv.length(comm),
             "memory_us": iv.length(mem), "idle_us": max(span - iv.length(busy), 0.0)}
 

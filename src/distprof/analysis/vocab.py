@@ -16,7 +16,8 @@ __all__ = [
     "Kind", "KIND_OF_CATEGORY", "DEVICE_KINDS", "HOST_KINDS", "kind_of", "looks_like_device",
     "profiler_step", "STEP_PREFIX", "is_comm_kernel", "is_comm_host_event", "is_collective_op",
     "collective_kind", "thread_kind", "ThreadKind", "is_sync_runtime", "is_dataloader",
-    "DEVICE_CATEGORY_NAMES", "is_sync_op", "memcpy_endpoints",
+    "DEVICE_CATEGORY_NAMES", "is_sync_op", "memcpy_endpoints", "collective_source", "ON_DEVICE", "ON_HOST",
+    "is_sync",
 ]
 
 
@@ -121,6 +122,23 @@ def is_comm_host_event(name: str) -> bool:
     return name.startswith(_COMM_HOST_PREFIXES) or is_collective_op(name) or name == "record_param_comms"
 
 
+# Where a rank's collectives run: the one rule every analysis uses for "communication" (``stragglers``' arrivals,
+# ``temporal``'s and ``overlap``'s device figures, ``idle``'s causes, ``diagnose``).
+ON_DEVICE = "device"
+ON_HOST = "host"
+
+
+def collective_source(comm_kernels: bool) -> str:
+    """Where a rank's collectives are measured: :data:`ON_DEVICE` when its trace has collective kernels (NCCL,
+    RCCL, HCCL ...: the kernel is the collective, and spins while it waits for late peers), else
+    :data:`ON_HOST`: its host-side collectives (:func:`is_comm_host_event`: c10d ops, ``gloo:``/``nccl:``
+    ranges). gloo runs on the host whatever the tensors: with CUDA tensors it copies them to host memory,
+    reduces there and copies back, so the device runs no collective kernel and sits idle (or computes)
+    while the collective runs. A rank with collective kernels also has host-side c10d calls: they launch
+    the kernels and are not counted a second time."""
+    return ON_DEVICE if comm_kernels else ON_HOST
+
+
 _C10D_NOT_COLLECTIVE = ("c10d::wait", "c10d::_wait", "c10d::monitored_barrier")
 
 
@@ -165,6 +183,12 @@ _SYNC_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 def is_sync_op(name: str) -> bool:
     """A CPU op that blocks the host until the device has computed a value it reads."""
     return name in _SYNC_OPS
+
+
+def is_sync(name: str) -> bool:
+    """A runtime call or CPU op during which the host waits for the device (:func:`is_sync_runtime`,
+    :func:`is_sync_op`)."""
+    return name in _SYNC_RUNTIME or name in _SYNC_OPS
 
 
 _MEMCPY = re.compile(r"Memcpy (\w+) \((\w+) -> (\w+)\)")
