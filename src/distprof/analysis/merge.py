@@ -166,6 +166,7 @@ class _Scan:
     first: float  # the file's earliest timestamp, in its own time base
     first_us: float  # the same, absolute
     named: set = field(default_factory=set)  # pids that have a process_name
+    shared_names: set = field(default_factory=set)  # process names that more than one pid of the file carries
     thread_names: dict = field(default_factory=dict)  # (pid, tid) -> name
     lanes: dict = field(default_factory=dict)  # (pid, tid, ts, dur) of X events moved off their thread -> lane (> 0)
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
@@ -247,7 +248,7 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     pick = selection is not None and selection.steps is not None
     t = _stream(f, on_read, True, _SEEN_DECODERS[pick])
     first = None
-    named: set = set()
+    named: dict = {}  # pid -> its process_name (the last one written)
     thread_names: dict = {}
     threads: dict[tuple[Any, Any], int] = {}  # (pid, tid) of complete events -> thread number
     xt, xs, xd = array("q"), array("d"), array("d")  # per complete event: thread number, ts, dur
@@ -272,12 +273,17 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
                       if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
         for e in [e for e in batch if type(e) is _SeenM]:
             if e.name == "process_name":
-                named.add(e.pid)
+                named[e.pid] = _meta_name(e)
             elif e.name == "thread_name":
                 thread_names[(e.pid, e.tid)] = _meta_name(e)
     first = first or 0.0
-    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
-                 step_ranges=steps)
+    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, set(named), thread_names,
+                 max_tid=max_tid, step_ranges=steps)
+    pids_of: dict[str, set] = {}
+    for pid, name in named.items():
+        if name:
+            pids_of.setdefault(name, set()).add(pid)
+    scan.shared_names = {n for n, pids in pids_of.items() if len(pids) > 1}
     if xt:
         tn = np.frombuffer(xt, dtype=np.int64)
         ts = np.frombuffer(xs, dtype="d")
@@ -384,8 +390,7 @@ class _FileWriter:
             if ph == "M":
                 e.ts = _NO_TIME
                 if e.name == "process_name":
-                    orig = _meta_name(e)
-                    e.args = msgspec.Raw(_enc.encode({"name": f"{self.label} / {orig}" if orig else self.label}))
+                    e.args = msgspec.Raw(_enc.encode({"name": self.process_name(pid, _meta_name(e))}))
                 if e.dur != _NO_TIME:
                     e.dur = round(e.dur * 1000.0) / 1000.0 if e.dur else _NO_TIME
             else:
@@ -412,6 +417,15 @@ class _FileWriter:
                             e.tid = self.lane_tid(p0, tid, lane)
             if e.id is not None or e.bind_id is not None or e.id2:
                 self.scope_ids(e)
+
+    def process_name(self, pid: Any, orig: str | None) -> str:
+        """A named process's track: ``{label} / {name}``, with its pid when another process of the file has the same
+        name (a DataLoader worker and the trainer are both ``python3``): every track's name is unique."""
+        if not orig:
+            return self.label if pid in (0, _NO_ID) else f"{self.label} ({pid})"
+        if orig in self.scan.shared_names:
+            return f"{self.label} / {orig} (pid {0 if pid == _NO_ID else pid})"
+        return f"{self.label} / {orig}"
 
     def scope_ids(self, e: _Out) -> None:
         """Flow, async and object ids renumbered so ranks never share one."""
