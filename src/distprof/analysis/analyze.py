@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
 from . import diagnose as diagnose_mod, idle, launch, step_names, temporal
 from .parallel import FileError, Progress, SplitPool, map_files
-from .ranks import resolve
+from .ranks import assign_runs, file_facts, resolve
 from .listing import TraceFile, find_traces
 from .reader import TraceError, open_trace
 from .selection import Selection
@@ -60,6 +60,7 @@ def extract_file(f: TraceFile, on_read: Callable[[int], None] | None, names: tup
     tb = TraceTable.read(t, selection, pool=pool)
     if tb is None:
         return Skipped(f.path)
+    tb.info.run = file_facts(t.distributed_info, f.window, f.run_dir, f.path)  # which job wrote it
     return FileResult(tb.info, {n: ANALYSES[n].extract(tb) for n in names})
 
 
@@ -72,6 +73,7 @@ class Run:
     errors: list[FileError] = field(default_factory=list)
     skipped: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
 
     def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
         return [(r.info, r.parts[name]) for r in self.files]
@@ -82,7 +84,7 @@ class Run:
             "errors": [e.to_dict() for e in self.errors],
             "salvaged": [{"path": r.info.path, **r.info.salvaged} for r in self.files if r.info.salvaged],
             "conflicts": self.conflicts,
-            "warnings": [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
+            "warnings": self.notes + [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
             "skipped": self.skipped,
         }
 
@@ -144,6 +146,9 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
             run.skipped += 1
         else:
             read_ok.append(r)
+    # Files of different jobs never form one run: a role holding several is reported as "role (run K)", and every
+    # analysis below keeps them apart.
+    run.notes = assign_runs(r.info for r in read_ok)
     run.files, run.conflicts = resolve(read_ok)
     if not run.files and not run.errors:
         raise TraceError(f"{path}: no trace matches the selection ({_describe(selection)})")
