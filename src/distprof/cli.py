@@ -51,11 +51,60 @@ def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Mo
     _setup_logging(verbose)
 
 
+class BadArgument(Exception):
+    """An argument the verb cannot use (a bad selection, a missing option): one line, exit 2."""
+
+
+def _input_error(e: Exception) -> bool:
+    """Unreadable input or a bad argument (exit 2), as opposed to a bug (exit 3)."""
+    from .analysis.source import TraceError
+
+    return isinstance(e, (TraceError, BadArgument))
+
+
+# --json when a verb fails before it has a result: one object all the same, with the keys that make sense for
+# the verb (the analysis verbs' shared envelope; check's, validate's and trigger's own).
+_ENVELOPE = {"salvaged": [], "conflicts": [], "warnings": [], "skipped": 0, "files_read": 0}
+_FAILED = {"check": lambda kw: {"run_dir": kw.get("run_dir"), "ok": False, "roles": [], "items": [], "problems": [],
+                                "notes": []},
+           "validate": lambda kw: {"file": kw.get("file"), "dialect": kw.get("dialect"), "valid": False,
+                                   "warnings": []},
+           "trigger": lambda kw: {"run_dir": kw.get("run_dir"), "requests": [], "warnings": []}}
+_INPUTS = ("path", "a", "b", "run_dir", "file", "compare", "out")
+
+
+def _failure(verb: str, kwargs: dict[str, Any], e: Exception, internal: bool) -> dict[str, Any]:
+    """The one JSON object of a verb that ends without a result: ``errors`` (``[{"path", "message"}]``) and the keys
+    every such object of the verb has. An internal error is one entry with ``path`` null, and ``internal_error``."""
+    message = render.plain(e)
+    if internal:
+        text = f"internal error: {type(e).__name__}: {message} (a bug in distprof; run with --debug for the traceback)"
+        errors = [{"path": None, "message": text}]
+    else:
+        errors = [x for x in getattr(e, "errors", None) or [] if isinstance(x, dict)]  # per file, when known
+        if not errors:
+            # The path the message is about (messages start with it); else the verb's input for unreadable input,
+            # none for a bad argument.
+            given = [str(kwargs[k]) for k in _INPUTS if kwargs.get(k)]
+            path = next((p for p in given if message.startswith((p + ":", p + " "))),
+                        None if isinstance(e, BadArgument) or not given else given[0])
+            errors = [{"path": path, "message": message}]
+    doc = _FAILED[verb](kwargs) if verb in _FAILED else dict(_ENVELOPE)
+    doc["errors"] = errors
+    if verb == "check":
+        doc["error"] = errors[0]["message"]
+    if internal:
+        doc["internal_error"] = f"{type(e).__name__}: {message}"
+    return doc
+
+
 def _guarded(fn: Callable) -> Callable:
     """A verb's body: unreadable input and bad arguments end in one line and exit 2; anything else is a
-    bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level)."""
+    bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level).
+    With --json, stdout carries one JSON object either way (see :func:`_failure`)."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
@@ -63,14 +112,18 @@ def _guarded(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             raise typer.Exit(130)
         except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
-            if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.source":
+            if _input_error(e):
                 err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
+                if as_json:
+                    _print_json(_failure(fn.__name__, kwargs, e, internal=False), EXIT_NOTHING)
                 raise typer.Exit(EXIT_NOTHING)
             logging.getLogger("distprof").debug("internal error", exc_info=True)
             if _debug["on"]:
                 err.print(traceback.format_exc(), markup=False, highlight=False)
             err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {render.plain(e)}"
                                     f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
+            if as_json:
+                _print_json(_failure(fn.__name__, kwargs, e, internal=True), EXIT_INTERNAL)
             raise typer.Exit(EXIT_INTERNAL)
     return run
 
@@ -136,7 +189,11 @@ def check(
     result = check_run(run_dir)
     code = EXIT_NOTHING if result.error else EXIT_OK if result.ok else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json(result.to_dict(), code)
+        # errors: what could not be read at all (the path itself, or a file that does not decode)
+        errors = [{"path": run_dir, "message": result.error}] if result.error else []
+        errors += [{"path": i.file or run_dir, "message": f"{i.file or run_dir}: {i.detail or i.status}"}
+                   for i in result.items if i.status == "broken"]
+        _print_json({**result.to_dict(), "errors": errors}, code)
     if result.error:
         err.print(Text.assemble(("error: ", "red"), render.plain(result.error)), soft_wrap=True)
         raise typer.Exit(code)
@@ -200,8 +257,7 @@ def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str],
     try:
         return Selection.of(ranks=ranks, roles=roles, steps=steps, steps_only=steps_only)
     except ValueError as e:
-        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-        raise typer.Exit(EXIT_NOTHING)
+        raise BadArgument(str(e)) from None
 
 
 def _progress():
@@ -376,11 +432,32 @@ def diff(
     _done(d, as_json, lambda: render.diff(console, d))
 
 
+def default_report_path(path: str) -> str:
+    """Where ``report`` writes without ``-o``: ``PATH/report.html`` for a folder (beside the traces, where ``demo``
+    puts it), ``NAME.report.html`` beside a single local trace (``rank-0.pt.trace.json.gz`` ->
+    ``rank-0.pt.trace.report.html``), ``./report.html`` for a URL (report writes local files only)."""
+    from .rundir.layout import is_url
+
+    if is_url(path):
+        return "report.html"
+    local = path.removeprefix("file://")
+    if os.path.isdir(local):
+        return os.path.join(local, "report.html")
+    folder, name = os.path.split(local)
+    for suffix in (".json.gz", ".json", ".gz"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[:-len(suffix)]
+            break
+    return os.path.join(folder, f"{name}.report.html")
+
+
 @app.command()
 @_guarded
 def report(
     path: str = typer.Argument(..., help=PATH_HELP),
-    out: str = typer.Option(..., "-o", "--out", help="Output HTML file (one self-contained page; opens offline)."),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="Output HTML file (one self-contained page; opens "
+                                      "offline). Default: PATH/report.html for a folder, NAME.report.html beside a "
+                                      "single trace, ./report.html for a URL."),
     compare: Optional[str] = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
     ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
@@ -389,8 +466,19 @@ def report(
     """One HTML file: the diagnosis at the top, each finding linked to the plot that shows it, then the plots."""
     from .report import write_report
 
+    from .analysis.source import TraceError
+
     sel = _selection(ranks, roles, steps, steps_only)
-    r = _run(write_report, path, out, compare=compare, selection=sel, workers=workers, ray_address=ray_address)
+    chosen = out is None
+    if chosen:
+        out = default_report_path(path)
+        err.print(Text(f"no -o given: writing {render.plain(out)}"), soft_wrap=True)
+    try:
+        r = _run(write_report, path, out, compare=compare, selection=sel, workers=workers, ray_address=ray_address)
+    except TraceError as e:
+        if chosen and str(e).startswith(f"{out}:"):  # the default place is refused (a read-only folder, ...)
+            raise TraceError(f"{e}; give -o FILE to write the report elsewhere") from None
+        raise
 
     def draw() -> None:
         n = len(r["findings"])
@@ -425,12 +513,15 @@ def validate(
     except (ConfigFileError, ValueError) as e:  # an unreadable file or an unknown dialect: one line, exit 2
         if as_json:
             _print_json({"file": file, "dialect": dialect, "valid": False,
-                         "errors": [{"source": file, "message": str(e), "text": str(e)}], "warnings": []}, EXIT_NOTHING)
+                         "errors": [{"path": file, "source": file, "message": str(e), "text": str(e)}], "warnings": []},
+                        EXIT_NOTHING)
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
         raise typer.Exit(EXIT_NOTHING)
     code = EXIT_NOTHING if not t.ok else EXIT_SOME_UNREADABLE if t.warnings else EXIT_OK
     if as_json:
-        _print_json({"file": file, **t.to_dict()}, code)
+        doc = {"file": file, **t.to_dict()}
+        doc["errors"] = [{"path": file, **e} for e in doc["errors"]]  # each config problem is about this file
+        _print_json(doc, code)
     _render_validation(t, file)
     raise typer.Exit(code)
 
@@ -469,8 +560,7 @@ def trigger(
     from .rundir.trigger import RequestStore, send, status
 
     def fail(e: Exception) -> None:
-        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-        raise typer.Exit(EXIT_NOTHING)
+        raise BadArgument(str(e)) from None  # one line, exit 2 (with --json, one object with errors)
 
     new = None
     if not show_status:
@@ -500,7 +590,7 @@ def trigger(
             got = current()
         code = EXIT_OK if all(r["done"] for r in got["requests"]) else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json({**got, **({"id": rid, "new": new} if new is not None else {})}, code)
+        _print_json({"errors": [], **got, **({"id": rid, "new": new} if new is not None else {})}, code)
     if new is not None:
         console.print(Text(f"request {rid} {'sent' if new else 'was already sent (same request)'}"), soft_wrap=True)
         console.print(Text(f"  watch it: distprof trigger {render.plain(run_dir)} --status --id {rid}"), soft_wrap=True)

@@ -124,7 +124,8 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
         found = find_traces(path, problems)
     if not found:
         why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
-        raise TraceError(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) found")
+        raise nothing_read(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) "
+                           "found", [FileError(p, f"{p}: {m}") for p, m in problems])
     run = Run(path, selection)
     run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
     files = []

@@ -44,6 +44,7 @@ from typing import Any, Callable, Union
 import msgspec
 import numpy as np
 
+from .analyze import nothing_read
 from .fragments import Joiner, Part, PartWriter
 from .listing import TraceFile, find_traces
 from .parallel import FileError, Progress, map_files
@@ -527,7 +528,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     scans.sort(key=lambda s: (s.role or "", -1 if s.rank is None else s.rank, s.file.path))
     if not scans:
         why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else "no trace files found")
-        raise TraceError(f"{path}: no readable trace ({why})")
+        raise nothing_read(f"{path}: no readable trace ({why})", errors)
     base = min(s.first_us for s in scans)
     for i, (scan, label) in enumerate(zip(scans, _labels(scans, path))):
         scan.index, scan.label = i, label
