@@ -360,7 +360,7 @@ def diff(console: Console, d: dict[str, Any]) -> None:
     """The diff's headlines, then one row per name: A and B per step (or in total: see ``compares``)."""
     per_step = d.get("compares") == "per_step"
     for line in diff_headlines(d):
-        console.print(Text(line), soft_wrap=True)
+        console.print(Text(line))  # wrapped at the terminal's width
     steps = d.get("steps") or {}
     title = (f"B vs A, mean per step and rank ({steps.get('a', 0)} vs {steps.get('b', 0)} steps)" if per_step
              else "B vs A, totals (no per-step means: see the warning)")
