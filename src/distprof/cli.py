@@ -2,7 +2,7 @@
 
 Exit codes (every verb, with or without ``--json``): 0 every file was read; 1 some files could not be
 read (each is named); 2 nothing could be read, or the arguments are wrong; 3 an internal error (a bug:
-one line, the traceback with ``--debug``).
+one line, the traceback with ``--debug``). With ``--json`` stdout holds one JSON object whatever the code.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import tempfile
 import traceback
 from typing import Any, Callable, Optional
@@ -22,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import render
+from .cli_support import BadArgument, default_report_path, failure_doc, input_error, print_json, progress_bar
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -51,57 +51,10 @@ def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Mo
     _setup_logging(verbose)
 
 
-class BadArgument(Exception):
-    """An argument the verb cannot use (a bad selection, a missing option): one line, exit 2."""
-
-
-def _input_error(e: Exception) -> bool:
-    """Unreadable input or a bad argument (exit 2), as opposed to a bug (exit 3)."""
-    from .analysis.source import TraceError
-
-    return isinstance(e, (TraceError, BadArgument))
-
-
-# --json when a verb fails before it has a result: one object all the same, with the keys that make sense for
-# the verb (the analysis verbs' shared envelope; check's, validate's and trigger's own).
-_ENVELOPE = {"salvaged": [], "conflicts": [], "warnings": [], "skipped": 0, "files_read": 0}
-_FAILED = {"check": lambda kw: {"run_dir": kw.get("run_dir"), "ok": False, "roles": [], "items": [], "problems": [],
-                                "notes": []},
-           "validate": lambda kw: {"file": kw.get("file"), "dialect": kw.get("dialect"), "valid": False,
-                                   "warnings": []},
-           "trigger": lambda kw: {"run_dir": kw.get("run_dir"), "requests": [], "warnings": []}}
-_INPUTS = ("path", "a", "b", "run_dir", "file", "compare", "out")
-
-
-def _failure(verb: str, kwargs: dict[str, Any], e: Exception, internal: bool) -> dict[str, Any]:
-    """The one JSON object of a verb that ends without a result: ``errors`` (``[{"path", "message"}]``) and the keys
-    every such object of the verb has. An internal error is one entry with ``path`` null, and ``internal_error``."""
-    message = render.plain(e)
-    if internal:
-        text = f"internal error: {type(e).__name__}: {message} (a bug in distprof; run with --debug for the traceback)"
-        errors = [{"path": None, "message": text}]
-    else:
-        errors = [x for x in getattr(e, "errors", None) or [] if isinstance(x, dict)]  # per file, when known
-        if not errors:
-            # The path the message is about (messages start with it); else the verb's input for unreadable input,
-            # none for a bad argument.
-            given = [str(kwargs[k]) for k in _INPUTS if kwargs.get(k)]
-            path = next((p for p in given if message.startswith((p + ":", p + " "))),
-                        None if isinstance(e, BadArgument) or not given else given[0])
-            errors = [{"path": path, "message": message}]
-    doc = _FAILED[verb](kwargs) if verb in _FAILED else dict(_ENVELOPE)
-    doc["errors"] = errors
-    if verb == "check":
-        doc["error"] = errors[0]["message"]
-    if internal:
-        doc["internal_error"] = f"{type(e).__name__}: {message}"
-    return doc
-
-
 def _guarded(fn: Callable) -> Callable:
     """A verb's body: unreadable input and bad arguments end in one line and exit 2; anything else is a
     bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level).
-    With --json, stdout carries one JSON object either way (see :func:`_failure`)."""
+    With --json, stdout carries one JSON object either way (see :func:`.cli_support.failure_doc`)."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         as_json = bool(kwargs.get("as_json"))
@@ -112,10 +65,10 @@ def _guarded(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             raise typer.Exit(130)
         except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
-            if _input_error(e):
+            if input_error(e):
                 err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
                 if as_json:
-                    _print_json(_failure(fn.__name__, kwargs, e, internal=False), EXIT_NOTHING)
+                    print_json(failure_doc(fn.__name__, kwargs, e, internal=False), EXIT_NOTHING)
                 raise typer.Exit(EXIT_NOTHING)
             logging.getLogger("distprof").debug("internal error", exc_info=True)
             if _debug["on"]:
@@ -123,7 +76,7 @@ def _guarded(fn: Callable) -> Callable:
             err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {render.plain(e)}"
                                     f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
             if as_json:
-                _print_json(_failure(fn.__name__, kwargs, e, internal=True), EXIT_INTERNAL)
+                print_json(failure_doc(fn.__name__, kwargs, e, internal=True), EXIT_INTERNAL)
             raise typer.Exit(EXIT_INTERNAL)
     return run
 
@@ -193,7 +146,7 @@ def check(
         errors = [{"path": run_dir, "message": result.error}] if result.error else []
         errors += [{"path": i.file or run_dir, "message": f"{i.file or run_dir}: {i.detail or i.status}"}
                    for i in result.items if i.status == "broken"]
-        _print_json({**result.to_dict(), "errors": errors}, code)
+        print_json({**result.to_dict(), "errors": errors}, code)
     if result.error:
         err.print(Text.assemble(("error: ", "red"), render.plain(result.error)), soft_wrap=True)
         raise typer.Exit(code)
@@ -260,22 +213,8 @@ def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str],
         raise BadArgument(str(e)) from None
 
 
-def _progress():
-    """A progress bar on stderr counting bytes read and files finished (so one big file still moves it)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
-
-    bar = Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
-                   TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True)
-    task = bar.add_task("read", total=None, files="")
-
-    def show(p) -> None:
-        bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
-
-    return bar, show
-
-
 def _run(call: Callable[..., dict], *args: Any, **kwargs: Any) -> dict:
-    bar, show = _progress()
+    bar, show = progress_bar(err)
     with bar:
         return call(*args, progress=show, **kwargs)
 
@@ -286,18 +225,10 @@ def _done(result: dict, as_json: bool, draw: Callable[[], None]) -> None:
 
     code = exit_code(result)
     if as_json:
-        _print_json(result, code)
+        print_json(result, code)
     if result.get("files_read", 1):
         draw()
     render.problems(err, result)
-    raise typer.Exit(code)
-
-
-def _print_json(obj, code: int) -> None:
-    """--json: one JSON object on stdout, then exit with ``code``."""
-    import msgspec
-
-    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
     raise typer.Exit(code)
 
 
@@ -432,25 +363,6 @@ def diff(
     _done(d, as_json, lambda: render.diff(console, d))
 
 
-def default_report_path(path: str) -> str:
-    """Where ``report`` writes without ``-o``: ``PATH/report.html`` for a folder (beside the traces, where ``demo``
-    puts it), ``NAME.report.html`` beside a single local trace (``rank-0.pt.trace.json.gz`` ->
-    ``rank-0.pt.trace.report.html``), ``./report.html`` for a URL (report writes local files only)."""
-    from .rundir.layout import is_url
-
-    if is_url(path):
-        return "report.html"
-    local = path.removeprefix("file://")
-    if os.path.isdir(local):
-        return os.path.join(local, "report.html")
-    folder, name = os.path.split(local)
-    for suffix in (".json.gz", ".json", ".gz"):
-        if name.endswith(suffix) and len(name) > len(suffix):
-            name = name[:-len(suffix)]
-            break
-    return os.path.join(folder, f"{name}.report.html")
-
-
 @app.command()
 @_guarded
 def report(
@@ -512,7 +424,7 @@ def validate(
         t = translate(dialect or NATIVE, load_file(file), section)
     except (ConfigFileError, ValueError) as e:  # an unreadable file or an unknown dialect: one line, exit 2
         if as_json:
-            _print_json({"file": file, "dialect": dialect, "valid": False,
+            print_json({"file": file, "dialect": dialect, "valid": False,
                          "errors": [{"path": file, "source": file, "message": str(e), "text": str(e)}], "warnings": []},
                         EXIT_NOTHING)
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
@@ -521,7 +433,7 @@ def validate(
     if as_json:
         doc = {"file": file, **t.to_dict()}
         doc["errors"] = [{"path": file, **e} for e in doc["errors"]]  # each config problem is about this file
-        _print_json(doc, code)
+        print_json(doc, code)
     _render_validation(t, file)
     raise typer.Exit(code)
 
@@ -590,7 +502,7 @@ def trigger(
             got = current()
         code = EXIT_OK if all(r["done"] for r in got["requests"]) else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json({"errors": [], **got, **({"id": rid, "new": new} if new is not None else {})}, code)
+        print_json({"errors": [], **got, **({"id": rid, "new": new} if new is not None else {})}, code)
     if new is not None:
         console.print(Text(f"request {rid} {'sent' if new else 'was already sent (same request)'}"), soft_wrap=True)
         console.print(Text(f"  watch it: distprof trigger {render.plain(run_dir)} --status --id {rid}"), soft_wrap=True)

@@ -38,6 +38,7 @@ import os
 import posixpath
 import tempfile
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
@@ -166,8 +167,7 @@ class _Scan:
     offset_us: float
     first: float  # the file's earliest timestamp, in its own time base
     first_us: float  # the same, absolute
-    named: set = field(default_factory=set)  # pids that have a process_name
-    shared_names: set = field(default_factory=set)  # process names that more than one pid of the file carries
+    named: dict = field(default_factory=dict)  # pid -> its process_name (pids that have one)
     thread_names: dict = field(default_factory=dict)  # (pid, tid) -> name
     lanes: dict = field(default_factory=dict)  # (pid, tid, ts, dur) of X events moved off their thread -> lane (> 0)
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
@@ -278,13 +278,8 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
             elif e.name == "thread_name":
                 thread_names[(e.pid, e.tid)] = _meta_name(e)
     first = first or 0.0
-    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, set(named), thread_names,
-                 max_tid=max_tid, step_ranges=steps)
-    pids_of: dict[str, set] = {}
-    for pid, name in named.items():
-        if name:
-            pids_of.setdefault(name, set()).add(pid)
-    scan.shared_names = {n for n, pids in pids_of.items() if len(pids) > 1}
+    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
+                 step_ranges=steps)
     if xt:
         tn = np.frombuffer(xt, dtype=np.int64)
         ts = np.frombuffer(xs, dtype="d")
@@ -326,6 +321,7 @@ class _FileWriter:
         self.first = scan.first
         self.start_ns = round((scan.first_us - base_us) * 1000.0)
         self.label = scan.label
+        self.shared = {n for n, pids in Counter(n for n in scan.named.values() if n).items() if pids > 1}  # 2+ pids
         self.pids: dict[Any, int] = {}
         self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
         self.other_ids: dict[Any, int] = {}
@@ -420,13 +416,11 @@ class _FileWriter:
                 self.scope_ids(e)
 
     def process_name(self, pid: Any, orig: str | None) -> str:
-        """A named process's track: ``{label} / {name}``, with its pid when another process of the file has the same
-        name (a DataLoader worker and the trainer are both ``python3``): every track's name is unique."""
+        """A process's track name, unique: ``{label} / {name}``, plus its pid when another process has that name."""
+        pid = 0 if pid == _NO_ID else pid
         if not orig:
-            return self.label if pid in (0, _NO_ID) else f"{self.label} ({pid})"
-        if orig in self.scan.shared_names:
-            return f"{self.label} / {orig} (pid {0 if pid == _NO_ID else pid})"
-        return f"{self.label} / {orig}"
+            return f"{self.label} ({pid})" if pid else self.label
+        return f"{self.label} / {orig}" + (f" (pid {pid})" if orig in self.shared else "")
 
     def scope_ids(self, e: _Out) -> None:
         """Flow, async and object ids renumbered so ranks never share one."""
