@@ -87,3 +87,64 @@ def test_two_steps_of_one_run_by_phase(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "distprof.cli", "diff", str(tmp_path / "r"), str(tmp_path / "r"),
                               "--step-a", "99"], capture_output=True, text=True)
     assert missing.returncode == 2 and "ProfilerStep#99" in missing.stderr
+
+
+def _steps_trace(path, n, rank=0, kernel_us=0.0, steps=True):
+    """One rank: ``n`` steps of 10 ms, each with 4 ms of train/data, 1 ms of aten::mm and, when asked, a kernel."""
+    from tracekit import X, write
+
+    events = []
+    for k in range(n):
+        t = 1_000 + k * 10_000
+        if steps:
+            events.append(X(f"ProfilerStep#{3 + k}", t, 10_000, cat="user_annotation"))
+        events.append(X("train/data", t + 100, 4_000, cat="user_annotation"))
+        events.append(X("aten::mm", t + 5_000, 1_000))
+        if kernel_us:
+            events.append(X("gemm_kernel", t + 5_100, kernel_us, cat="kernel", pid=0, tid=7))
+    return write(path, events, distributedInfo={"rank": rank, "world_size": 2})
+
+
+def test_the_same_job_profiled_for_5_and_3_steps_compares_equal(tmp_path):
+    """Rows compare means per step: before, a 5-step and a 3-step capture of one job gave 'train/data 0.60x'."""
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _steps_trace(tmp_path / "a" / "rank-0.json", 5)
+    _steps_trace(tmp_path / "b" / "rank-0.json", 3)
+    code, d, _ = cli("diff", tmp_path / "a", tmp_path / "b", "--json", "--workers", "1")
+    assert code == 0 and d["compares"] == "per_step" and d["steps"] == {"a": 5, "b": 3}
+    rows = {(r["kind"], r["name"]): r for r in d["rows"]}
+    data = rows[("phase", "train/data")]
+    assert data["ratio"] == 1.0 and data["a_per_step_us"] == data["b_per_step_us"] == 4_000
+    assert (data["a_us"], data["b_us"]) == (20_000, 12_000)  # totals stay
+    assert rows[("op", "aten::mm")]["ratio"] == 1.0
+    assert [(s["role"], s["a_median_us"], s["b_median_us"], s["ratio"]) for s in d["step_time"]] == \
+        [(None, 10_000, 10_000, 1.0)]
+    assert any("step sets differ" in w and "A holds 5 steps (3-7), B 3 (3-5)" in w for w in d["warnings"])
+    code, text, _ = cli("diff", tmp_path / "a", tmp_path / "b", "--workers", "1")
+    assert code == 0 and "Step time, median 10.00 ms -> 10.00 ms (1.00x" in text
+    assert "kernel" not in text.lower()  # a CPU run: no "device kernel time 0.0 us -> 0.0 us"
+
+
+def test_diff_headlines_device_time_and_warns_when_ranks_differ(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    for rank in (0, 1):
+        _steps_trace(tmp_path / "a" / f"rank-{rank}.json", 4, rank, kernel_us=500)
+    _steps_trace(tmp_path / "b" / "rank-0.json", 4, 0, kernel_us=750)
+    code, d, _ = cli("diff", tmp_path / "a", tmp_path / "b", "--json", "--workers", "1")
+    assert code == 0 and d["rank_steps"] == {"a": 8, "b": 4}
+    k = next(r for r in d["rows"] if r["name"] == "gemm_kernel")
+    assert (k["a_per_step_us"], k["b_per_step_us"], k["ratio"]) == (500, 750, 1.5)  # per step and rank
+    assert any("rank sets differ: A has 0-1, B has 0" in w for w in d["warnings"])
+    code, text, _ = cli("diff", tmp_path / "a", tmp_path / "b", "--workers", "1")
+    assert "Device kernel time per step and rank: 500.0 us -> 750.0 us (1.50x)" in text
+
+
+def test_traces_without_steps_compare_totals_and_say_so(tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _steps_trace(tmp_path / "a" / "rank-0.json", 5)
+    _steps_trace(tmp_path / "b" / "rank-0.json", 3, steps=False)  # a foreign trace: no ProfilerStep ranges
+    code, d, _ = cli("diff", tmp_path / "a", tmp_path / "b", "--json", "--workers", "1")
+    assert code == 0 and d["compares"] == "totals" and d["steps"] == {"a": 5, "b": 0}
+    data = next(r for r in d["rows"] if r["name"] == "train/data")
+    assert data["ratio"] == 0.6 and data["a_per_step_us"] is None and data["b_per_step_us"] is None
+    assert any("side B: 1 file without steps" in w and "rows compare totals" in w for w in d["warnings"])

@@ -315,3 +315,29 @@ def test_nesting_check_agrees_with_counting_overlaps(spans):
     end = start + np.array([d for _, d in spans], dtype=np.int64)
     events = [{"ph": "X", "pid": 0, "tid": 0, "ts": s / 1000, "dur": d / 1000} for s, d in spans]
     assert _nested(start, end) == (_partial_overlaps(events) == 0)
+
+
+def test_processes_of_one_file_with_the_same_name_get_tracks_of_their_own(tmp_path):
+    """Two processes named python3 in one trace (the trainer and a DataLoader worker) were both merged as
+    'rank 0 / python3': each track's name is unique, with the pid added only where the names clash."""
+    from tracekit import X, write
+
+    def named(pid, name):
+        return {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}}
+
+    events = [named(10, "python3"), named(20, "python3"), named(0, "GPU 0"),
+              X("aten::mm", 0, 5, pid=10), X("aten::add", 1, 5, pid=20), X("gemm", 2, 3, cat="kernel", pid=0, tid=7),
+              X("aten::relu", 3, 1, pid=30)]
+    (tmp_path / "in").mkdir()
+    write(tmp_path / "in" / "rank-0.json", events, distributedInfo={"rank": 0})
+    out = str(tmp_path / "m.json")
+    merge_traces(str(tmp_path / "in"), out, workers=1)
+    doc = json.load(open(out))
+    names = {}
+    for e in doc["traceEvents"]:
+        if e["name"] == "process_name":
+            names.setdefault(e["pid"], set()).add(e["args"]["name"])
+    assert all(len(v) == 1 for v in names.values())
+    tracks = sorted(v.pop() for v in names.values())
+    assert tracks == ["rank 0 (30)", "rank 0 / GPU 0", "rank 0 / python3 (pid 10)", "rank 0 / python3 (pid 20)"]
+    assert len({e["pid"] for e in doc["traceEvents"]}) == 4  # one track per process, each named once

@@ -2,7 +2,7 @@
 
 Exit codes (every verb, with or without ``--json``): 0 every file was read; 1 some files could not be
 read (each is named); 2 nothing could be read, or the arguments are wrong; 3 an internal error (a bug:
-one line, the traceback with ``--debug``).
+one line, the traceback with ``--debug``). With ``--json`` stdout holds one JSON object whatever the code.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 import tempfile
 import traceback
 from typing import Any, Callable, Optional
@@ -21,6 +20,7 @@ from rich.text import Text
 
 from . import render
 from .termfit import FitConsole
+from .cli_support import BadArgument, default_report_path, failure_doc, input_error, print_json, progress_bar
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -54,9 +54,11 @@ def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="Mo
 
 def _guarded(fn: Callable) -> Callable:
     """A verb's body: unreadable input and bad arguments end in one line and exit 2; anything else is a
-    bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level)."""
+    bug, reported in one line with exit 3 (the traceback with --debug, and in the log at debug level).
+    With --json, stdout carries one JSON object either way (see :func:`.cli_support.failure_doc`)."""
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
+        as_json = bool(kwargs.get("as_json"))
         try:
             return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort):
@@ -64,14 +66,18 @@ def _guarded(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             raise typer.Exit(130)
         except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
-            if type(e).__name__ == "TraceError" and type(e).__module__ == "distprof.analysis.source":
+            if input_error(e):
                 err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
+                if as_json:
+                    print_json(failure_doc(fn.__name__, kwargs, e, internal=False), EXIT_NOTHING)
                 raise typer.Exit(EXIT_NOTHING)
             logging.getLogger("distprof").debug("internal error", exc_info=True)
             if _debug["on"]:
                 err.print(traceback.format_exc(), markup=False, highlight=False)
             err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {render.plain(e)}"
                                     f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
+            if as_json:
+                print_json(failure_doc(fn.__name__, kwargs, e, internal=True), EXIT_INTERNAL)
             raise typer.Exit(EXIT_INTERNAL)
     return run
 
@@ -132,7 +138,11 @@ def check(
     result = check_run(run_dir)
     code = EXIT_NOTHING if result.error else EXIT_OK if result.ok else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json(result.to_dict(), code)
+        # errors: what could not be read at all (the path itself, or a file that does not decode)
+        errors = [{"path": run_dir, "message": result.error}] if result.error else []
+        errors += [{"path": i.file or run_dir, "message": f"{i.file or run_dir}: {i.detail or i.status}"}
+                   for i in result.items if i.status == "broken"]
+        print_json({**result.to_dict(), "errors": errors}, code)
     if result.error:
         err.print(Text.assemble(("error: ", "red"), render.plain(result.error)), soft_wrap=True)
         raise typer.Exit(code)
@@ -195,26 +205,11 @@ def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str],
     try:
         return Selection.of(ranks=ranks, roles=roles, steps=steps, steps_only=steps_only)
     except ValueError as e:
-        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-        raise typer.Exit(EXIT_NOTHING)
-
-
-def _progress():
-    """A progress bar on stderr counting bytes read and files finished (so one big file still moves it)."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
-
-    bar = Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
-                   TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True)
-    task = bar.add_task("read", total=None, files="")
-
-    def show(p) -> None:
-        bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
-
-    return bar, show
+        raise BadArgument(str(e)) from None
 
 
 def _run(call: Callable[..., dict], *args: Any, **kwargs: Any) -> dict:
-    bar, show = _progress()
+    bar, show = progress_bar(err)
     with bar:
         return call(*args, progress=show, **kwargs)
 
@@ -225,18 +220,10 @@ def _done(result: dict, as_json: bool, draw: Callable[[], None]) -> None:
 
     code = exit_code(result)
     if as_json:
-        _print_json(result, code)
+        print_json(result, code)
     if result.get("files_read", 1):
         draw()
     render.problems(err, result)
-    raise typer.Exit(code)
-
-
-def _print_json(obj, code: int) -> None:
-    """--json: one JSON object on stdout, then exit with ``code``."""
-    import msgspec
-
-    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
     raise typer.Exit(code)
 
 
@@ -375,7 +362,9 @@ def diff(
 @_guarded
 def report(
     path: str = typer.Argument(..., help=PATH_HELP),
-    out: str = typer.Option(..., "-o", "--out", help="Output HTML file (one self-contained page; opens offline)."),
+    out: Optional[str] = typer.Option(None, "-o", "--out", help="Output HTML file (one self-contained page; opens "
+                                      "offline). Default: PATH/report.html for a folder, NAME.report.html beside a "
+                                      "single trace, ./report.html for a URL."),
     compare: Optional[str] = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
     ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
@@ -384,8 +373,19 @@ def report(
     """One HTML file: the diagnosis at the top, each finding linked to the plot that shows it, then the plots."""
     from .report import write_report
 
+    from .analysis.source import TraceError
+
     sel = _selection(ranks, roles, steps, steps_only)
-    r = _run(write_report, path, out, compare=compare, selection=sel, workers=workers, ray_address=ray_address)
+    chosen = out is None
+    if chosen:
+        out = default_report_path(path)
+        err.print(Text(f"no -o given: writing {render.plain(out)}"), soft_wrap=True)
+    try:
+        r = _run(write_report, path, out, compare=compare, selection=sel, workers=workers, ray_address=ray_address)
+    except TraceError as e:
+        if chosen and str(e).startswith(f"{out}:"):  # the default place is refused (a read-only folder, ...)
+            raise TraceError(f"{e}; give -o FILE to write the report elsewhere") from None
+        raise
 
     def draw() -> None:
         n = len(r["findings"])
@@ -419,13 +419,16 @@ def validate(
         t = translate(dialect or NATIVE, load_file(file), section)
     except (ConfigFileError, ValueError) as e:  # an unreadable file or an unknown dialect: one line, exit 2
         if as_json:
-            _print_json({"file": file, "dialect": dialect, "valid": False,
-                         "errors": [{"source": file, "message": str(e), "text": str(e)}], "warnings": []}, EXIT_NOTHING)
+            print_json({"file": file, "dialect": dialect, "valid": False,
+                         "errors": [{"path": file, "source": file, "message": str(e), "text": str(e)}], "warnings": []},
+                        EXIT_NOTHING)
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
         raise typer.Exit(EXIT_NOTHING)
     code = EXIT_NOTHING if not t.ok else EXIT_SOME_UNREADABLE if t.warnings else EXIT_OK
     if as_json:
-        _print_json({"file": file, **t.to_dict()}, code)
+        doc = {"file": file, **t.to_dict()}
+        doc["errors"] = [{"path": file, **e} for e in doc["errors"]]  # each config problem is about this file
+        print_json(doc, code)
     _render_validation(t, file)
     raise typer.Exit(code)
 
@@ -464,8 +467,7 @@ def trigger(
     from .rundir.trigger import RequestStore, send, status
 
     def fail(e: Exception) -> None:
-        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-        raise typer.Exit(EXIT_NOTHING)
+        raise BadArgument(str(e)) from None  # one line, exit 2 (with --json, one object with errors)
 
     new = None
     if not show_status:
@@ -495,7 +497,7 @@ def trigger(
             got = current()
         code = EXIT_OK if all(r["done"] for r in got["requests"]) else EXIT_SOME_UNREADABLE
     if as_json:
-        _print_json({**got, **({"id": rid, "new": new} if new is not None else {})}, code)
+        print_json({"errors": [], **got, **({"id": rid, "new": new} if new is not None else {})}, code)
     if new is not None:
         console.print(Text(f"request {rid} {'sent' if new else 'was already sent (same request)'}"), soft_wrap=True)
         console.print(Text(f"  watch it: distprof trigger {render.plain(run_dir)} --status --id {rid}"), soft_wrap=True)

@@ -345,14 +345,50 @@ def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
                             f"counts per rank {m['counts']}: matched up to the smallest"), style="yellow"), hang=2)
 
 
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _change(a: float | None, b: float | None) -> str:
+    """B over A as a ratio; ``new`` when A had none."""
+    return _ratio(b / a) if a else "new" if b else "-"
+
+
+def diff_headlines(d: dict[str, Any]) -> list[str]:
+    """What the diff's table is headed by, one line each, only for what the runs have: the median step per role,
+    and device kernel time when either side has device work."""
+    lines = []
+    per_step = d.get("compares") == "per_step"
+    for r in d.get("step_time") or []:
+        who = f"{plain(r['role'])}: " if r.get("role") else ""
+        lines.append(f"Step time, {who}median {us(r['a_median_us'])} -> {us(r['b_median_us'])} "
+                     f"({_ratio(r['ratio'])}; {r['a_steps']} -> {r['b_steps']} rank-steps)")
+    if d.get("kernel_total_a_us") or d.get("kernel_total_b_us"):
+        if per_step:
+            a, b = d["kernel_per_step_a_us"], d["kernel_per_step_b_us"]
+            lines.append(f"Device kernel time per step and rank: {us(a)} -> {us(b)} ({_change(a, b)})")
+        else:
+            a, b = d["kernel_total_a_us"], d["kernel_total_b_us"]
+            lines.append(f"Device kernel time in total: {us(a)} -> {us(b)} ({_change(a, b)})")
+    return lines
+
+
 def diff(console: Console, d: dict[str, Any]) -> None:
-    t = _table(f"B vs A: device kernel time {us(d['kernel_total_a_us'])} -> {us(d['kernel_total_b_us'])}",
-               ["kind", "name", "A", "B", "change", "ratio"], left=("kind", "name"))
+    """The diff's headlines, then one row per name: A and B per step (or in total: see ``compares``)."""
+    per_step = d.get("compares") == "per_step"
+    for line in diff_headlines(d):
+        console.print(Text(line))  # wrapped at the terminal's width
+    steps = d.get("steps") or {}
+    title = (f"B vs A, mean per step and rank ({steps.get('a', 0)} vs {steps.get('b', 0)} steps)" if per_step
+             else "B vs A, totals (no per-step means: see the warning)")
+    t = _table(title, ["kind", "name", "A", "B", "change", "ratio"], left=("kind", "name"))
     for r in d["rows"]:
-        color = "red" if r["change_us"] > 0 else "green"
-        change = ("+" if r["change_us"] > 0 else "-" if r["change_us"] < 0 else "") + us(abs(r["change_us"]))
-        t.add_row(r["kind"], _t(r["name"]), us(r["a_us"]), us(r["b_us"]), Text(change, style=color),
-                  "new" if r["ratio"] is None else f"{r['ratio']:.2f}x")
+        change_us = r["change_per_step_us"] if per_step else r["change_us"]
+        color = "red" if change_us > 0 else "green"
+        change = ("+" if change_us > 0 else "-" if change_us < 0 else "") + us(abs(change_us))
+        a, b = (r["a_per_step_us"], r["b_per_step_us"]) if per_step else (r["a_us"], r["b_us"])
+        t.add_row(r["kind"], _t(r["name"]), us(a), us(b), Text(change, style=color),
+                  _ratio(r["ratio"]) if r["ratio"] is not None else _change(a, b))
     console.print(t)
 
 

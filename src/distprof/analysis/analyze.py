@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
 from . import diagnose as diagnose_mod, idle, launch, step_names, temporal
 from .parallel import FileError, Progress, SplitPool, map_files
-from .ranks import resolve
+from .ranks import assign_runs, file_facts, resolve
 from .listing import TraceFile, find_traces
 from .reader import TraceError, open_trace
 from .selection import Selection
@@ -34,7 +34,7 @@ from ..rundir.layout import is_url
 logger = logging.getLogger(__name__)
 
 __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code", "investigate",
-           "Investigation", "diagnose"]
+           "Investigation", "diagnose", "nothing_read", "compare_runs", "DIFF_PARTS"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names}
@@ -60,6 +60,7 @@ def extract_file(f: TraceFile, on_read: Callable[[int], None] | None, names: tup
     tb = TraceTable.read(t, selection, pool=pool)
     if tb is None:
         return Skipped(f.path)
+    tb.info.run = file_facts(t.distributed_info, f.window, f.run_dir, f.path)  # which job wrote it
     return FileResult(tb.info, {n: ANALYSES[n].extract(tb) for n in names})
 
 
@@ -72,6 +73,7 @@ class Run:
     errors: list[FileError] = field(default_factory=list)
     skipped: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
 
     def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
         return [(r.info, r.parts[name]) for r in self.files]
@@ -82,7 +84,7 @@ class Run:
             "errors": [e.to_dict() for e in self.errors],
             "salvaged": [{"path": r.info.path, **r.info.salvaged} for r in self.files if r.info.salvaged],
             "conflicts": self.conflicts,
-            "warnings": [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
+            "warnings": self.notes + [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
             "skipped": self.skipped,
         }
 
@@ -122,7 +124,8 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
         found = find_traces(path, problems)
     if not found:
         why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
-        raise TraceError(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) found")
+        raise nothing_read(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) "
+                           "found", [FileError(p, f"{p}: {m}") for p, m in problems])
     run = Run(path, selection)
     run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
     files = []
@@ -144,12 +147,23 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
             run.skipped += 1
         else:
             read_ok.append(r)
+    # Files of different jobs never form one run: a role holding several is reported as "role (run K)", and every
+    # analysis below keeps them apart.
+    run.notes = assign_runs(r.info for r in read_ok)
     run.files, run.conflicts = resolve(read_ok)
     if not run.files and not run.errors:
         raise TraceError(f"{path}: no trace matches the selection ({_describe(selection)})")
     for c in run.conflicts:
         logger.info("%s: %s", c["path"], c["reason"])  # in the result's `conflicts`: the CLI prints each once
     return run
+
+
+def nothing_read(message: str, errors: Iterable[FileError | dict[str, Any]] = ()) -> TraceError:
+    """The TraceError that ends a verb with nothing read (exit 2): ``message`` in one line, and ``errors`` the files
+    that could not be read, each ``{"path", "message"}`` (what --json lists; the CLI falls back to the path)."""
+    e = TraceError(message)
+    e.errors = [x.to_dict() if isinstance(x, FileError) else x for x in errors]  # type: ignore[attr-defined]
+    return e
 
 
 def _describe(sel: Selection) -> str:
@@ -282,18 +296,34 @@ def diagnose(path: str, selection: Selection | None = None, workers: int | None 
             "thresholds": diagnose_mod.THRESHOLDS, **env}
 
 
+DIFF_PARTS = ("summary", "steps")
+
+
+def compare_runs(ra: Run, rb: Run, top: int | None = None) -> dict[str, Any]:
+    """Two runs read with (at least) :data:`DIFF_PARTS`: :func:`.diff.compare` of their summaries, per step."""
+    facts = [diff_mod.step_facts((r.info, r.parts.get("steps")) for r in run.files) for run in (ra, rb)]
+    sa, sb = ra.selection, rb.selection
+    chosen = (sa.steps is not None or sb.steps is not None, sa.ranks is not None or sb.ranks is not None)
+    return diff_mod.compare([p for _, p in ra.pairs("summary")], [p for _, p in rb.pairs("summary")], top=top,
+                            steps_a=facts[0], steps_b=facts[1], chosen=chosen)
+
+
 def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,
          top: int | None = None, workers: int | None = None, ray_address: str | None = None,
          progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof diff``: per kernel, op, phase and category, A's time, B's time and the change."""
-    runs = [read(p, ("summary",), sel, workers, ray_address, progress) for p, sel in ((a, selection_a), (b, selection_b))]
+    """``distprof diff``: per kernel, op, phase and category, A's and B's time per step (and in total) and the
+    change; the median step per role; warnings when the two sides do not hold the same steps or ranks."""
+    runs = [read(p, DIFF_PARTS, sel, workers, ray_address, progress) for p, sel in ((a, selection_a), (b, selection_b))]
     for run, label in zip(runs, "AB"):
         if not run.files:
-            raise TraceError(f"{run.path}: nothing to compare on side {label} "
-                             f"({'; '.join(e.message for e in run.errors) or 'no trace matches the selection'})")
-    out = diff_mod.compare([p for _, p in runs[0].pairs("summary")], [p for _, p in runs[1].pairs("summary")], top=top)
+            raise nothing_read(f"{run.path}: nothing to compare on side {label} "
+                               f"({'; '.join(e.message for e in run.errors) or 'no trace matches the selection'})",
+                               run.errors)
+    out = compare_runs(runs[0], runs[1], top=top)
+    own = out.pop("warnings")
     ea, eb = runs[0].envelope(), runs[1].envelope()
     out.update({k: ea[k] + eb[k] for k in ("errors", "salvaged", "conflicts", "warnings")})
+    out["warnings"] += own
     out["skipped"] = ea["skipped"] + eb["skipped"]
     out["scope"] = {"a": ea["scope"], "b": eb["scope"]}
     out["files_read"] = len(runs[0].files) + len(runs[1].files)

@@ -21,7 +21,7 @@ from ..rundir.manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceFile", "find_traces", "rank_from_name"]
+__all__ = ["TraceFile", "find_traces", "rank_from_name", "process_from_name"]
 
 
 class TraceFile(NamedTuple):
@@ -31,6 +31,7 @@ class TraceFile(NamedTuple):
     role: str | None = None
     window: WindowRecord | None = None  # the manifest record of the window that wrote this file
     node: str | None = None  # the Ray node holding the file (listed there by distprof.ray.files), else anywhere
+    run_dir: str | None = None  # the distprof run directory holding it, relative to the path listed ("" for the path)
 
 
 _RANK_PATTERNS = [re.compile(p) for p in (r"rank[-_]?(\d+)", r"worker[-_]?(\d+)")]
@@ -45,6 +46,18 @@ def rank_from_name(path: str) -> int | None:
             if m:
                 return int(m.group(1))
     return None
+
+
+# torch.profiler.tensorboard_trace_handler's names: {worker_name}.{time}.pt.trace.json[.gz], the worker name being
+# {hostname}_{pid} unless the job gave its own.
+_HANDLER_NAME = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d{10,}\.pt\.trace\.json(?:\.gz)?$")
+
+
+def process_from_name(path: str) -> str | None:
+    """The process that wrote a file, when its name says (``host_1234.1700000000000.pt.trace.json``, as
+    ``tensorboard_trace_handler`` names them by default): ``"host:pid 1234"``; else None."""
+    m = _HANDLER_NAME.match(path.replace("\\", "/").rsplit("/", 1)[-1])
+    return f"{m.group('host')}:pid {int(m.group('pid'))}" if m else None
 
 
 _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
@@ -75,6 +88,20 @@ def _role(d: str, windows: dict[str, WindowRecord]) -> str:
     # The manifest names the role; a folder name is the fallback (the role folder itself may be `path`).
     return next((w.role for w in windows.values() if w.role), None) or \
         posixpath.basename(posixpath.dirname(d.rstrip("/")))
+
+
+def _run_root(d: str, role: str, top: str) -> str:
+    """The run directory holding rank folder ``d`` (``{root}/{role}/rank00003``), relative to ``top``: what tells
+    files of two run directories under one folder apart (the same on every node for per-node copies of one)."""
+    parts = d.replace("\\", "/").rstrip("/").split("/")[:-1]  # the rank folder's parent: the role's folder
+    depth = len([x for x in role.split("/") if x])
+    if 0 < depth <= len(parts) and parts[len(parts) - depth:] == [x for x in role.split("/") if x]:
+        parts = parts[:len(parts) - depth]
+    root = "/".join(parts)
+    top = top.replace("\\", "/").rstrip("/")
+    if root == top:
+        return ""
+    return root[len(top) + 1:] if root.startswith(top + "/") else root
 
 
 def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> list[TraceFile]:
@@ -119,7 +146,7 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
         rel = posixpath.relpath(d, root) if d != root else ""
         if any(part.startswith(".") for part in rel.split("/") if part):
             continue
-        windows, manifest_rank, role = {}, _run_dir(d, set(names)), None
+        windows, manifest_rank, role, run_root = {}, _run_dir(d, set(names)), None, None
         if manifest_rank is not None:
             try:
                 with fs.open(posixpath.join(d, MANIFEST), "rb") as f:
@@ -127,10 +154,11 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
             except OSError as e:
                 problem(fs.unstrip_protocol(posixpath.join(d, MANIFEST)), f"cannot be read ({e})")
             role = _role(d, windows)
+            run_root = _run_root(d, role, root)
         for n in sorted(names):
             if _is_trace_name(n):
                 found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, _file_role(role, n),
-                                       windows.get(n)))
+                                       windows.get(n), run_dir=run_root))
     found.sort(key=lambda f: f.path)
     return found
 
@@ -170,10 +198,11 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
             problem(d, f"folder cannot be listed ({e.strerror or e})")
             continue
         names = {e.name for e in entries}
-        windows, manifest_rank, role = {}, _run_dir(d, names), None
+        windows, manifest_rank, role, run_root = {}, _run_dir(d, names), None, None
         if manifest_rank is not None:
             windows = _read_manifest(os.path.join(d, MANIFEST), inside, problem)
             role = _role(d, windows)
+            run_root = _run_root(d, role, top)
         subdirs = []
         for e in entries:
             if e.name.startswith("."):
@@ -199,7 +228,8 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
                 if not stat.S_ISREG(est.st_mode):
                     problem(p, f"not a regular file ({file_kind(est.st_mode)}); not read")
                     continue
-                found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name)))
+                found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name),
+                                       run_dir=run_root))
         stack.extend(reversed(subdirs))
     found.sort(key=lambda f: f.path)
     return found

@@ -38,12 +38,14 @@ import os
 import posixpath
 import tempfile
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
 import msgspec
 import numpy as np
 
+from .analyze import nothing_read
 from .fragments import Joiner, Part, PartWriter
 from .listing import TraceFile, find_traces
 from .parallel import FileError, Progress, map_files
@@ -165,7 +167,7 @@ class _Scan:
     offset_us: float
     first: float  # the file's earliest timestamp, in its own time base
     first_us: float  # the same, absolute
-    named: set = field(default_factory=set)  # pids that have a process_name
+    named: dict = field(default_factory=dict)  # pid -> its process_name (pids that have one)
     thread_names: dict = field(default_factory=dict)  # (pid, tid) -> name
     lanes: dict = field(default_factory=dict)  # (pid, tid, ts, dur) of X events moved off their thread -> lane (> 0)
     flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
@@ -247,7 +249,7 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     pick = selection is not None and selection.steps is not None
     t = _stream(f, on_read, True, _SEEN_DECODERS[pick])
     first = None
-    named: set = set()
+    named: dict = {}  # pid -> its process_name (the last one written)
     thread_names: dict = {}
     threads: dict[tuple[Any, Any], int] = {}  # (pid, tid) of complete events -> thread number
     xt, xs, xd = array("q"), array("d"), array("d")  # per complete event: thread number, ts, dur
@@ -272,7 +274,7 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
                       if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
         for e in [e for e in batch if type(e) is _SeenM]:
             if e.name == "process_name":
-                named.add(e.pid)
+                named[e.pid] = _meta_name(e)
             elif e.name == "thread_name":
                 thread_names[(e.pid, e.tid)] = _meta_name(e)
     first = first or 0.0
@@ -319,6 +321,7 @@ class _FileWriter:
         self.first = scan.first
         self.start_ns = round((scan.first_us - base_us) * 1000.0)
         self.label = scan.label
+        self.shared = {n for n, pids in Counter(n for n in scan.named.values() if n).items() if pids > 1}  # 2+ pids
         self.pids: dict[Any, int] = {}
         self.lane_tids: dict[tuple[Any, Any, int], Any] = {}
         self.other_ids: dict[Any, int] = {}
@@ -384,8 +387,7 @@ class _FileWriter:
             if ph == "M":
                 e.ts = _NO_TIME
                 if e.name == "process_name":
-                    orig = _meta_name(e)
-                    e.args = msgspec.Raw(_enc.encode({"name": f"{self.label} / {orig}" if orig else self.label}))
+                    e.args = msgspec.Raw(_enc.encode({"name": self.process_name(pid, _meta_name(e))}))
                 if e.dur != _NO_TIME:
                     e.dur = round(e.dur * 1000.0) / 1000.0 if e.dur else _NO_TIME
             else:
@@ -412,6 +414,13 @@ class _FileWriter:
                             e.tid = self.lane_tid(p0, tid, lane)
             if e.id is not None or e.bind_id is not None or e.id2:
                 self.scope_ids(e)
+
+    def process_name(self, pid: Any, orig: str | None) -> str:
+        """A process's track name, unique: ``{label} / {name}``, plus its pid when another process has that name."""
+        pid = 0 if pid == _NO_ID else pid
+        if not orig:
+            return f"{self.label} ({pid})" if pid else self.label
+        return f"{self.label} / {orig}" + (f" (pid {pid})" if orig in self.shared else "")
 
     def scope_ids(self, e: _Out) -> None:
         """Flow, async and object ids renumbered so ranks never share one."""
@@ -513,7 +522,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     scans.sort(key=lambda s: (s.role or "", -1 if s.rank is None else s.rank, s.file.path))
     if not scans:
         why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else "no trace files found")
-        raise TraceError(f"{path}: no readable trace ({why})")
+        raise nothing_read(f"{path}: no readable trace ({why})", errors)
     base = min(s.first_us for s in scans)
     for i, (scan, label) in enumerate(zip(scans, _labels(scans, path))):
         scan.index, scan.label = i, label

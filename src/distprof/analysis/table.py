@@ -106,6 +106,7 @@ class FileInfo:
     events: int = 0
     salvaged: dict[str, Any] | None = None  # what was wrong with a file that could still be read
     warnings: list[str] = field(default_factory=list)
+    run: dict[str, Any] | None = None  # which job wrote the file (analyze sets it; see analysis.ranks.runs)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
