@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from . import shutdown
+from . import logs, shutdown
 from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
 from .envvars import apply_log_level
@@ -74,6 +74,7 @@ class Profiler:
         if rank < 0 or world_size < 1 or rank >= world_size:
             raise ValueError(f"rank {rank} does not fit world_size {world_size}; pass 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
+        logs.process_is(self.role, rank)  # DISTPROF_LOG_LEVEL: a handler, lines prefixed with role and rank
 
         self.enabled = False  # True while this process may capture
         self._started = False  # between start() and stop()
@@ -470,6 +471,7 @@ class Profiler:
             done = None if requested is None else self._ack_uploaded(requested[0], self._requests, stopped_by)
             publish(self._run, self._dir, staged, fields, self._who(), done, t0=t0 - spent)
             self._windows_closed += 1
+            logs.announce_where(self._who(), self.save_dir, self._run.save_path if self._run.remote else self._run.root)
         elif requested is not None:
             self._unrecorded_request(requested[0], w, last, stopped_by)
         self._clock.closed(last)
