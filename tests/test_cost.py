@@ -280,3 +280,11 @@ def test_no_cost_line_for_traces_without_a_manifest(tmp_path):
     write(tmp_path / "foreign" / "rank-0.json", [X("ProfilerStep#1", 0, 100, cat="user_annotation"), X("aten::mm", 10, 20)])
     for fn in (analyze.summary, analyze.steps):
         assert fn(str(tmp_path / "foreign"))["profiling_cost"] == []
+
+
+def test_many_ranks_print_eight_paragraphs_and_point_to_the_json():
+    rows = [{"role": "actor", "rank": r, "reliable": False, "inflation": None, "reason": "x", "export_s": None}
+            for r in range(10)]
+    text = cost_text(rows)
+    assert text.count("Profiling's own cost, actor rank") == 8 and "actor rank 8" not in text
+    assert text.endswith("Profiling's own cost of 2 more ranks: in --json (profiling_cost).")

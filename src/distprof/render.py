@@ -147,10 +147,12 @@ def summary(console: Console, s: dict[str, Any]) -> None:
     profiling_cost(console, s.get("profiling_cost"))
 
 
-def profiling_cost(console: Console, rows: list[dict[str, Any]] | None) -> None:
-    """One paragraph per rank whose manifest timed its windows: how much slower its profiled steps ran (only
-    when the baseline is reliable, else why there is no figure), and how long closing its windows held it."""
-    for r in rows or []:
+def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: int = 8) -> None:
+    """One paragraph per rank whose manifest timed its windows (``most`` of them): how much slower its profiled
+    steps ran (only when the baseline is reliable, else why there is no figure), and how long closing its
+    windows held it."""
+    rows = rows or []
+    for r in rows[:most]:
         who = f"{plain(r['role'])} rank {_rank(r['rank'])}" if r.get("role") else f"rank {_rank(r['rank'])}"
         if r.get("inflation") is not None and r.get("reliable", True):
             n, w = r["baseline_steps"], r["windows"]
@@ -166,6 +168,8 @@ def profiling_cost(console: Console, rows: list[dict[str, Any]] | None) -> None:
                      f" Closing its {k} windows held {who} for up to {us(r['export_s'] * 1e6)} each, "
                      f"{us(r['export_total_s'] * 1e6)} in all") + " (no step time includes it)."
         console.print(Text(text))
+    if len(rows) > most:
+        console.print(Text(f"Profiling's own cost of {len(rows) - most} more ranks: in --json (profiling_cost)."))
 
 
 def _not_applicable(fig: dict[str, Any] | None) -> str | None:
