@@ -24,6 +24,8 @@ class StepClock:
     def __init__(self) -> None:
         self.first_step: int | None = None  # the first step this process's profiler ran (start())
         self.resume_at = 0  # the first step that may be a baseline again after a window closed
+        # Filled by Profiler._time_step: a step ended with no window open is a baseline step, one inside a window
+        # from its first recorded step is the window's (warm-up steps are neither).
         self.baseline: list[tuple[int, float]] = []  # (step, seconds) of unprofiled steps timed for the next window
         self.window_baseline: list[tuple[int, float]] = []  # the open window's baseline
         self.window_steps: list[float] = []  # the open window's recorded steps, in order
@@ -46,13 +48,6 @@ class StepClock:
         """A window closed after step ``last``: step ``last + 1`` follows its export, so it is no baseline."""
         self.resume_at = max(self.resume_at, last + 2)
         self.window_baseline, self.window_steps = [], []
-
-    def ended(self, step: int, seconds: float, w: Window | None) -> None:
-        """Step ``step`` took ``seconds``: a baseline step (no window open) or a recorded one (warm-up: neither)."""
-        if w is None:
-            self.baseline.append((step, seconds))
-        elif step >= w.start:
-            self.window_steps.append(seconds)
 
     def opened(self) -> None:
         """A window opens: the baseline timed so far is its own."""
