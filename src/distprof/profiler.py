@@ -74,7 +74,7 @@ class Profiler:
         if rank < 0 or world_size < 1 or rank >= world_size:
             raise ValueError(f"rank {rank} does not fit world_size {world_size}; pass 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
-        logs.process_is(self.role, rank)  # DISTPROF_LOG_LEVEL: a handler, lines prefixed with role and rank
+        logs.process_is(self.role, rank)  # a stderr handler where nothing prints distprof's lines (distprof.logs)
 
         self.enabled = False  # True while this process may capture
         self._started = False  # between start() and stop()
