@@ -9,6 +9,7 @@ import logging
 import os
 import pickle
 
+import msgspec
 import pytest
 import torch
 
@@ -59,6 +60,33 @@ def test_cuda_memory_oom_dumps_a_snapshot(tmp_path, fake_cuda):
     p.stop()
     oom = [f for f in all_files(tmp_path / "run") if os.path.basename(f).startswith("oom-")]
     assert len(oom) == 1 and oom[0].startswith("actor/rank00000/") and oom[0].endswith(f"pid{os.getpid()}.memory.pickle")
+
+
+def test_cuda_memory_oom_snapshot_is_in_the_manifest_and_check_accepts_it(tmp_path, fake_cuda):
+    """The OOM snapshot gets its own manifest line (stopped_by: oom, the steps from the window's first to the one
+    the allocation failed in), so check lists it as ok rather than unlisted. The CUDA side is fake_cuda's stand-in
+    (the one place the contract of torch.cuda.memory and the OOM observer is imitated); the rest is real."""
+    from distprof.rundir.check import check_run
+
+    _, observers = fake_cuda
+    cfg = ProfilerConfig(enable=True, backend="cuda_memory", save_path=str(tmp_path / "run"), steps=[2, 3, 4])
+
+    def oom_in_step_3(p):
+        if p.global_step == 3:  # step 3 is running: torch calls the observer when an allocation fails
+            observers[0](0, 1 << 40, 0, 0)
+
+    run(Profiler(cfg, role="actor"), 6, on_step=oom_in_step_3)
+    (oom,) = [f for f in all_files(tmp_path / "run") if os.path.basename(f).startswith("oom-")]
+    lines = [msgspec.json.decode(x) for x in (tmp_path / "run" / "actor" / "rank00000" / "manifest.jsonl").read_bytes().splitlines()]
+    (line,) = [x for x in lines if x.get("stopped_by") == "oom"]
+    assert line["file"] == oom and line["files"] == [{"path": oom, "bytes": os.path.getsize(tmp_path / "run" / oom)}]
+    assert (line["steps"], line["complete"], line["backend"], line["pid"]) == ([2, 3], False, "cuda_memory", os.getpid())
+    assert [x["steps"] for x in lines if x is not line] == [[2, 4]]  # the window itself, closed as planned
+    res = check_run(str(tmp_path / "run"))
+    assert res.ok, res.to_dict()
+    (item,) = [i for i in res.items if i.file == oom]
+    assert (item.status, item.steps, item.detail) == ("ok", [2, 3], "CUDA out-of-memory snapshot, taken in step 3")
+    assert not [i for i in res.items if i.status == "unlisted"]
 
 
 def test_cuda_memory_without_cuda_is_logged_once_and_training_goes_on(tmp_path, caplog):

@@ -300,6 +300,8 @@ def test_ddp_two_processes_each_write_their_rank(tmp_path):
                           check=False, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 finished at global step 5" in proc.stdout and "rank 1 finished at global step 5" in proc.stdout
+    for rank in (0, 1):  # each process says once where its traces go, as the plain Profiler does (distprof.logs)
+        assert proc.stderr.count(f"[distprof main rank {rank}] traces go to {run}/main/rank{rank:05d};") == 1
     files = [os.path.relpath(f, run) for f in trace_files(run)]
     assert files == [f"main/rank0000{r}/step00000002-00000003.pt.trace.json.gz" for r in (0, 1)]
     for rank, f in enumerate(files):

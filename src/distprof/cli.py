@@ -45,9 +45,18 @@ EXIT_OK, EXIT_SOME_UNREADABLE, EXIT_NOTHING, EXIT_INTERNAL = 0, 1, 2, 3
 _debug = {"on": False}
 
 
+def _version(value: bool) -> None:
+    if value:
+        from .runtime import distprof_version
+
+        typer.echo(f"distprof {distprof_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
-          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error.")) -> None:
+          debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
+          _v: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version.")) -> None:
     _debug["on"] = debug
     _setup_logging(verbose)
 

@@ -22,15 +22,20 @@ _applied: list[str | None] = []
 def apply_log_level() -> None:
     """Set the ``distprof`` logger's level from ``DISTPROF_LOG_LEVEL`` (once per value; a bad value warns once).
 
-    Only the level of distprof's own logger is set: handlers stay the application's business.
+    Unset, the one line saying where a process's traces go (``distprof.where``, see :mod:`distprof.logs`) is
+    at INFO, shown; set, that line follows the variable like every other. Handlers: :mod:`distprof.logs`.
     """
     import logging
     import os
+
+    from .logs import WHERE_LOGGER
 
     value = os.environ.get(LOG_LEVEL)
     if _applied and _applied[-1] == value:
         return
     _applied.append(value)
+    where = logging.getLogger(WHERE_LOGGER)
+    where.setLevel(logging.INFO)
     if not value:
         return
     text = value.strip().upper()
@@ -40,3 +45,4 @@ def apply_log_level() -> None:
             "distprof: %s=%r is not a log level; use DEBUG, INFO, WARNING or ERROR", LOG_LEVEL, value[:40])
         return
     logging.getLogger("distprof").setLevel(level)
+    where.setLevel(logging.NOTSET)

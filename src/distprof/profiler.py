@@ -21,22 +21,23 @@ import threading
 import time
 from typing import Any
 
-from . import shutdown
+from . import logs, shutdown
 from .annotate import refresh_emitters, window_closed, window_opened
 from .config import ProfilerConfig
 from .envvars import apply_log_level
 from .rundir.layout import ROLE_JSON, rank_dir, sanitize_role, stage_label
-from .rundir.manifest import FileEntry, WindowRecord
-from .rundir.store import Published, RunDir, warn_conflict
-from .rundir.upload import UploadJob, active as upload_active, uploader
+from .rundir.manifest import WindowRecord
+from .rundir.publish import publish
+from .rundir.store import RunDir
+from .rundir.upload import active as upload_active
 from .plan import Window, role_selected
 from .runtime import detect_local_rank, detect_rank_world, host_name, torch_version
+from .steptime import BASELINE_STEPS, SETTLING_STEPS, StepClock
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Profiler"]
+__all__ = ["Profiler", "BASELINE_STEPS", "SETTLING_STEPS"]
 
-BASELINE_STEPS = 2  # unprofiled steps timed just before each window's warm-up (profiling's own cost)
 _NEVER = 1 << 62  # a step number no run reaches: nothing is timed
 
 
@@ -73,6 +74,7 @@ class Profiler:
         if rank < 0 or world_size < 1 or rank >= world_size:
             raise ValueError(f"rank {rank} does not fit world_size {world_size}; pass 0 <= rank < world_size")
         self.rank, self.world_size = rank, world_size
+        logs.process_is(self.role, rank)  # a stderr handler where nothing prints distprof's lines (distprof.logs)
 
         self.enabled = False  # True while this process may capture
         self._started = False  # between start() and stop()
@@ -91,14 +93,13 @@ class Profiler:
         self._stage: list[Any] | None = None  # discrete: [name, depth, thread id, label] of the open stage window
         self._stage_runs: dict[str, int] = {}  # discrete: stage name -> runs in the current step
         self._annotations_total: dict[str, list[int]] = {}
-        # Profiling's own cost: steps from _time_from on are timed (the baseline steps before the next window's
-        # warm-up, then the window's); every other step pays one comparison. _mark: (step, perf_counter) when
-        # that step began. The memory guard (None when no limit is set) is asked at step ends of an open window.
+        # Profiling's own cost (steptime.py): steps from _time_from on are timed (the baseline steps before the
+        # next window's warm-up, then the window's); every other step pays one comparison. _mark: (step,
+        # perf_counter) when that step began. The memory guard (None when no limit is set) is asked at step ends
+        # of an open window.
         self._time_from = _NEVER
         self._mark: tuple[int, float] | None = None
-        self._baseline: list[float] = []
-        self._window_baseline: list[float] = []
-        self._step_times: list[float] = []
+        self._clock = StepClock()
         self._mem_guard: Any = None
         self._guard_numbers: dict[str, Any] | None = None
         self._guard_tripped = False
@@ -242,6 +243,7 @@ class Profiler:
 
     # ---- state machine ----------------------------------------------------------------------------------------
     def _start(self) -> None:
+        self._clock.started(self.global_step)
         info = self._run_info()
         self._run.write_run_json(info)
         self._run.write_run_json({"role": self.role, "world_size": self.world_size, "plan": info["plan"],
@@ -275,17 +277,21 @@ class Profiler:
         g = self.global_step
         w = self._open
         if w is not None:
-            self._backend.advance(g)
             if g > w.end:
+                t0, t1 = time.perf_counter(), time.time()  # closing starts: torch stops tracing, processes events
+                self._backend.advance(g)
                 if hold:
                     # The step has ended (torch closed ProfilerStep#N and stopped tracing); the files are
                     # written by export(). The next window opens then too, so its warm-up starts after.
                     self._open = None
                     window_closed(self)
-                    self._held = (w, w.end, time.time())
+                    self._held = (w, w.end, t1, time.perf_counter() - t0)
                     return
-                self._close(w, last=w.end)
-            elif self._mem_guard is not None:
+                self._close(w, last=w.end, t1=t1, t0=t0)
+                w = None
+            else:
+                self._backend.advance(g)
+            if w is not None and self._mem_guard is not None:
                 crossed = self._mem_guard.check(recording=g > w.start)
                 if crossed is not None:
                     self._trip_guard(w, g - 1, crossed)
@@ -305,9 +311,9 @@ class Profiler:
         self._step(hold=True)
 
     def _export_held(self) -> None:
-        w, last, t1 = self._held
+        w, last, t1, spent = self._held
         self._held = None
-        self._close(w, last=last, t1=t1)
+        self._close(w, last=last, t1=t1, spent=spent)
         if self._next is not None and self.global_step >= self._next.warmup_start:
             self._maybe_open()
         if self._requests is not None:
@@ -349,7 +355,8 @@ class Profiler:
         label = stage_label(name, runs)
         self._annotations = {}
         ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
-                            tmp_path=lambda n: self._run.temp_path(self._dir, n), label=label)
+                            tmp_path=lambda n: self._run.temp_path(self._dir, n), label=label,
+                            publish_now=self._publish_now)
         w = Window(start=g, end=g, warmup_start=g)
         self._stage = [name, 1, tid, label]
         self._open = w
@@ -383,9 +390,9 @@ class Profiler:
             self._cleanup_run()
             return
         if self._held is not None:
-            w, last, t1 = self._held
+            w, last, t1, spent = self._held
             self._held = None
-            self._close(w, last=last, t1=t1)
+            self._close(w, last=last, t1=t1, spent=spent)
         w = self._open
         if w is not None:
             # Steps before global_step finished; global_step itself ran (partly) only if we crashed in it.
@@ -419,22 +426,25 @@ class Profiler:
 
         self._annotations = {}
         ctx = WindowContext(role=self.role, rank=self.rank, world_size=self.world_size,
-                            tmp_path=lambda name: self._run.temp_path(self._dir, name))
+                            tmp_path=lambda name: self._run.temp_path(self._dir, name), publish_now=self._publish_now)
         self._open = w
         self._window_t0 = time.time()
-        self._window_baseline, self._step_times = self._baseline[-BASELINE_STEPS:], []
+        self._clock.opened()
         backend.begin(w, self.global_step, ctx)
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         if self._mem_guard is not None:
             self._mem_guard.open()  # after begin(): torch's own start-up memory is not the trace's
 
     def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
-               stage: str | None = None) -> None:
+               stage: str | None = None, t0: float | None = None, spent: float = 0.0) -> None:
         """Publish the window's files and its manifest line; ``t1``: when its last step ended (default now).
 
         ``stopped_by``: why the window closed before its end (``stop``, ``exception``, ``exit``, a signal's
-        name); such a window is never ``complete``, even when the interrupted step was its last.
+        name); such a window is never ``complete``, even when the interrupted step was its last. ``export_s``
+        in the line: from ``t0`` (default now; the step that ends a window starts closing it before this call)
+        until its files are published, plus ``spent`` (closing work done in an earlier call: a held export).
         """
+        t0 = time.perf_counter() if t0 is None else t0
         self._open = None
         window_closed(self)
         t1 = time.time() if t1 is None else t1
@@ -454,39 +464,27 @@ class Profiler:
                 host=host_name(), pid=os.getpid(), torch=torch_version(),
                 backend=requested[0].backend if requested is not None else self.config.backend,
                 stage=stage, annotations=self.annotation_times(), summary=_short_summary(result.summary),
-                step_times_s=self._step_times, baseline_times_s=self._window_baseline, guard=self._guard_numbers,
+                **self._clock.record(), guard=self._guard_numbers,
                 trigger=requested[0].id if requested is not None else None,
             )
-
-            def record(published: list[Published]) -> WindowRecord:  # once the files are where they stay
-                return WindowRecord(**fields, written_time=time.time(),
-                                    files=[FileEntry(p.path, p.bytes) for p in published],
-                                    file=published[0].path, bytes=published[0].bytes,
-                                    writer_conflict=any(p.conflict for p in published))
-
-            if self._run.remote:
-                # The network is never waited on in a training step: a background thread uploads and retries.
-                # A requested window is acknowledged from there, once its files are where they stay.
-                done = None if requested is None else self._ack_uploaded(requested[0], self._requests, stopped_by)
-                uploader().submit(UploadJob(self._run, self._dir, staged, record, self._who(), done))
-            else:
-                self._publish_local(staged, record)
-                if requested is not None:
-                    self._ack_uploaded(requested[0], self._requests, stopped_by)(self._last_record)
+            # A requested window is acknowledged once its files are where they stay (from the upload thread).
+            done = None if requested is None else self._ack_uploaded(requested[0], self._requests, stopped_by)
+            publish(self._run, self._dir, staged, fields, self._who(), done, t0=t0 - spent)
             self._windows_closed += 1
+            logs.announce_where(self._who(), self.save_dir, self._run.save_path if self._run.remote else self._run.root)
         elif requested is not None:
             self._unrecorded_request(requested[0], w, last, stopped_by)
-        self._step_times, self._window_baseline = [], []
+        self._clock.closed(last)
         self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
         self._plan_timing()
 
     # ---- profiling's own cost and the memory guard --------------------------------------------------------
     def _plan_timing(self) -> None:
-        """Time the BASELINE_STEPS steps before the next window's warm-up and the window's own steps; the plan
-        knows them in advance, so no other step is timed."""
+        """Time the steady-state steps before the next window's warm-up and the window's own steps (steptime.py);
+        the plan knows them in advance, so no other step is timed."""
         w = self._next
-        self._time_from = _NEVER if w is None else max(w.warmup_start - BASELINE_STEPS, 0)
-        self._baseline = []
+        self._time_from = _NEVER if w is None else self._clock.first_timed(w)
+        self._clock.reset()
         if self.global_step >= self._time_from:
             self._mark = (self.global_step, time.perf_counter())
         if self._pending is not None:  # a request accepted while a planned window was open: still timed
@@ -495,10 +493,10 @@ class Profiler:
     def _time_request(self, w: Window) -> None:
         """An accepted request is timed like a planned window (profiling's own cost in its manifest line): its
         baseline steps from now on, its recorded steps. The planned next window comes after it (no overlap)."""
-        start = max(w.warmup_start - BASELINE_STEPS, 0)
+        start = self._clock.first_timed(w)
         if start < self._time_from:
             self._time_from = start
-            self._baseline = []
+            self._clock.reset()
             if self.global_step >= start:
                 self._mark = (self.global_step, time.perf_counter())
 
@@ -509,11 +507,11 @@ class Profiler:
         mark = self._mark
         if mark is None or mark[0] != ended:
             return  # its start was not stamped (a late start, a held export): not a whole step
-        w = self._open
+        w = self._open  # StepClock's lists, filled here: a method call would cost each timed step 0.1 us more
         if w is None:
-            self._baseline.append(t - mark[1])
+            self._clock.baseline.append((ended, t - mark[1]))
         elif ended >= w.start:
-            self._step_times.append(t - mark[1])
+            self._clock.window_steps.append(t - mark[1])
 
     def _trip_guard(self, w: Window, last: int, crossed: dict[str, Any]) -> None:
         """A memory limit was crossed at the end of step ``last``: close the window now with what it recorded,
@@ -531,20 +529,13 @@ class Profiler:
         finally:
             self._guard_numbers = None
 
-    def _publish_local(self, staged: list[tuple[str, str]], record) -> None:
-        published = []
-        try:
-            for tmp, name in staged:
-                published.append(self._run.publish(tmp, self._dir, name))
-        except BaseException:
-            for tmp, _ in staged:  # leave no half-made temporaries behind
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            raise
-        self._last_record = record(published)
-        self._run.append_manifest(self._dir, self._last_record)
-        warn_conflict(self._run, self._dir, [n for _, n in staged], published, self._who())
-        logger.info("distprof: %s wrote %s (%d bytes)", self._who(), self._run.url(published[0].path), published[0].bytes)
+    def _publish_now(self, tmp: str, name: str, steps: list[int], stopped_by: str) -> None:
+        """A file a backend wrote on the spot (``cuda_memory``'s OOM snapshot: the process may not survive the
+        error), published at once with its own manifest line, so ``check`` lists it."""
+        publish(self._run, self._dir, [(tmp, name)], dict(
+            role=self.role, rank=self.rank, world_size=self.world_size, steps=steps, complete=False,
+            stopped_by=stopped_by, start_time=self._window_t0, end_time=time.time(), host=host_name(), pid=os.getpid(),
+            torch=torch_version(), backend=getattr(self._backend, "name", self.config.backend)), self._who())
 
     def _cleanup_run(self) -> None:
         """Delete the local staging folder, once uploads waiting in it are done (bounded wait)."""

@@ -165,18 +165,29 @@ def summary(console: Console, s: dict[str, Any]) -> None:
     profiling_cost(console, s.get("profiling_cost"))
 
 
-def profiling_cost(console: Console, rows: list[dict[str, Any]] | None) -> None:
-    """One line per rank whose manifest timed its steps: how much slower the profiled steps ran."""
-    for r in rows or []:
-        if r.get("inflation") is None:
-            continue
-        n = r["baseline_steps"]
+def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: int = 8) -> None:
+    """One paragraph per rank whose manifest timed its windows (``most`` of them): how much slower its profiled
+    steps ran (only when the baseline is reliable, else why there is no figure), and how long closing its
+    windows held it."""
+    rows = rows or []
+    for r in rows[:most]:
         who = f"{plain(r['role'])} rank {_rank(r['rank'])}" if r.get("role") else f"rank {_rank(r['rank'])}"
-        how = f"{abs(r['inflation']):.0%} {'slower' if r['inflation'] >= 0 else 'faster'}"
-        console.print(Text(f"Profiling's own cost, {who}: profiled steps ran {how} than the "
-                           f"{'one' if n == 1 else n} unprofiled step{'' if n == 1 else 's'} before them "
-                           f"({us(r['profiled_s'] * 1e6)} vs {us(r['baseline_s'] * 1e6)} mean, "
-                           f"{r['windows']} window{'' if r['windows'] == 1 else 's'})."), soft_wrap=True)
+        if r.get("inflation") is not None and r.get("reliable", True):
+            n, w = r["baseline_steps"], r["windows"]
+            how = f"{abs(r['inflation']):.0%} {'slower' if r['inflation'] >= 0 else 'faster'}"
+            text = (f"Profiling's own cost, {who}: profiled steps ran {how} than the {'one' if n == 1 else n} "
+                    f"unprofiled step{'' if n == 1 else 's'} in steady state before them (median "
+                    f"{us(r['profiled_s'] * 1e6)} vs {us(r['baseline_s'] * 1e6)}, {w} window{'' if w == 1 else 's'}).")
+        else:
+            text = f"Profiling's own cost, {who}: no reliable baseline: {plain(r.get('reason') or 'not recorded')}."
+        if r.get("export_s") is not None:
+            k = r.get("export_windows") or 1
+            text += (f" Closing the window held {who} for {us(r['export_s'] * 1e6)}" if k == 1 else
+                     f" Closing its {k} windows held {who} for up to {us(r['export_s'] * 1e6)} each, "
+                     f"{us(r['export_total_s'] * 1e6)} in all") + " (no step time includes it)."
+        console.print(Text(text))
+    if len(rows) > most:
+        console.print(Text(f"Profiling's own cost of {len(rows) - most} more ranks: in --json (profiling_cost)."))
 
 
 def _not_applicable(fig: dict[str, Any] | None) -> str | None:

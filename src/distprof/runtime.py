@@ -74,3 +74,15 @@ def torch_version() -> str | None:
     t = sys.modules.get("torch")
     v = getattr(t, "__version__", None) if t is not None else None
     return str(v) if v is not None else None
+
+
+def distprof_version() -> str:
+    """The installed distprof's version (importlib.metadata), else the package's own (a checkout not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("distprof")
+    except PackageNotFoundError:
+        from . import __version__
+
+        return __version__

@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import intervals as iv
+from .cost import profiling_cost, window_cost  # profiling's own cost: its own module, here for the extract
 from .ranks import group
 from .table import TraceTable
 from .vocab import Kind
@@ -164,38 +165,6 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         "idle_share": (1.0 - busy / dev_span) if dev_span > 0 else None,
         "traced_us": traced, "outside_steps": outside, "profiling_cost": window_cost(tb),
     }
-
-
-def window_cost(tb: TraceTable) -> dict[str, list[float]] | None:
-    """Profiling's own cost as the manifest recorded it for this file's window: the wall time of its recorded
-    steps and of the unprofiled steps just before its warm-up (None for traces without them)."""
-    w = getattr(tb, "window_record", None)
-    if w is None:
-        return None
-    # The manifest is untrusted: keep finite, non-negative durations only.
-    profiled = [float(t) for t in w.step_times_s if 0 <= t < float("inf")]
-    baseline = [float(t) for t in w.baseline_times_s if 0 <= t < float("inf")]
-    return {"profiled_s": profiled, "baseline_s": baseline} if profiled and baseline else None
-
-
-def profiling_cost(files: Iterable[tuple[Any, dict[str, list[float]] | None]]) -> list[dict[str, Any]]:
-    """Per (role, rank): mean wall time of the profiled steps against the unprofiled steps timed before them
-    (``inflation`` = profiled / baseline - 1: 0.04 is "4% slower"). Ranks whose windows lack the figures
-    (foreign traces, windows with no unprofiled step before them) are left out."""
-    acc: dict[tuple[str, int], list[list[float]]] = defaultdict(lambda: [[], [], 0])
-    for info, cost in files:
-        if cost:
-            a = acc[(info.role or "", -1 if info.rank is None else info.rank)]
-            a[0] += cost["baseline_s"]
-            a[1] += cost["profiled_s"]
-            a[2] += 1
-    rows = []
-    for (role, rank), (base, prof, windows) in sorted(acc.items()):
-        b, p = sum(base) / len(base), sum(prof) / len(prof)
-        rows.append({"role": role or None, "rank": None if rank < 0 else rank, "baseline_s": b, "profiled_s": p,
-                     "inflation": (p / b - 1.0) if b > 0 else None, "baseline_steps": len(base),
-                     "profiled_steps": len(prof), "windows": windows})
-    return rows
 
 
 def _rows(table: dict[str, list[float]], top: int | None, total: float, share_of: int = 1,

@@ -17,6 +17,9 @@ class WindowContext:
     world_size: int
     tmp_path: Any  # callable(name) -> a hidden local temporary path for a file called `name`
     label: str | None = None  # discrete mode: the stage's file-name label (output.stage_label)
+    # callable(tmp, name, steps, stopped_by): publish a file now, outside the window's close, with its own manifest
+    # line (``complete: false``): what a backend writes on the spot because the process may not survive (an OOM).
+    publish_now: Any = None
 
 
 @dataclass

@@ -33,13 +33,15 @@ class CudaMemoryBackend:
         self._ctx: WindowContext | None = None
         self._recording = False
         self._tmp: str | None = None
+        self._window: Window | None = None
+        self._step = 0  # the step running now (an OOM happens in it)
 
     def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
         import torch
 
         if not torch.cuda.is_available():
             raise RuntimeError("backend 'cuda_memory' needs CUDA; this process has none")
-        self._ctx = ctx
+        self._ctx, self._window, self._step = ctx, window, step
         torch.cuda.memory._record_memory_history(enabled="all", context="all", stacks=self.opts.stacks,
                                                   max_entries=self.opts.max_entries)
         self._recording = True
@@ -47,7 +49,7 @@ class CudaMemoryBackend:
             _install_oom_observer(torch, self._dump_oom)
 
     def advance(self, step: int) -> None:
-        pass
+        self._step = step
 
     def finish(self, first: int, last: int) -> WindowFiles:
         import torch
@@ -77,17 +79,27 @@ class CudaMemoryBackend:
             self._recording = False
 
     def _dump_oom(self) -> None:
-        """Write the snapshot right away, under its final name (the process may not survive the OOM)."""
+        """Write the snapshot right away and publish it with its own manifest line (``stopped_by: oom``, steps
+        from the window's first to the one the allocation failed in): the process may not survive the OOM."""
         import torch
 
         from ..rundir.layout import rank_dir
+        from ..rundir.manifest import OOM
 
         ctx = self._ctx
         tmp = ctx.tmp_path(f"oom{SUFFIX}")
         _dump(torch, tmp)
-        final = os.path.join(os.path.dirname(tmp), f"oom-{time.strftime('%Y%m%dT%H%M%S')}-pid{os.getpid()}{SUFFIX}")
-        os.replace(tmp, final)
-        logger.error("distprof: CUDA out of memory on %s; allocator snapshot written to %s", rank_dir(ctx.role, ctx.rank), final)
+        name = f"oom-{time.strftime('%Y%m%dT%H%M%S')}-pid{os.getpid()}{SUFFIX}"
+        step = self._step
+        steps = [self._window.start if step >= self._window.start else step, step]
+        if ctx.publish_now is not None:
+            ctx.publish_now(tmp, name, steps, OOM)
+            where = f"{rank_dir(ctx.role, ctx.rank)}/{name}"
+        else:  # a context without a run directory behind it: the file stays beside the window's
+            where = os.path.join(os.path.dirname(tmp), name)
+            os.replace(tmp, where)
+        logger.error("distprof: CUDA out of memory on %s in step %d; allocator snapshot written to %s (open it at "
+                     "https://pytorch.org/memory_viz)", rank_dir(ctx.role, ctx.rank), step, where)
 
 
 def _dump(torch: Any, path: str) -> None:

@@ -32,7 +32,7 @@ import msgspec
 from ..plan import FOREVER, Window
 from .layout import (COLLECT_JSON, MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output,
                      rank_dir, rank_of_dir, sanitize_role)
-from .manifest import MANIFEST_LIMIT, WindowRecord, read_manifest, safe_relpath
+from .manifest import MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
 from .view import RunView, ViewError
 
 logger = logging.getLogger(__name__)
@@ -344,7 +344,7 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         _writers(role.name, rank, recs, res)
         rank_rel = rank_dir(role.name, rank)
         seen: set[str] = set()
-        planned = [r for r in recs if r.trigger is None]
+        planned = [r for r in recs if r.trigger is None and r.stopped_by != OOM]
         if rank not in role.ranks:  # files from a rank the config does not select: checked, not expected
             for rec in planned:
                 for f, status, why in _files(view, rank_rel, rec, seen):
@@ -355,7 +355,10 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         else:
             _check_windows(view, role.name, rank, planned, expected, reached, seen, res)
         for rec in recs:
-            if rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault
+            if rec.stopped_by == OOM:  # its own line beside its window's: the allocator's state when CUDA ran out
+                res.items += [Item(role.name, rank, list(rec.steps), st, f, why or f"CUDA out-of-memory snapshot, taken "
+                                   f"in step {rec.last}") for f, st, why in _files(view, rank_rel, rec, seen)]
+            elif rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault
                 res.notes.append(f"{role.name} rank {rank}: skipped requested steps {rec.first}-{rec.last} "
                                  f"(request {rec.trigger}, {rec.stopped_by})")
             elif rec.trigger is not None:

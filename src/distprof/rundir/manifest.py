@@ -15,9 +15,18 @@ from typing import Annotated, Any
 import msgspec
 
 __all__ = ["FileEntry", "WindowRecord", "ManifestRead", "read_manifest", "encode_record", "safe_relpath",
-           "MANIFEST_LIMIT"]
+           "MANIFEST_LIMIT", "BASELINE_STEPS", "SETTLING_STEPS", "OOM"]
 
 MANIFEST_LIMIT = 64 << 20  # bytes of a manifest read at most (a manifest is a few hundred bytes per window)
+
+# What ``baseline_times_s`` holds (the profiler times them, the analysis explains them): at most BASELINE_STEPS
+# unprofiled steps just before a window's warm-up, never one of the first SETTLING_STEPS steps the process's
+# profiler ran (cuBLAS / cuDNN set-up, DDP bucket building, HF's first step) nor the step right after a window
+# closed (it follows the export).
+BASELINE_STEPS = 8
+SETTLING_STEPS = 3
+OOM = "oom"
+"""``stopped_by`` of the line naming a CUDA out-of-memory snapshot (``backend: cuda_memory``)."""
 
 _Steps = Annotated[list[Annotated[int, msgspec.Meta(ge=0, lt=2**62)]], msgspec.Meta(min_length=2, max_length=2)]
 
@@ -39,7 +48,8 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     complete: bool
     """False when the window closed before its planned end; ``stopped_by`` says why."""
     stopped_by: str | None = None
-    """stop, exception, exit, a signal's name, step_end (discrete), memory_guard ..."""
+    """stop, exception, exit, a signal's name, step_end (discrete), memory_guard, oom (a CUDA out-of-memory
+    snapshot: its own line, steps from the window's first to the step the allocation failed in) ..."""
     start_time: float | None = None
     """Wall clock (s since the epoch) when the window opened (warm-up included)."""
     end_time: float | None = None
@@ -56,7 +66,15 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     step_times_s: list[float] = []
     """Wall time of each recorded step, in order (profiling's own cost: compare with ``baseline_times_s``)."""
     baseline_times_s: list[float] = []
-    """Wall time of a few steps that ran unprofiled on this rank just before the window's warm-up."""
+    """Wall time of up to ``BASELINE_STEPS`` steps that ran unprofiled on this rank just before the window's
+    warm-up, in steady state (see ``SETTLING_STEPS``)."""
+    baseline_step_numbers: list[Annotated[int, msgspec.Meta(ge=0, lt=2**62)]] = []
+    """The global step of each ``baseline_times_s`` entry (absent in lines an older distprof wrote)."""
+    first_step: Annotated[int, msgspec.Meta(ge=0, lt=2**62)] | None = None
+    """The first step this process's profiler ran (its first ``SETTLING_STEPS`` steps are never a baseline)."""
+    export_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    """Wall time the training thread spent closing the window: torch's stop, export, gzip check and publication
+    (with a held export, ``Profiler.export()`` too). Not part of any entry of ``step_times_s``."""
     guard: dict[str, Any] | None = None
     """``stopped_by: memory_guard``: the numbers that crossed the limit (what was measured, the limit)."""
     local_path: str | None = None

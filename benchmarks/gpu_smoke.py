@@ -1,0 +1,162 @@
+"""Checks that need a CUDA device, for a GPU machine (written for one H100):
+
+    python benchmarks/gpu_smoke.py [CHECK ...] [--out DIR]
+
+Each check prints one short line per expectation (``ok`` or ``FAIL``) and the figures it measured; the script
+exits 1 when an expectation fails, 2 when this machine has no CUDA device. Needs only torch and distprof; the
+whole script runs in well under 2 minutes on an H100. Checks (all by default; name some to run only those):
+
+- ``cost`` (issue 18, items 1 and 2): a plain loop profiled on steps [10, 11] with stacks, shapes and memory:
+  the manifest's ``export_s`` and the ``profiling_cost`` row (reliable, reason, figures) from
+  ``distprof.analysis.analyze.summary``.
+- ``oom`` (issue 18, item 12): a real CUDA out-of-memory error under ``backend: cuda_memory`` (allocate until
+  the device is full, catch it, go on): the snapshot's manifest line and what ``check_run`` says of each file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+FAILED: list[str] = []
+
+
+def expect(name: str, cond: bool, detail: str = "") -> None:
+    print(f"{'ok  ' if cond else 'FAIL'} {name}" + (f": {detail}" if detail else ""), flush=True)
+    if not cond:
+        FAILED.append(name)
+
+
+def check_cost(out: str) -> None:
+    import torch
+
+    import distprof
+    from distprof.analysis import analyze
+    from distprof.rundir.store import manifest_records
+
+    run = os.path.join(out, "cost")
+    cfg = distprof.ProfilerConfig(enable=True, save_path=run, steps=[10, 11],
+                                  torch={"record_shapes": True, "profile_memory": True, "with_stack": True})
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(512, 2048, device="cuda")
+    prof = distprof.Profiler(cfg)
+    wall = []  # each step as the loop sees it, prof.step() (and the export in it) included
+    with prof:
+        for _ in range(14):
+            t0 = time.perf_counter()
+            with distprof.annotate("train/step"):
+                model(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+                torch.cuda.synchronize()
+            prof.step()
+            wall.append(time.perf_counter() - t0)
+    recs = manifest_records(run)
+    expect("cost: one window", [r.steps for r in recs] == [[10, 11]], str([r.steps for r in recs]))
+    if not recs:
+        return
+    rec = recs[0]
+    print(f"     manifest: export_s {rec.export_s}, {rec.bytes} bytes, baseline steps {rec.baseline_step_numbers}, "
+          f"baseline ms {[round(t * 1e3, 2) for t in rec.baseline_times_s]}, "
+          f"profiled ms {[round(t * 1e3, 2) for t in rec.step_times_s]}; loop's closing step {wall[11]:.3f} s")
+    expect("cost: export_s recorded", rec.export_s is not None and rec.export_s > 0, f"{rec.export_s} s")
+    expect("cost: the closing step held the loop at least export_s", rec.export_s is not None and wall[11] >= rec.export_s,
+           f"step 11 took {wall[11]:.3f} s in the loop")
+    expect("cost: baseline is steps 3-8 (0-2 warm-up, 9 the window's warm-up)",
+           rec.baseline_step_numbers == list(range(3, 9)), str(rec.baseline_step_numbers))
+    s = analyze.summary(run)
+    (row,) = s["profiling_cost"] or [None]
+    expect("cost: one profiling_cost row", row is not None)
+    if row is None:
+        return
+    fig = "-" if row["inflation"] is None else f"{row['inflation']:+.1%}"
+    spread = "-" if row["baseline_spread"] is None else f"{row['baseline_spread']:.2f}x"
+    ms = {k: "-" if row[k] is None else f"{row[k] * 1e3:.2f} ms" for k in ("baseline_s", "profiled_s")}
+    print(f"     profiling_cost: reliable {row['reliable']}, inflation {fig}, baseline {ms['baseline_s']}, "
+          f"profiled {ms['profiled_s']}, spread {spread}, export_s {row['export_s']}")
+    print(f"     reason: {row['reason']}")
+    expect("cost: reliable on a steady GPU loop", row["reliable"] is True, row["reason"])
+    expect("cost: a figure exactly when reliable", (row["inflation"] is not None) == row["reliable"])
+    expect("cost: export_s carried into profiling_cost", row["export_s"] == rec.export_s)
+    expect("cost: device kernels in the trace", bool(s["kernels"]), f"{len(s['kernels'])} kernel names")
+
+
+def check_oom(out: str) -> None:
+    import torch
+
+    import distprof
+    from distprof.rundir.check import check_run
+    from distprof.rundir.store import manifest_records
+
+    run = os.path.join(out, "oom")
+    cfg = distprof.ProfilerConfig(enable=True, backend="cuda_memory", save_path=run, steps=[2, 3])
+    prof = distprof.Profiler(cfg)
+    held = None
+    with prof:
+        for _ in range(5):
+            a = torch.randn(1024, 1024, device="cuda")
+            (a @ a).sum().item()
+            if prof.global_step == 3:  # step 3: fill the device in 2 GiB blocks until CUDA says no
+                blocks = []
+                try:
+                    while len(blocks) < 4096:
+                        blocks.append(torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))
+                except torch.cuda.OutOfMemoryError:
+                    held = len(blocks) * 2
+                finally:
+                    del blocks
+                    torch.cuda.empty_cache()
+            prof.step()
+    expect("oom: a real CUDA OOM was raised and caught", held is not None, f"after {held} GiB")
+    recs = manifest_records(run)
+    oom = [r for r in recs if r.stopped_by == "oom"]
+    expect("oom: one manifest line with stopped_by: oom", len(oom) == 1, str([(r.steps, r.stopped_by, r.file) for r in recs]))
+    if oom:
+        r = oom[0]
+        expect("oom: the line names the snapshot, steps [2, 3], complete false",
+               (r.steps, r.complete, os.path.basename(r.file or "").startswith("oom-")) == ([2, 3], False, True),
+               f"{r.file}, {r.bytes} bytes")
+    res = check_run(run)
+    for item in res.items:
+        print(f"     check: {item.status} {item.steps} {item.file}: {item.detail}")
+    expect("oom: check_run passes", res.ok, "; ".join(res.problems))
+    expect("oom: nothing unlisted", not [i for i in res.items if i.status == "unlisted"])
+    expect("oom: the snapshot is ok as an OOM snapshot",
+           any(i.status == "ok" and "out-of-memory snapshot" in i.detail for i in res.items))
+
+
+CHECKS = {"cost": check_cost, "oom": check_oom}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checks", nargs="*", help=f"which checks: {', '.join(CHECKS)} (default: all)")
+    ap.add_argument("--out", help="where the run directories go (default: a new temporary folder)")
+    args = ap.parse_args()
+    if set(args.checks) - set(CHECKS):
+        ap.error(f"unknown check {sorted(set(args.checks) - set(CHECKS))}; choose from {', '.join(CHECKS)}")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing checked")
+        return 2
+    out = args.out or tempfile.mkdtemp(prefix="distprof-gpu-smoke-")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, run directories in {out}")
+    for name in args.checks or CHECKS:
+        t0 = time.perf_counter()
+        try:
+            CHECKS[name](out)
+        except Exception as e:  # a check that crashes is a failed expectation, and the others still run
+            expect(f"{name}: ran without an exception", False, f"{type(e).__name__}: {e}")
+        print(f"     ({name}: {time.perf_counter() - t0:.1f} s)")
+    print(f"{len(FAILED)} expectation(s) failed" + (f": {', '.join(FAILED)}" if FAILED else ""))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
