@@ -100,3 +100,15 @@ else:
         step_body(step)
         prof.step()
     prof.stop()
+
+if HOW == "ok" and dist_on:
+    # torch 2.13 (CPU) aborts about one gloo process exit in fifteen, profiler on or off ("terminate called
+    # without an active exception" once Python has finalized; see distprof/demo/gloo_job.py): the run is over and
+    # every file written, so a clean run skips interpreter teardown rather than fail the test that reads its logs.
+    import logging
+
+    torch.distributed.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
