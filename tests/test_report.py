@@ -16,7 +16,7 @@ import pathlib
 import pytest
 
 from distprof.analysis.analyze import FileResult, Investigation, investigate
-from distprof.analysis.diagnose import Finding, Plot
+from distprof.analysis.diagnose import Finding, Plot, diagnose
 from distprof.report import build_report, render_report
 
 from tracekit import DLRM, TRACES, cli, load
@@ -60,7 +60,8 @@ PROBE = """() => ({
   trap: window.__trap,
   text: document.body.innerText + '\\n' + Array.from(document.querySelectorAll('svg')).map(s => s.textContent).join('\\n'),
   sections: Array.from(document.querySelectorAll('section.plot-section')).map(s => [s.id, !!s.querySelector('.plot'), !!s.querySelector('.na')]),
-  links: Array.from(document.querySelectorAll('#diagnosis a')).map(a => [a.getAttribute('href'), !!document.getElementById(a.getAttribute('href').slice(1))]),
+  links: Array.from(document.querySelectorAll('#diagnosis a:not(.trace)')).map(a => [a.getAttribute('href'), !!document.getElementById(a.getAttribute('href').slice(1))]),
+  traces: Array.from(document.querySelectorAll('#diagnosis a.trace')).map(a => [a.getAttribute('href'), a.protocol]),
 })"""
 
 
@@ -107,6 +108,7 @@ def open_report(browser, html_path, shot, extra=None):
     assert got["plots"] > 0 and got["drawn"] == got["plots"]
     assert got["scripts"] == 2 and got["handlers"] == 0
     assert all(to for _, to in got["links"])  # every finding's link lands on a plot of the page
+    assert all(proto == "file:" for _, proto in got["traces"])  # trace links: relative paths, never a scheme
     return got
 
 
@@ -202,11 +204,14 @@ def replicate(inv, n):
 
 
 def test_1024_ranks_stay_small_and_open(browser, tmp_path):
-    inv = investigate(DLRM)
+    inv = investigate(DLRM, parts=("timeline",))
     big = replicate(inv, 1024)
     assert len(big.summary["ranks"]) == 1024 and len({x["rank"] for x in big.steps["steps"][0]["ranks"]}) == 1024
     out = tmp_path / "r1024.html"
-    written = build_report(big, [], str(out))
+    # Its findings (one names all 1,024 ranks) each with their trace links and worst-step timeline.
+    findings = diagnose(big)
+    written = build_report(big, findings, str(out))
+    assert findings and all(t is not None and len(t["ranks"]) <= 8 for t in written["timelines"])
     assert written["bytes"] == out.stat().st_size < MAX_BYTES_1024
     small = len(render_report(inv, []).encode())
     assert small < written["bytes"]  # it grows with ranks, and stays bounded
@@ -243,7 +248,7 @@ def test_xss_corpus_runs_nothing(browser, tmp_path):
     assert code == 1, err  # the evil file is unreadable and named; the two ranks are read
     assert r["files_read"] == 2 and len(r["errors"]) == 1 and EVIL_FILE in r["errors"][0]["path"]
 
-    inv = investigate(str(run))
+    inv = investigate(str(run), parts=("timeline",))  # (the findings' timelines draw the evil phase names too)
     names = list(EVIL.values()) + [EVIL_ROLE]
     findings = [
         Finding(id="straggler", claim=f"rank 7 of {EVIL_ROLE} arrives last; {EVIL['## backward ##']} takes 4.4 ms",
@@ -252,6 +257,8 @@ def test_xss_corpus_runs_nothing(browser, tmp_path):
                 plot=Plot.WAITS),
         Finding(id="evil_link", claim="a finding naming a plot the report does not have", cost_us=1.0,
                 fix="none", plot="javascript:alert(11)"),
+        Finding(id="evil_files", claim="a finding whose trace files have evil names", cost_us=1.0, fix="none",
+                role="role", ranks=[7, 0], steps=[10]),
     ]
     out = tmp_path / "xss.html"
     build_report(inv, findings, str(out))
@@ -260,8 +267,17 @@ def test_xss_corpus_runs_nothing(browser, tmp_path):
     for s in names + [EVIL_DIR, EVIL_FILE, findings[0].claim, findings[0].fix]:
         assert s in got["text"], s
     assert got["links"] == [[f"#{Plot.WAITS}", True]]  # the unknown plot id became no link at all
+    # The trace files sit under the report's folder: linked by relative, percent-encoded paths, shown as text.
+    evil = "%3Csvg%20onload%3Dalert%288%29%3E"
+    assert [h for h, _ in got["traces"]] == [f"{evil}/role/rank{r:05d}/{evil}.pt.trace.json.gz" for r in (7, 0)]
+    assert got["text"].count(f"{EVIL_DIR}/role/rank00007/{EVIL_DIR}.pt.trace.json.gz") == 1
+    from distprof.report.evidence import relative_href
+
+    assert relative_href(str(tmp_path / "javascript:alert(12).json"), str(out)) == "javascript%3Aalert%2812%29.json"
+    assert relative_href("/elsewhere/t.json", str(out)) is None and relative_href("s3://b/t.json", str(out)) is None
     # And in the file itself: outside plotly.js no markup but ours (the JSON writes < > / as \\u escapes).
     ours = outside_plotlyjs(out)
+    assert 'id="finding-3-timeline"' in ours  # the evil files' finding draws its step, evil phase names and all
     assert ours.lower().count("<script") == 2 and ours.lower().count("</script") == 2
     assert "<img" not in ours and "<svg" not in ours and 'href="javascript' not in ours
 

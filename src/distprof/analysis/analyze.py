@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import diagnose as diagnose_mod, idle, launch, step_names, temporal
+from . import diagnose as diagnose_mod, idle, launch, step_names, temporal, timeline
 from .parallel import FileError, Progress, SplitPool, map_files
 from .ranks import assign_runs, file_facts, resolve
 from .listing import TraceFile, find_traces
@@ -37,7 +37,8 @@ __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", 
            "Investigation", "diagnose", "nothing_read", "compare_runs", "DIFF_PARTS"]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
-            "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names}
+            "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
+            "timeline": timeline}
 
 
 @dataclass
@@ -276,9 +277,11 @@ class Investigation:
 
 
 def investigate(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
-                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Investigation:
-    """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer."""
-    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
+                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None,
+                parts: tuple[str, ...] = ()) -> Investigation:
+    """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer; ``parts``: more
+    per-file extracts (names of ``ANALYSES``, e.g. ``"timeline"`` for the report) kept in ``run.files``."""
+    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",) + tuple(parts)))
     run = read(path, names, selection, workers, ray_address, progress)
     strag = _stragglers_of(run, None)
     return Investigation(path, run, _summary_of(run, top), _steps_of(run, strag["waits"]), strag)

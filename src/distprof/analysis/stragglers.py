@@ -44,7 +44,7 @@ from .table import TraceTable
 from .. import intervals as iv
 from .vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
 
-__all__ = ["extract", "combine"]
+__all__ = ["extract", "combine", "queues", "blocked_until"]
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:
@@ -113,6 +113,23 @@ def _key(step: Any) -> Any:
     return tuple(step) if isinstance(step, list) else step
 
 
+def queues(ranks: dict[int, list]) -> list[tuple[tuple, dict[int, list]]]:
+    """One role's collectives (rank -> its :func:`extract` rows, in time order) as they are matched:
+    per (step, group, kind), each rank's list; the k-th of every rank's list is one collective."""
+    out: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
+    for r, colls in ranks.items():
+        for c in colls:
+            out[(_key(c[4]), c[0], c[1])][r].append(c)
+    return sorted(out.items(), key=lambda kv: repr(kv[0]))
+
+
+def blocked_until(c: tuple, last: float) -> float:
+    """Until when a rank that arrived at collective ``c`` (an :func:`extract` row) is blocked, the last rank arriving at
+    ``last``: until that arrival, or until its kernel ends if sooner (a host c10d op's end bounds nothing)."""
+    end = c[3]
+    return min(last, end) if not math.isnan(end) else last
+
+
 def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -> dict[str, Any]:
     """Match collectives across the ranks of each role; waits per rank and step (see the module docstring).
 
@@ -147,11 +164,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
                                 "waited_us": 0.0, "collectives": 0, "sync_waiting_us": 0.0}
         if len(ranks) < 2:
             continue
-        queues: dict[tuple, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-        for r, colls in ranks.items():
-            for c in colls:
-                queues[(_key(c[4]), c[0], c[1])][r].append(c)
-        for (step, group, kind), lists in sorted(queues.items(), key=lambda kv: repr(kv[0])):
+        for (step, group, kind), lists in queues(ranks):
             counts = {r: len(v) for r, v in lists.items()}
             if len(lists) < len(ranks) or len(set(counts.values())) > 1:
                 mismatched.append({"role": role or None, "step": list(step) if isinstance(step, tuple) else step,
@@ -169,8 +182,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
                 instances.append(inst)
                 for r, a in arrivals.items():
                     stats[(role, r)]["collectives"] += 1
-                    end = lists[r][i][3]
-                    stop = min(last, end) if not math.isnan(end) else last
+                    stop = blocked_until(lists[r][i], last)
                     stop = min(stop, ends.get((role, r), stop))
                     if stop > a:
                         blocked[(role, r)].append((a, stop, k, lists[r][i][4]))

@@ -24,6 +24,9 @@ ranges, or the first to the last host event; for a step, its range):
 - ``communication_us``: time a collective runs on the host (c10d ops, ``gloo:``/``nccl:`` ranges,
   ``record_param_comms``) and no compute does;
 - ``idle_us``: the rest: no op runs (the main thread blocked in a wait, Python between ops, sleeping);
+- ``in_phases_us``: the part of ``idle_us`` inside an annotated phase (a ``record_function`` /
+  ``distprof.annotate`` range on a thread that is not a communication thread): the rank is busy in user
+  code that runs no traced op (Python, a C extension, a sleep, I/O), not idle. Always at most ``idle_us``;
 - ``threads``: CPU-op busy time per thread kind (main, autograd, communication, other).
 """
 
@@ -31,11 +34,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+import numpy as np
+
 from .. import intervals as iv
 from .ranks import summed
 from .table import Sets, TraceTable
+from .vocab import Kind, ThreadKind
 
-__all__ = ["extract", "combine", "device_figures", "host_figures"]
+__all__ = ["extract", "combine", "device_figures", "host_figures", "phase_set"]
 
 
 def device_figures(s: Sets) -> dict[str, float] | None:
@@ -50,7 +56,22 @@ def device_figures(s: Sets) -> dict[str, float] | None:
             "memory_us": iv.length(mem), "idle_us": max(span - iv.length(busy), 0.0)}
 
 
-def host_figures(s: Sets) -> dict[str, Any] | None:
+def phase_set(tb: TraceTable, step: int | None = None) -> iv.IntervalSet:
+    """The time some annotated phase is open (user annotations that are not collectives, on threads that are not
+    communication threads), in the scope :meth:`TraceTable.sets` uses (a step: its events, cut at its end)."""
+    k = tb.kind
+    m = (k == Kind.ANNOTATION) & ~tb.comm
+    m &= tb.thread_kind_of_event() != ThreadKind.ALL.index(ThreadKind.COMMUNICATION)
+    if step is None:
+        m &= tb.scope
+        return iv.merge(tb.ts[m], tb.end[m])
+    idx = tb.step_index().get(step, np.empty(0, dtype=np.int64))
+    idx = idx[m[idx]]
+    return iv.merge(tb.ts[idx], np.minimum(tb.end[idx], tb.steps[step, 1]))
+
+
+def host_figures(s: Sets, phases: iv.IntervalSet | None = None) -> dict[str, Any] | None:
+    """The host breakdown of ``s`` (see the module docstring); ``phases``: :func:`phase_set` of the same scope."""
     t = s.host_span
     span = iv.length(t)
     if span <= 0:
@@ -58,8 +79,10 @@ def host_figures(s: Sets) -> dict[str, Any] | None:
     compute = iv.intersect(s.host_compute, t)
     comm = iv.subtract(iv.intersect(s.host_comm, t), compute)
     busy = iv.union(compute, comm)
+    idle = max(span - iv.length(busy), 0.0)
+    in_phases = iv.length(iv.subtract(iv.intersect(phases, t), busy)) if phases is not None and phases[0].size else 0.0
     return {"span_us": span, "compute_us": iv.length(compute), "communication_us": iv.length(comm),
-            "idle_us": max(span - iv.length(busy), 0.0),
+            "idle_us": idle, "in_phases_us": min(in_phases, idle),
             "threads": {k: iv.length(iv.intersect(v, t)) for k, v in s.threads.items() if v[0].size}}
 
 
@@ -70,8 +93,8 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         if not tb.step_index().get(i, ()).__len__():
             continue  # a step outside the selection
         si = tb.sets(i)
-        steps[int(num)] = {"device": device_figures(si), "host": host_figures(si)}
-    return {"device": device_figures(s), "host": host_figures(s), "steps": steps}
+        steps[int(num)] = {"device": device_figures(si), "host": host_figures(si, phase_set(tb, i))}
+    return {"device": device_figures(s), "host": host_figures(s, phase_set(tb)), "steps": steps}
 
 
 def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -79,7 +102,7 @@ def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     span = fig["span_us"]
     out = dict(fig)
-    for key in ("compute_us", "communication_us", "memory_us", "idle_us"):
+    for key in ("compute_us", "communication_us", "memory_us", "idle_us", "in_phases_us"):
         if key in fig:
             out[key.replace("_us", "_share")] = fig[key] / span if span else 0.0
     return out

@@ -22,7 +22,7 @@ from ..analysis.parallel import Progress
 from ..analysis.selection import Selection
 from ..analysis.source import TraceError
 from ..analysis.writing import atomic_output, check_output
-from . import figures, page
+from . import evidence, figures, page
 
 logger = logging.getLogger(__name__)
 
@@ -46,32 +46,38 @@ def _meta(inv: Any) -> list[str]:
 
 
 def _page(inv: Any, findings: list[Finding], compare: dict[str, Any] | None, compare_path: str,
-          envelope: dict[str, Any] | None) -> tuple[str, list[figures.Section]]:
+          envelope: dict[str, Any] | None, out: str | None = None
+          ) -> tuple[str, list[figures.Section], list[evidence.Evidence]]:
     sections = figures.sections(inv, compare, inv.path, compare_path)
     meta = _meta(inv) + ([f"compared with: {compare_path}"] if compare is not None else [])
-    return page.render(f"distprof report: {inv.path}", meta, findings, sections, envelope or inv.envelope()), sections
+    ev = evidence.for_findings(inv, findings, out)
+    text = page.render(f"distprof report: {inv.path}", meta, findings, sections, envelope or inv.envelope(), ev)
+    return text, sections, ev
 
 
 def render_report(inv: Any, findings: list[Finding], compare: dict[str, Any] | None = None,
                   compare_path: str = "", envelope: dict[str, Any] | None = None) -> str:
     """The report page for ``inv`` as a string. ``compare``: :func:`distprof.analysis.diff.compare`'s result
     with this run as A and the run at ``compare_path`` as B; ``envelope``: the problems to list (default
-    ``inv.envelope()``)."""
+    ``inv.envelope()``). Trace files are shown as paths (:func:`build_report` links them relative to the page)."""
     return _page(inv, findings, compare, compare_path, envelope)[0]
 
 
 def build_report(inv: Any, findings: list[Finding], out: str, compare: dict[str, Any] | None = None,
                  compare_path: str = "", envelope: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write :func:`render_report`'s page to ``out`` through a hidden temporary file renamed when complete
-    (``out`` is never a torn page). Returns ``{"out", "bytes", "plots"}``: each plot's id, its number of
-    figures and, when it does not apply, why (``note``)."""
-    text, sections = _page(inv, findings, compare, compare_path, envelope)
+    (``out`` is never a torn page). Returns ``{"out", "bytes", "plots", "timelines"}``: each plot's id, its number
+    of figures and, when it does not apply, why (``note``); per finding (in order) the worst step its timeline
+    draws (``{"role", "step", "ranks"}``, None without one). Trace files sitting under ``out``'s folder are linked
+    relative to it."""
+    text, sections, ev = _page(inv, findings, compare, compare_path, envelope, out)
     data = text.encode()
     with atomic_output(out) as tmp, open(tmp, "wb") as f:
         f.write(data)
     logger.info("report: %s (%d bytes)", out, len(data))
     return {"out": out, "bytes": len(data),
-            "plots": [{"id": s.id, "figures": len(s.figures), "note": s.note} for s in sections]}
+            "plots": [{"id": s.id, "figures": len(s.figures), "note": s.note} for s in sections],
+            "timelines": [e.step for e in ev]}
 
 
 def _seen_here(path: str, ray_address: str | None) -> list:
@@ -98,7 +104,8 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
     """
     check_output(out, [f.path for p in (path, compare) if p for f in _seen_here(p, ray_address)], "report",
                  "report.html")
-    inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
+    inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress,
+                              parts=("timeline",))
     if not inv.run.files:
         # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
         raise TraceError(f"{path}: nothing to report, no trace could be read "

@@ -1,109 +1,79 @@
 """The report's plots: one :class:`Section` per :class:`~distprof.analysis.diagnose.Plot` id, made with plotly.py
 from the figures an :class:`~distprof.analysis.analyze.Investigation` already holds (nothing is recomputed
 from events, and no event is embedded: every plot is per rank, per step or per name, so its size grows
-with ranks x steps, never with the trace).
+with ranks x steps, never with the trace). Top kernels and ops are in :mod:`.tops`, the findings' own
+evidence (trace links, the worst step's timeline) in :mod:`.evidence`.
 
-Every string that comes from a trace (kernel, op and phase names, roles, paths) goes through :func:`label`
-before it reaches plotly: plotly.js renders a subset of HTML in titles, tick labels, legends and hovers,
-so a name must arrive as text. plotly.js decodes ``&lt;``, ``&gt;``, ``&amp;`` and numeric entities back
-to characters for display (not ``&quot;``), hence the numeric forms for quotes.
+Every string that comes from a trace goes through :func:`.base.label` before it reaches plotly.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
-from ..analysis.ranks import unranked_label
 from ..analysis.diagnose import Plot
-from ..analysis.vocab import is_sync_op, is_sync_runtime
-from ..safetext import visible
+from . import tops
+from .base import Section, by_role as _roles, fig as _fig, height as _height, label, rank_name as _rank_name
+from .base import short as _short
 
-__all__ = ["Section", "label", "sections", "diff_section", "MATRIX_MAX_RANKS"]
+__all__ = ["Section", "label", "sections", "diff_section", "MATRIX_MAX_RANKS", "STEP_VIEWS"]
 
 MATRIX_MAX_RANKS = 64
 """Above this many ranks in a role the wait matrix keeps the ``MATRIX_TOP`` ranks that caused and that
 suffered the most waiting, and sums every other rank into an "others" row and column."""
 MATRIX_TOP = 24
-TOP_NAMES = 20  # bars in the top kernels / ops / diff plots
+TOP_NAMES = tops.TOP_NAMES  # bars in the diff plot
 TOP_PHASES = 10  # phases stacked per role; the rest are summed as "other phases"
-LABEL_CHARS = 70  # a kernel's templated name can be thousands of characters: the axis shows its start
-
-_ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
-
-_TEMPLATE = go.layout.Template(layout={
-    "font": {"family": "system-ui, -apple-system, Segoe UI, Roboto, sans-serif", "size": 12, "color": "#222"},
-    "plot_bgcolor": "white", "paper_bgcolor": "white", "hoverlabel": {"align": "left"},
-    "xaxis": {"gridcolor": "#e5e5e5", "zerolinecolor": "#bbb", "automargin": True},
-    "yaxis": {"gridcolor": "#e5e5e5", "zerolinecolor": "#bbb", "automargin": True},
-    "colorway": ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#EECA3B", "#B279A2", "#FF9DA6",
-                 "#9D755D", "#79706E"],
-    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-})
-
-
-def label(s: Any) -> str:
-    """``s`` as text for plotly (titles, ticks, legends, hovers): markup characters become entities."""
-    return visible(s).translate(_ENTITIES)
-
-
-def _short(s: str) -> str:
-    return s if len(s) <= LABEL_CHARS else s[:LABEL_CHARS - 1] + "…"
-
-
-@dataclass
-class Section:
-    """One plot of the report: its element id (a :class:`Plot` id), a title and caption, and its figures;
-    no figures and a ``note`` when it does not apply to these traces."""
-    id: str
-    title: str
-    caption: str
-    figures: list[go.Figure] = field(default_factory=list)
-    note: str | None = None
-
-
-def _fig(title: str, height: int = 420, **layout: Any) -> go.Figure:
-    return go.Figure(layout={"template": _TEMPLATE, "title": {"text": title, "x": 0, "xanchor": "left"},
-                             "height": height, **layout})
 
 
 def _ms(us: float | None) -> float | None:
     return None if us is None else us / 1000.0
 
 
-def _rank_name(role: str | None, rank: int | None, path: str = "", bare: bool = False) -> str:
-    """A rank's axis label, plain text (escaped by the caller): ``actor 3`` or ``rank 3`` (``3`` when ``bare``:
-    a plot of one role), ``? (file name)`` for a file whose rank is unknown."""
-    r = str(rank) if rank is not None else unranked_label(path)
-    return r if bare else f"{role} {r}" if role else f"rank {r}"
-
-
-def _roles(rows: Iterable[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
-    out: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        out[r.get("role")].append(r)
-    return out
-
-
-def _height(n: int, per: float = 16, lo: int = 320, hi: int = 900) -> int:
-    return int(min(hi, max(lo, 120 + per * n)))
+def _fmt_ms(us: float) -> str:
+    return f"{us:,.0f} µs" if us < 1000 else f"{us / 1000:,.1f} ms"
 
 
 # ---- step time ------------------------------------------------------------------------------------------
+STEP_VIEWS = (("duration", "dur_us"), ("busy", "busy_us"), ("waited", "waited_us"))
+"""The step-time heatmap's buttons, in order."""
+_PREFER = ("busy_us", "waited_us", "dur_us")  # between views that differ about as much across ranks
+
+
+def opening_view(z: dict[str, list[list[float | None]]]) -> tuple[str, dict[str, float]]:
+    """Which view the heatmap opens on: the one whose values differ most between the ranks of one step
+    (``spread``: the largest max - min over the ranks of a step, in µs), preferring busy to waited to duration
+    within 10% of the largest. In a synchronous job every rank's duration is about the same (the ranks ahead
+    wait for the one behind), so duration alone hides the rank that holds the others back. With one rank (no
+    spread) it opens on duration."""
+    spread = {}
+    for key, grid in z.items():
+        cols = zip(*grid) if grid else ()
+        spread[key] = max((max(v) - min(v) for col in cols if (v := [x for x in col if x is not None])), default=0.0)
+    best = max(spread.values(), default=0.0)
+    if best <= 0:
+        return "dur_us", spread
+    return next(k for k in _PREFER if spread.get(k, 0.0) >= 0.9 * best), spread
+
+
 def step_time(steps: dict[str, Any]) -> Section:
     s = Section(Plot.STEP_TIME, "Step time per rank and step",
-                "Each cell is one rank's step (ProfilerStep, or a capture window): its duration, and from the "
-                "menu its time blocked in collectives waiting for peers (waited) and the rest (busy = duration "
-                "- waited). In a synchronous job every rank's step lasts about as long, because the ranks ahead "
-                "wait for the one behind: the rank holding the others back shows the most busy time and the "
-                "least waiting. One heatmap per role.")
+                "Each cell is one rank's step (ProfilerStep, or a capture window): from the buttons its duration, "
+                "its time blocked in collectives waiting for peers (waited) and the rest (busy = duration - "
+                "waited). In a synchronous job every rank's step lasts about as long, because the ranks ahead wait "
+                "for the one behind: the rank holding the others back shows the most busy time and the least "
+                "waiting. So each heatmap (one per role) opens on the view whose values differ most between the "
+                "ranks of a step")
     rows = steps.get("steps") or []
     if not rows:
+        s.caption += "."
         s.note = "No steps in these traces (no ProfilerStep#N ranges and no run-directory capture windows)."
         return s
+    why = []
     for role, role_rows in _roles(rows).items():
         step_keys = [r["step"] if not r.get("window") else tuple(r["window"]) for r in role_rows]
         step_labels = [str(k) if not isinstance(k, tuple) else f"{k[0]}-{k[1]}" for k in step_keys]
@@ -122,17 +92,29 @@ def step_time(steps: dict[str, Any]) -> Section:
                 i = ranks[(-1 if x["rank"] is None else x["rank"], x["path"] if x["rank"] is None else "")]
                 for key, grid in z.items():
                     grid[i][j] = round(_ms(x.get(key, 0.0)), 3)
-        fig = _fig(f"Step time, {label(role)}" if role else "Step time", height=_height(n, 14),
+        first, spread = opening_view(z)
+        view = dict((k, v) for v, k in STEP_VIEWS)[first]
+        who = role if role else "all ranks"  # (the caption is plain text, escaped by the page)
+        if first == "dur_us" and n < 2:
+            why.append(f"{who}: one rank, so it opens on duration")
+        else:
+            why.append(f"{who} opens on {view}: ranks differ by up to {spread[first]:,.1f} ms in a step "
+                       + (f"(duration by up to {spread['dur_us']:,.1f} ms)" if first != "dur_us" else
+                          f"(busy by up to {spread['busy_us']:,.1f} ms)"))
+        # The buttons sit at the top left, under the title, away from plotly's toolbar (top right).
+        fig = _fig(f"Step time, {label(role)}" if role else "Step time", height=_height(n, 14) + 40,
                    xaxis={"title": "step", "type": "category"},
-                   yaxis={"title": "rank", "type": "category", "autorange": "reversed"})
+                   yaxis={"title": "rank", "type": "category", "autorange": "reversed"},
+                   margin={"l": 60, "r": 20, "t": 100, "b": 50})
         hover = "rank %{y}<br>step %{x}<br>%{z:.2f} ms<extra></extra>"
-        fig.add_trace(go.Heatmap(z=z["dur_us"], x=step_labels, y=names, colorscale="Viridis",
+        fig.add_trace(go.Heatmap(z=z[first], x=step_labels, y=names, colorscale="Viridis",
                                  colorbar={"title": "ms"}, hovertemplate=hover, hoverongaps=False))
         fig.update_layout(updatemenus=[{
-            "type": "buttons", "direction": "right", "x": 1, "xanchor": "right", "y": 1.12, "yanchor": "bottom",
-            "buttons": [{"label": lab, "method": "restyle", "args": [{"z": [z[key]]}]}
-                        for lab, key in (("duration", "dur_us"), ("busy", "busy_us"), ("waited", "waited_us"))]}])
+            "type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom",
+            "pad": {"b": 8}, "active": [k for _, k in STEP_VIEWS].index(first), "showactive": True,
+            "buttons": [{"label": lab, "method": "restyle", "args": [{"z": [z[key]]}]} for lab, key in STEP_VIEWS]}])
         s.figures.append(fig)
+    s.caption += ": " + "; ".join(why) + "."
     return s
 
 
@@ -172,7 +154,8 @@ def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple
         x = [label(_rank_name(None, None if k[1] < 0 else k[1], k[2], bare=True)) for k in keys]
         fig = _fig(f"Phases (self time), {label(role)}" if role else "Phases (self time)",
                    height=460, barmode="stack", xaxis={"title": "rank", "type": "category"},
-                   yaxis={"title": "ms"}, legend={"title": {"text": "phase"}})
+                   yaxis={"title": "ms"}, legend={"title": {"text": "phase"}},
+                   showlegend=True)  # plotly hides the legend of a single trace: a role of one phase names it too
         for name in top:
             fig.add_trace(go.Bar(
                 x=x, y=[round(self_us[k].get(name, 0.0) / 1000, 3) for k in keys], name=label(_short(name)),
@@ -196,31 +179,49 @@ def _has_device(r: dict[str, Any]) -> bool:
     return bool(((r.get("temporal") or {}).get("device") or {}).get("span_us"))
 
 
+HOST_PARTS = (("compute", "compute", "#4C78A8"), ("communication", "communication", "#E45756"),
+              ("in_phases", "in annotated phases (no ops traced)", "#F58518"), ("idle", "idle", "#BAB0AC"))
+DEVICE_PARTS = (("compute", "compute", "#4C78A8"), ("communication", "communication", "#E45756"),
+                ("memory", "memory", "#EECA3B"), ("idle", "idle", "#BAB0AC"))
+
+
+def _host_parts(t: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """A rank's host figures as the plot's parts, (share, µs) each: idle less the time inside annotated phases."""
+    ph, ph_us = t.get("in_phases_share") or 0.0, t.get("in_phases_us") or 0.0
+    return {"compute": (t.get("compute_share", 0.0), t.get("compute_us", 0.0)),
+            "communication": (t.get("communication_share", 0.0), t.get("communication_us", 0.0)),
+            "in_phases": (ph, ph_us),
+            "idle": (max(t.get("idle_share", 0.0) - ph, 0.0), max(t.get("idle_us", 0.0) - ph_us, 0.0))}
+
+
 def temporal(summary: dict[str, Any]) -> Section:
     s = Section(Plot.TEMPORAL, "Temporal breakdown per rank",
                 "Where each rank's time goes (HTA's temporal breakdown). Device: over the device span, compute "
                 "(a compute kernel runs), exposed communication (a collective runs and no compute does), memory "
                 "(memcpy/memset only) and idle (nothing runs). Host, for ranks without device events (CPU-only "
                 "jobs): compute (a CPU op runs outside communication threads), communication (a collective runs "
-                "and no compute: on gloo, waiting for peers) and idle.")
+                "and no compute: on gloo, waiting for peers), in annotated phases (no op runs but a "
+                "record_function / distprof.annotate phase is open: the rank is busy in code that runs no traced "
+                "op, such as Python, a C extension, I/O or a sleep) and idle (no op and no phase).")
     ranks = summary.get("ranks") or []
     dev = [r for r in ranks if _has_device(r)]
     host = [r for r in ranks if not _has_device(r) and ((r.get("temporal") or {}).get("host") or {}).get("span_us")]
-    for kind, rows, parts in (("device", dev, (("compute", "#4C78A8"), ("communication", "#E45756"),
-                                               ("memory", "#EECA3B"), ("idle", "#BAB0AC"))),
-                              ("host", host, (("compute", "#4C78A8"), ("communication", "#E45756"),
-                                              ("idle", "#BAB0AC")))):
+    for kind, rows, parts in (("device", dev, DEVICE_PARTS), ("host", host, HOST_PARTS)):
         if not rows:
             continue
         x = _rank_axis(rows)
-        fig = _fig(f"{kind.capitalize()} time per rank", height=440, barmode="stack",
+        fig = _fig(f"{kind.capitalize()} time per rank", height=440, barmode="stack", showlegend=True,
                    xaxis={"title": "rank", "type": "category"}, yaxis={"title": "share of span", "tickformat": ".0%"})
-        for part, color in parts:
-            t = [r["temporal"][kind] for r in rows]
+        if kind == "host":
+            vals = [_host_parts(r["temporal"]["host"]) for r in rows]
+        else:
+            vals = [{p: (r["temporal"][kind].get(f"{p}_share", 0.0), r["temporal"][kind].get(f"{p}_us", 0.0))
+                     for p, _, _ in parts} for r in rows]
+        for part, name, color in parts:
             fig.add_trace(go.Bar(
-                x=x, y=[v.get(f"{part}_share", 0.0) for v in t], name=part, marker_color=color,
-                customdata=[round(v.get(f"{part}_us", 0.0) / 1000, 3) for v in t],
-                hovertemplate=f"{part}<br>%{{x}}<br>%{{y:.1%}} of span, %{{customdata:.2f}} ms<extra></extra>"))
+                x=x, y=[v[part][0] for v in vals], name=name, marker_color=color,
+                customdata=[round(v[part][1] / 1000, 3) for v in vals],
+                hovertemplate=f"{name}<br>%{{x}}<br>%{{y:.1%}} of span, %{{customdata:.2f}} ms<extra></extra>"))
         s.figures.append(fig)
     if not s.figures:
         s.note = "No rank has a traced span (no events inside the selection)."
@@ -229,10 +230,11 @@ def temporal(summary: dict[str, Any]) -> Section:
 
 def overlap(summary: dict[str, Any]) -> Section:
     s = Section(Plot.OVERLAP, "Communication overlapped by compute, per rank",
-                "Of the time a rank communicates, the share during which it also computes (HTA's comm/compute "
-                "overlap; device kernels, else host collectives against CPU ops on CPU-only ranks). Higher is "
-                "better: communication that overlaps compute costs no step time. A collective kernel spins while "
-                "it waits for late peers, so a low share on a rank that waits (see who waits for whom) is that wait.")
+                "Of the time a rank communicates, the share during which it also computes (green; HTA's "
+                "comm/compute overlap: device kernels, else host collectives against CPU ops on CPU-only ranks) "
+                "and the share it does not (red). Green is better: communication that overlaps compute costs no "
+                "step time. A collective kernel spins while it waits for late peers, so a low share on a rank "
+                "that waits (see who waits for whom) is that wait.")
     rows, kinds = [], []
     for r in summary.get("ranks") or []:
         ov = r.get("overlap") or {}
@@ -244,15 +246,28 @@ def overlap(summary: dict[str, Any]) -> Section:
     if not rows:
         s.note = "No communication in these traces (no collective kernels and no host collectives), so nothing to overlap."
         return s
-    fig = _fig("Communication overlapped by compute", height=420, xaxis={"title": "rank", "type": "category"},
-               yaxis={"title": "overlapped share", "tickformat": ".0%", "range": [0, 1]})
     ov = [r["overlap"][k] for r, k in zip(rows, kinds)]
-    fig.add_trace(go.Bar(
-        x=_rank_axis(rows), y=[o.get("share") or 0.0 for o in ov], marker_color="#54A24B", name="overlapped",
-        customdata=[[k, round(o["communication_us"] / 1000, 3), round(o.get("overlapped_us", 0.0) / 1000, 3)]
-                    for o, k in zip(ov, kinds)],
-        hovertemplate="%{x} (%{customdata[0]})<br>%{y:.1%} overlapped<br>communication %{customdata[1]:.2f} ms, "
-                      "overlapped %{customdata[2]:.2f} ms<extra></extra>"))
+    if not any(o.get("overlapped_us") for o in ov):
+        comm = sum(o["communication_us"] for o in ov)
+        computes = [((r.get("temporal") or {}).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds)]
+        why = ("these ranks trace no compute at all" if not any(computes) else
+               "compute and collectives take turns: no compute runs while a collective does"
+               + (" (on gloo the calling thread waits for each collective; gloo runs it on threads of its own)"
+                  if "host" in kinds else ""))
+        s.note = (f"Nothing overlaps: {_fmt_ms(comm)} of communication on {len(rows)} rank"
+                  f"{'s' if len(rows) != 1 else ''}, none of it while computing, because {why}.")
+    fig = _fig("Communication overlapped by compute", height=420, barmode="stack", showlegend=True,
+               xaxis={"title": "rank", "type": "category"},
+               yaxis={"title": "share of communication time", "tickformat": ".0%", "range": [0, 1]})
+    custom = [[k, round(o["communication_us"] / 1000, 3), round(o.get("overlapped_us", 0.0) / 1000, 3)]
+              for o, k in zip(ov, kinds)]
+    share = [min(max(o.get("share") or 0.0, 0.0), 1.0) for o in ov]
+    x = _rank_axis(rows)
+    for name, y, color in (("overlapped", share, "#54A24B"), ("not overlapped", [1 - v for v in share], "#E45756")):
+        fig.add_trace(go.Bar(
+            x=x, y=y, marker_color=color, name=name, customdata=custom,
+            hovertemplate=f"%{{x}} (%{{customdata[0]}})<br>{name} %{{y:.1%}}<br>communication %{{customdata[1]:.2f}} "
+                          "ms, overlapped %{customdata[2]:.2f} ms<extra></extra>"))
     s.figures.append(fig)
     return s
 
@@ -262,14 +277,17 @@ def idle(summary: dict[str, Any]) -> Section:
                 "Top: each rank's device idle time split by cause (HTA's idle time breakdown): host wait (the "
                 "stream ran out of work and waited for the CPU to launch more), kernel wait (gaps under 30 µs "
                 "between queued kernels) and other (waiting for another stream, a peer or a sync). Bottom: launch "
-                "delay (device start minus the end of the launch call) per rank, p50 and p95, and the share of "
-                "short launches (device time below the call's own time); ranks with launch-bound steps are marked.")
+                "delay (device start minus the end of the launch call) per rank, p50 and p95 on a log scale (a typical "
+                "launch waits a few µs, the slow ones hundreds: on a linear scale p50 would not show), and the share "
+                "of short launches (device time below the call's own time); ranks with launch-bound steps are marked "
+                "above their p95.")
     rows = [r for r in summary.get("ranks") or [] if (r.get("idle") or {}).get("applicable")]
     if not rows:
         s.note = "Not applicable: these traces have no device events (a CPU-only job), so there is no device idle time."
         return s
     x = _rank_axis(rows)
-    fig = _fig("Device idle by cause", height=420, barmode="stack", xaxis={"title": "rank", "type": "category"},
+    fig = _fig("Device idle by cause", height=420, barmode="stack", showlegend=True,
+               xaxis={"title": "rank", "type": "category"},
                yaxis={"title": "ms"})
     for part, color in (("host_wait", "#E45756"), ("kernel_wait", "#EECA3B"), ("other", "#BAB0AC")):
         fig.add_trace(go.Bar(
@@ -281,20 +299,41 @@ def idle(summary: dict[str, Any]) -> Section:
     lrows = [r for r in rows if (r.get("launch") or {}).get("applicable") and (r["launch"].get("launches") or 0)]
     if lrows:
         lx = _rank_axis(lrows)
-        fig = _fig("Kernel launch delay", height=400, barmode="group", xaxis={"title": "rank", "type": "category"},
-                   yaxis={"title": "µs"})
+        # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
+        # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
+        # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
         custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
                    "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
                    if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
-        for q, color in (("p50", "#4C78A8"), ("p95", "#F58518")):
-            fig.add_trace(go.Bar(
-                x=lx, y=[r["launch"]["delay_us"][q] for r in lrows], name=f"delay {q}", marker_color=color,
-                customdata=custom,
-                hovertemplate=f"%{{x}}<br>delay {q} %{{y:.1f}} µs<br>%{{customdata[0]}} launches, "
+        q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
+        pos = [v for k in q for v in q[k] if v > 0]
+        floor = min(pos) / 2 if pos else 0.1
+
+        def shown(v: float) -> float:
+            return v if v > 0 else floor
+
+        top = max([shown(v) for v in q["p95"]] + [floor])
+        fig = _fig("Kernel launch delay (log scale)", height=400, showlegend=True,
+                   xaxis={"title": "rank", "type": "category"},
+                   yaxis={"title": "µs", "type": "log", "dtick": 1,  # one tick per decade
+                          "range": [math.log10(floor / 2), math.log10(top * 3)]})
+
+        link_x, link_y = [], []
+        for i, name in enumerate(lx):
+            link_x += [name, name, None]
+            link_y += [shown(q["p50"][i]), shown(q["p95"][i]), None]
+        fig.add_trace(go.Scatter(x=link_x, y=link_y, mode="lines", line={"color": "#BBBBBB", "width": 2},
+                                 hoverinfo="skip", showlegend=False))
+        for k, color, symbol in (("p50", "#4C78A8", "circle"), ("p95", "#F58518", "diamond")):
+            fig.add_trace(go.Scatter(
+                x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
+                marker={"color": color, "symbol": symbol, "size": 10},
+                customdata=[c + [v] for c, v in zip(custom, q[k])],
+                hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
                               "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
         bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
         if bound:
-            fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[lrows[i]["launch"]["delay_us"]["p95"] for i in bound],
+            fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
                                      mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
                                                                                  "color": "#222"},
                                      hovertemplate="%{x}: launch-bound<extra></extra>"))
@@ -357,67 +396,6 @@ def waits(stragglers: dict[str, Any]) -> Section:
     return s
 
 
-# ---- top kernels and ops -------------------------------------------------------------------------------
-def _top_bars(title: str, rows: list[dict[str, Any]], value: str, what: str) -> go.Figure:
-    rows = rows[:TOP_NAMES]
-    # Numbered so that two names cut to the same first characters stay two bars.
-    y = [label(f"{i}. {_short(r['name'])}") for i, r in enumerate(rows, 1)]
-    fig = _fig(title, height=_height(len(rows), 24, 300, 700), xaxis={"title": "ms"},
-               yaxis={"type": "category", "autorange": "reversed"}, margin={"l": 20, "r": 20, "t": 50, "b": 50})
-    fig.add_trace(go.Bar(
-        x=[round(r[value] / 1000, 3) for r in rows], y=y, orientation="h", marker_color="#4C78A8",
-        customdata=[[label(r["name"]), r["count"], r.get("share") or 0.0] for r in rows],
-        hovertemplate=f"%{{customdata[0]}}<br>{what} %{{x:.2f}} ms, %{{customdata[2]:.1%}}<br>"
-                      "%{customdata[1]} calls<extra></extra>"))
-    return fig
-
-
-def kernels(summary: dict[str, Any]) -> Section:
-    s = Section(Plot.KERNELS, "Top device kernels",
-                f"The {TOP_NAMES} device events (kernels, memcpy, memset) with the most summed duration over all "
-                "ranks, and their share of all device event time.")
-    rows = summary.get("kernels") or []
-    if not rows:
-        s.note = "Not applicable: these traces have no device events (a CPU-only job)."
-        return s
-    s.figures.append(_top_bars("Top kernels (summed duration over all ranks)", rows, "total_us", "total"))
-    return s
-
-
-def _syncs(inv: Any) -> list[dict[str, Any]]:
-    """Blocking host-device syncs inside the steps, over all files: what the host_sync finding points at."""
-    total: dict[str, list[float]] = {}
-    for f in inv.run.files:
-        parts = f.parts.get("step_names") or f.parts.get("summary") or {}
-        for which, keep in (("runtime", is_sync_runtime), ("ops", is_sync_op)):
-            for name, v in (parts.get(which) or {}).items():
-                if keep(name):
-                    t = total.setdefault(name, [0, 0.0])
-                    t[0] += v[0]
-                    t[1] += v[1]
-    return sorted(({"name": n, "count": c, "total_us": us} for n, (c, us) in total.items() if us > 0),
-                  key=lambda r: (-r["total_us"], r["name"]))
-
-
-def ops(summary: dict[str, Any], syncs: list[dict[str, Any]] | None = None) -> Section:
-    s = Section(Plot.OPS, "Top CPU ops and host-device syncs",
-                f"The {TOP_NAMES} CPU ops with the most self time over all ranks (their time minus the ops nested "
-                "directly inside them, so nested ops are not counted twice), and their share of all ops' self time. "
-                "Below, when there are any: the calls that block the host until the device catches up "
-                "(cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, aten::item ...), their "
-                "summed duration inside the steps over all ranks.")
-    rows = sorted(summary.get("ops") or [], key=lambda r: (-r["self_us"], r["name"]))
-    if not rows and not syncs:
-        s.note = "No CPU ops in these traces."
-        return s
-    if rows:
-        s.figures.append(_top_bars("Top CPU ops (self time over all ranks)", rows, "self_us", "self"))
-    if syncs:
-        s.figures.append(_top_bars("Blocking host-device syncs inside the steps (over all ranks)", syncs,
-                                   "total_us", "total"))
-    return s
-
-
 # ---- run-to-run diff ----------------------------------------------------------------------------------
 def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     """The ``--compare`` plot from :func:`distprof.analysis.diff.compare`'s result (A: this run, B: the other)."""
@@ -452,8 +430,8 @@ def sections(inv: Any, diff: dict[str, Any] | None = None, a: str = "", b: str =
     """Every plot of the report, in :attr:`Plot.ALL` order (the diff only with ``diff``)."""
     out = [step_time(inv.steps),
            phases(inv.summary, inv.steps, [(r.info, r.parts["summary"]) for r in inv.run.files]),
-           temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers), kernels(inv.summary),
-           ops(inv.summary, _syncs(inv)), idle(inv.summary)]
+           temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
+           tops.kernels(inv), tops.ops(inv), idle(inv.summary)]
     if diff is not None:
         out.append(diff_section(diff, a, b))
     return out

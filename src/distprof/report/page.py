@@ -6,21 +6,25 @@ attachment), the figures follow as one JSON object rendered by a few lines of sc
 Trace text is untrusted. In HTML every such string goes through :func:`html.escape` (quotes too); the
 figures' JSON is written by plotly.py's encoder, which writes ``<``, ``>`` and ``/`` as ``\\u003c``,
 ``\\u003e``, ``\\u002f``, so no name can close the ``<script>`` it sits in or open a comment there; and the
-strings inside the figures were already made text for plotly.js (:func:`.figures.label`). The only
-link targets written are the fixed :class:`Plot` ids.
+strings inside the figures were already made text for plotly.js (:func:`.base.label`). The only
+link targets written are the fixed :class:`Plot` ids and the findings' trace files as relative paths,
+percent-encoded (:mod:`.evidence`).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, Iterable
+from urllib.parse import unquote
 
 import plotly
 import plotly.offline
 from plotly.io.json import to_json_plotly
 
 from ..analysis.diagnose import Finding, Plot
-from .figures import Section
+from .base import Section
+from .evidence import Evidence
 from ..safetext import visible
 
 __all__ = ["render"]
@@ -41,6 +45,8 @@ ol.findings{padding-left:22px;margin:6px 0}ol.findings li{margin:0 0 12px}
 nav{font-size:13px}nav a{margin-right:10px}
 .problems li{font-size:13px;overflow-wrap:anywhere}
 .plot{min-height:200px}
+ul.traces{margin:0;padding-left:16px}ul.traces li{margin:0}
+.finding .caption{margin:8px 0 0}.finding .timeline{margin:0 0 4px}
 code{font-size:12px;background:#f0f0f0;padding:0 3px;border-radius:3px}
 """
 
@@ -77,9 +83,38 @@ def _what_if(w: dict[str, Any]) -> str:
     return text
 
 
-def _finding(i: int, f: Finding, plots: set[str]) -> str:
-    cost = _ms(f.cost_us) + (f" ({f.cost_share:.0%} of step time)" if f.cost_share is not None else "")
-    rows = [("cost", f'<span class="cost">{_e(cost)}</span>')]
+_CLAIM_SHARE = re.compile(r"\d+(?:\.\d+)?\s?%[^.;%]{0,40}?\bstep", re.IGNORECASE)
+
+
+def cost_text(f: Finding) -> str:
+    """The card's cost: ``cost_us``, and ``cost_share`` unless the claim already states a share of step time (one
+    percentage per finding: the claim's own words win, so the card never prints a second, different one)."""
+    text = _ms(f.cost_us)
+    if f.cost_share is None:
+        return text
+    share = f"{f.cost_share:.0%}"
+    if re.search(rf"(?<![\d.]){re.escape(share)}", f.claim) or _CLAIM_SHARE.search(f.claim):
+        return text
+    return f"{text} ({share} of step time)"
+
+
+def _links(ev: Evidence) -> str:
+    items = []
+    for t in ev.files:
+        what = f"rank {t.rank}, {t.steps}: "
+        if t.href is not None:
+            # href: a relative path, percent-encoded (no scheme can survive), then escaped like any attribute;
+            # the text: that path as it reads, escaped.
+            items.append(f'<li>{_e(what)}<a class="trace" href="{_e(t.href)}">{_e(unquote(t.href))}</a></li>')
+        else:
+            items.append(f'<li>{_e(what)}<code>{_e(t.path)}</code></li>')
+    if ev.more_files:
+        items.append(f"<li>... and {ev.more_files} more</li>")
+    return f'<ul class="traces">{"".join(items)}</ul>'
+
+
+def _finding(i: int, f: Finding, plots: set[str], ev: Evidence | None = None) -> tuple[str, dict[str, Any]]:
+    rows = [("cost", f'<span class="cost">{_e(cost_text(f))}</span>')]
     if f.what_if:
         rows.append(("what if", _e(_what_if(f.what_if))))
     rows.append(("fix", _e(f.fix)))
@@ -95,11 +130,19 @@ def _finding(i: int, f: Finding, plots: set[str]) -> str:
         evidence.append("names: " + "; ".join(n if len(n) <= 300 else n[:299] + "…" for n in map(str, f.names[:8])))
     if evidence:
         rows.append(("evidence", _e(" · ".join(evidence))))
+    if ev is not None and ev.files:
+        rows.append(("traces", _links(ev)))
     if f.plot in plots:  # only the report's own ids become links: a finding never writes a target of its own
         rows.append(("shown in", f'<a href="#{f.plot}">{_e(_TITLES.get(f.plot, f.plot))}</a>'))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    figs: dict[str, Any] = {}
+    tl = ""
+    if ev is not None and ev.timeline is not None:
+        div = f"finding-{i}-timeline"
+        figs[div] = ev.timeline.to_plotly_json()
+        tl = f'<p class="caption">{_e(ev.caption or "")}</p><div class="plot timeline" id="{div}"></div>'
     return (f'<li class="finding" id="finding-{i}" data-id="{_e(f.id)}"><span class="claim">{_e(f.claim)}</span>'
-            f"<dl>{dl}</dl></li>")
+            f"<dl>{dl}</dl>{tl}</li>"), figs
 
 
 def _problems(env: dict[str, Any]) -> str:
@@ -129,15 +172,22 @@ def _section(s: Section) -> tuple[str, dict[str, Any]]:
 
 
 def render(title: str, meta: Iterable[str], findings: list[Finding], sections: list[Section],
-           envelope: dict[str, Any]) -> str:
-    """The page as a string. ``meta``: lines under the title (plain text, escaped here)."""
+           envelope: dict[str, Any], evidence: list[Evidence] | None = None) -> str:
+    """The page as a string. ``meta``: lines under the title (plain text, escaped here); ``evidence``: per
+    finding, its trace links and worst-step timeline (:func:`.evidence.for_findings`)."""
     plots = {s.id for s in sections}
+    figs: dict[str, Any] = {}
     if findings:
-        diag = '<ol class="findings">' + "".join(_finding(i, f, plots) for i, f in enumerate(findings, 1)) + "</ol>"
+        cards = []
+        for i, f in enumerate(findings, 1):
+            card, fig = _finding(i, f, plots, evidence[i - 1] if evidence and i <= len(evidence) else None)
+            cards.append(card)
+            figs.update(fig)
+        diag = '<ol class="findings">' + "".join(cards) + "</ol>"
     else:
         diag = ('<p class="none" id="no-findings">No findings: no diagnosis rule fired above its threshold on '
                 "these traces.</p>")
-    parts, figs = [], {}
+    parts = []
     for s in sections:
         html_, f = _section(s)
         parts.append(html_)
