@@ -185,9 +185,9 @@ def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: in
             text += (f" Closing the window held {who} for {us(r['export_s'] * 1e6)}" if k == 1 else
                      f" Closing its {k} windows held {who} for up to {us(r['export_s'] * 1e6)} each, "
                      f"{us(r['export_total_s'] * 1e6)} in all") + " (no step time includes it)."
-        console.print(Text(text))
+        say(console, Text(text))
     if len(rows) > most:
-        console.print(Text(f"Profiling's own cost of {len(rows) - most} more ranks: in --json (profiling_cost)."))
+        say(console, Text(f"Profiling's own cost of {len(rows) - most} more ranks: in --json (profiling_cost)."))
 
 
 def _not_applicable(fig: dict[str, Any] | None) -> str | None:
