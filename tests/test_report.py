@@ -88,6 +88,7 @@ def open_report(browser, html_path, shot, extra=None):
     """Load ``html_path`` with the trap installed; assert the page is clean and offline; return the probe
     (and under ``extra`` what that JS expression gives on the page)."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(180_000)  # a bound, not a measure: 2 busy cores took 6-9 s for 1,024 ranks
     console, requests, dialogs = [], [], []
     page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
     page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))

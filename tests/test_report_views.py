@@ -87,6 +87,7 @@ def test_toolbar_never_covers_the_step_time_buttons(ddp_report, browser):  # noq
                 buttons: Array.from(d.querySelectorAll('.updatemenu-button')).map(r)}; })"""
     for width in (1280, 720):
         page = browser.new_page(viewport={"width": width, "height": 900})
+        page.set_default_timeout(180_000)  # a bound, not a measure: 2 busy cores took 6-9 s for 1,024 ranks
         page.goto((run / "report.html").as_uri(), wait_until="load")
         page.wait_for_function("document.querySelectorAll('.modebar').length > 0")
         for plot in page.evaluate(boxes):
