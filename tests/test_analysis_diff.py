@@ -148,3 +148,16 @@ def test_traces_without_steps_compare_totals_and_say_so(tmp_path):
     data = next(r for r in d["rows"] if r["name"] == "train/data")
     assert data["ratio"] == 0.6 and data["a_per_step_us"] is None and data["b_per_step_us"] is None
     assert any("side B: 1 file without steps" in w and "rows compare totals" in w for w in d["warnings"])
+
+
+def test_report_compare_compares_per_step_as_diff_does(tmp_path):
+    """`report --compare` drew totals (a 5-step and a 3-step capture of one job looked 40% faster); now per step."""
+    from distprof.report import write_report
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    _steps_trace(tmp_path / "a" / "rank-0.json", 5)
+    _steps_trace(tmp_path / "b" / "rank-0.json", 3)
+    r = write_report(str(tmp_path / "a"), str(tmp_path / "r.html"), compare=str(tmp_path / "b"), workers=1)
+    page = (tmp_path / "r.html").read_text()
+    assert "No difference: both runs have the same kernels" in page and "Compared per step" in page
+    assert any("step sets differ" in w for w in r["warnings"])

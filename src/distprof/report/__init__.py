@@ -3,8 +3,8 @@ finding linked to the plot that shows it, and the plots (:mod:`.figures`) made f
 
 :func:`write_report` reads a path once (:func:`~distprof.analysis.analyze.investigate`), diagnoses it and
 writes the page; :func:`build_report` writes the page for an Investigation already made. With
-``compare``, the other run is read once for its per-file summaries only and compared with this run's
-(:func:`distprof.analysis.diff.compare`).
+``compare``, the other run is read once for what ``diff`` reads (summaries and steps) and compared with this run
+per step, as ``distprof diff`` compares (:func:`distprof.analysis.analyze.compare_runs`).
 
 Size: figures are per rank, per step or per name, never per event; plotly.js (about 4.8 MB) is most of
 the file (the README gives the sizes measured for 8, 256 and 1,024 ranks).
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
-from ..analysis import analyze, diff as diff_mod
+from ..analysis import analyze
 from ..analysis.diagnose import analysed, Finding, diagnose
 from ..analysis.listing import find_traces
 from ..analysis.parallel import Progress
@@ -116,13 +116,15 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
     env["warnings"] = env["warnings"] + analysed(inv)["caveats"]
     d = None
     if compare:
-        # Only the other run's per-file summaries: each of its files is decoded once, none of ours again.
-        other = analyze.read(compare, ("summary",), selection, workers, ray_address, progress)
+        # Only what diff reads of the other run (summaries and steps): each of its files is decoded once, none of
+        # ours again. Compared per step, as `distprof diff` compares.
+        other = analyze.read(compare, analyze.DIFF_PARTS, selection, workers, ray_address, progress)
         if not other.files:
             raise TraceError(f"{compare}: nothing to compare with "
                              f"({'; '.join(e.message for e in other.errors) or 'no trace matches the selection'})")
-        d = diff_mod.compare([p for _, p in inv.run.pairs("summary")], [p for _, p in other.pairs("summary")])
+        d = analyze.compare_runs(inv.run, other)
         oe = other.envelope()
+        oe["warnings"] = oe["warnings"] + d["warnings"]
         env = {**env, **{k: env[k] + oe[k] for k in ("errors", "salvaged", "conflicts", "warnings")},
                "skipped": env["skipped"] + oe["skipped"], "files_read": env["files_read"] + len(other.files)}
     written = build_report(inv, findings, out, d, compare or "", env)

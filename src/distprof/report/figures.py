@@ -406,22 +406,29 @@ def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     if d is None:
         s.note = "Not requested: give --compare OTHER (library: compare=OTHER) to compare this run with another."
         return s
-    rows = [r for r in d.get("rows") or [] if r["change_us"]][:TOP_NAMES]
+    per_step = d.get("compares") == "per_step"  # as `distprof diff`: means per step and rank, else totals
+    a_key, b_key, c_key = ("a_per_step_us", "b_per_step_us", "change_per_step_us") if per_step else \
+        ("a_us", "b_us", "change_us")
+    s.caption += (" Compared per step (each side's time divided by its steps and ranks), so runs profiled for "
+                  "different numbers of steps compare fairly." if per_step else
+                  " Compared in total: a side has traces without steps (see the warnings).")
+    rows = [r for r in d.get("rows") or [] if r[c_key]][:TOP_NAMES]
     if not rows:
         s.note = "No difference: both runs have the same kernels, ops, phases and categories with the same times."
         return s
     y = [label(f"{i}. {r['kind']}: {_short(r['name'])}") for i, r in enumerate(rows, 1)]
+    unit = "ms per step" if per_step else "ms"
     fig = _fig(f"B minus A: {label(_short(b))} vs {label(_short(a))}", height=_height(len(rows), 24, 320, 720),
-               xaxis={"title": "change (ms)"}, yaxis={"type": "category", "autorange": "reversed"},
+               xaxis={"title": f"change ({unit})"}, yaxis={"type": "category", "autorange": "reversed"},
                margin={"l": 20, "r": 20, "t": 50, "b": 50})
     fig.add_trace(go.Bar(
-        x=[round(r["change_us"] / 1000, 3) for r in rows], y=y, orientation="h",
-        marker_color=["#E45756" if r["change_us"] > 0 else "#54A24B" for r in rows],
-        customdata=[[label(r["kind"]), label(r["name"]), round(r["a_us"] / 1000, 3), round(r["b_us"] / 1000, 3),
+        x=[round(r[c_key] / 1000, 3) for r in rows], y=y, orientation="h",
+        marker_color=["#E45756" if r[c_key] > 0 else "#54A24B" for r in rows],
+        customdata=[[label(r["kind"]), label(r["name"]), round(r[a_key] / 1000, 3), round(r[b_key] / 1000, 3),
                      "" if r["ratio"] is None else f"x{r['ratio']:.2f}", r["a_count"], r["b_count"]] for r in rows],
-        hovertemplate="%{customdata[0]}: %{customdata[1]}<br>A %{customdata[2]:.2f} ms (%{customdata[5]}), "
-                      "B %{customdata[3]:.2f} ms (%{customdata[6]})<br>change %{x:+.2f} ms %{customdata[4]}"
-                      "<extra></extra>"))
+        hovertemplate="%{customdata[0]}: %{customdata[1]}<br>A %{customdata[2]:.2f} " + unit + " (%{customdata[5]}), "
+                      "B %{customdata[3]:.2f} " + unit + " (%{customdata[6]})<br>change %{x:+.2f} " + unit +
+                      " %{customdata[4]}<extra></extra>"))
     s.figures.append(fig)
     return s
 
