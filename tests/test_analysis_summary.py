@@ -175,3 +175,18 @@ def test_progress_counts_bytes_as_well_as_files(tmp_path):
     analyze.summary(str(big), workers=1, progress=lambda p: seen.append(replace(p)))
     during = [p.bytes_done for p in seen if p.files_done == 0]
     assert len(during) > 2 and during == sorted(during) and seen[-1].bytes_done == big.stat().st_size
+
+
+def test_summary_host_table_shows_time_in_annotated_phases_apart_from_idle():
+    """Rank 1 of the H100 DDP run sleeps 80 ms per step in train/data, a phase running no op: the host table called
+    it idle (72%); it now has its own column, as the report's host chart has its own colour."""
+    run = os.path.join(SHARED, "data", "traces", "distprof-h100", "ddp-gloo-cuda-slow-rank1")
+    code, text, _ = cli("summary", run, "--workers", "1")
+    assert code == 0
+    rows = text[text.index("Per rank: host time"):].splitlines()
+    head = next(ln for ln in rows if ln.startswith("rank"))
+    assert head.split()[:6] == ["rank", "traced", "compute", "communication", "in", "phases"]
+    rank1 = next(ln for ln in rows if ln.startswith("1 ")).split()
+    host = analyze.summary(run, workers=1)["ranks"][1]["temporal"]["host"]
+    assert rank1[5] == f"{host['in_phases_share']:.1%}" and host["in_phases_share"] > 0.5
+    assert rank1[6] == f"{host['idle_share'] - host['in_phases_share']:.1%}"

@@ -140,18 +140,21 @@ def summary(console: Console, s: dict[str, Any]) -> None:
                       share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
                       share(o["share"]) if o else "-")
         console.print(t)
-    t = _table("Per rank: host time (share of the traced host time)",
-               ["role", "rank", "traced", "compute", "communication", "idle", "main thread busy",
+    t = _table("Per rank: host time (share of the traced host time; in phases: inside an annotated phase that "
+               "runs no traced op, busy in user code, not idle)",
+               ["role", "rank", "traced", "compute", "communication", "in phases", "idle", "main thread busy",
                 "comm threads busy", "comm overlapped"])
     for r in ranks:
         h = (r.get("temporal") or {}).get("host")
         o = (r.get("overlap") or {}).get("host")
         if h is None:
-            t.add_row(_t(r["role"]), _rank(r["rank"]), "no host events", *[""] * 6)
+            t.add_row(_t(r["role"]), _rank(r["rank"]), "no host events", *[""] * 7)
             continue
         th = h.get("threads") or {}
+        phases = h.get("in_phases_share") or 0.0  # part of idle_share (which keeps its meaning in --json)
         t.add_row(_t(r["role"]), _rank(r["rank"]), us(h["span_us"]), share(h["compute_share"]),
-                  share(h["communication_share"]), share(h["idle_share"]), us(th.get("main")),
+                  share(h["communication_share"]), share(phases), share(max(h["idle_share"] - phases, 0.0)),
+                  us(th.get("main")),
                   us(th.get("communication")), share(o["share"]) if o else "-")
     console.print(t)
     _idle_table(console, s)
