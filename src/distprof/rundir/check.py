@@ -33,6 +33,7 @@ from ..plan import FOREVER, Window
 from .layout import (COLLECT_JSON, MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output,
                      rank_dir, rank_of_dir, sanitize_role)
 from .manifest import MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
+from .filecheck import check_file, json_whole, short
 from .view import RunView, ViewError
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def check_run(run_dir: str) -> CheckResult:
     except KeyError:
         return res.fail(f"{view.url(RUN_JSON)}: has no config")
     except (ValueError, TypeError) as e:
-        return res.fail(f"{view.url(RUN_JSON)}: its config cannot be used ({_short(e)})")
+        return res.fail(f"{view.url(RUN_JSON)}: its config cannot be used ({short(e)})")
 
     tree = {rel: (dirs, files) for rel, dirs, files in view.walk()}
     roles = [_read_role(view, tree, name, config, run, res) for name in _roles(tree)]
@@ -194,7 +195,7 @@ def _read_json(view: RunView, rel: str) -> tuple[dict[str, Any] | None, str]:
     try:
         obj = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
-        return None, f"not valid JSON ({_short(e)})"
+        return None, f"not valid JSON ({short(e)})"
     if not isinstance(obj, dict):
         return None, f"not a JSON object (it is {type(obj).__name__})"
     return obj, ""
@@ -226,13 +227,13 @@ def _read_role(view: RunView, tree, name: str, config: Any, run: dict[str, Any],
     for where, d in ((rel, info), (RUN_JSON, run)):  # a wrong-typed world size is reported, then not used
         if "world_size" in d and _pos_int(d["world_size"]) is None:
             res.items.append(Item(name, None, None, "broken", where,
-                                  f"world_size is {_short(repr(d['world_size']))}, not a positive integer; ignored"))
+                                  f"world_size is {short(repr(d['world_size']))}, not a positive integer; ignored"))
     world = _pos_int(info.get("world_size")) or _pos_int(run.get("world_size")) or 1
     if isinstance(info.get("config"), dict):  # groups may run with their own configs; run.json holds the first's
         try:
             config = ProfilerConfig.from_saved(info["config"])
         except (ValueError, TypeError) as e:
-            res.items.append(Item(name, None, None, "broken", rel, f"its config cannot be used ({_short(e)})"))
+            res.items.append(Item(name, None, None, "broken", rel, f"its config cannot be used ({short(e)})"))
     backend = info.get("backend") if isinstance(info.get("backend"), str) else config.backend
     res.roles.append({"role": name, "world_size": world, "backend": backend})
     role = _Role(name, config, world, backend)
@@ -261,7 +262,7 @@ def _expected_ranks(tree, role: str, config: Any, info: dict[str, Any], world: i
             sel = {k: (v if v == "*" else tuple(v)) for k, v in config.ranks.items()}
             ranks = selected_ranks(sel, RankMesh(tuple(m["names"]), tuple(m["shape"]), tuple(m["ranks"])))
         except (KeyError, TypeError, ValueError) as e:
-            why = f"the mesh in {ROLE_JSON} cannot be used ({_short(e)})"
+            why = f"the mesh in {ROLE_JSON} cannot be used ({short(e)})"
     elif isinstance(config.ranks, dict) or config.per_node is not None:
         why = "local ranks (per_node)" if config.per_node is not None else "a mesh not recorded"
     elif world > MAX_RANKS:
@@ -310,7 +311,7 @@ def _expected_windows(config: Any, reached: int, res: CheckResult, role: str) ->
     try:
         plan = config.plan()
     except (ValueError, TypeError) as e:  # a recorded config this version cannot plan: judge the files only
-        res.notes.append(f"{role}: the recorded plan cannot be used ({_short(e)}); only the files listed are checked")
+        res.notes.append(f"{role}: the recorded plan cannot be used ({short(e)}); only the files listed are checked")
         return []
     if config.steps is not None:
         out = list(plan.windows[:MAX_WINDOWS])
@@ -437,7 +438,7 @@ def _cut_detail(rec: WindowRecord, w: Window | None, gaps: list[tuple[int, int]]
             numbers = f"{g['limit']}: measured {g['measured']}, limit {g['limit_value']}"
         else:
             numbers = ", ".join(f"{k} {v}" for k, v in list(g.items())[:6])
-        parts.append(f"stopped by the memory guard after step {rec.last}" + (f" ({_short(numbers)})" if numbers else ""))
+        parts.append(f"stopped by the memory guard after step {rec.last}" + (f" ({short(numbers)})" if numbers else ""))
     elif not rec.complete:
         parts.append(f"cut short by {rec.stopped_by or 'an early stop'} after step {rec.last}")
     text = "; ".join(parts) or f"recorded steps {rec.first}-{rec.last}"
@@ -476,7 +477,7 @@ def _files(view: RunView, rank_rel: str, rec: WindowRecord, seen: set[str]):
     for f in rec.files:
         seen.add(f.path)
         if rec.upload_error is not None or rec.local_path is not None:
-            yield f.path, "not_uploaded", (f"upload failed ({_short(rec.upload_error or 'no reason recorded')}); the "
+            yield f.path, "not_uploaded", (f"upload failed ({short(rec.upload_error or 'no reason recorded')}); the "
                                            f"files stayed on {rec.host or 'an unknown host'} in {rec.local_path}")
             continue
         rel = safe_relpath(f.path, under=rank_rel)
@@ -484,40 +485,8 @@ def _files(view: RunView, rank_rel: str, rec: WindowRecord, seen: set[str]):
             yield f.path, "broken", "names a file outside its rank folder; not read"
             continue
         seen.add(rel)
-        status, why = _check_file(view, rel, f.bytes)
+        status, why = check_file(view, rel, f.bytes)
         yield f.path, status, why
-
-
-def _check_file(view: RunView, rel: str, size: int) -> tuple[str, str]:
-    try:
-        got = view.size(rel)
-    except ViewError as e:
-        return "broken", str(e).split(": ", 1)[-1]
-    if got is None:
-        return "missing", "listed in the manifest but not on disk"
-    if got != size:  # cheap, and catches most truncations before any decoding
-        return "broken", f"{got} bytes on disk, manifest says {size}"
-    if rel.endswith((".json", ".json.gz")):
-        return _decodes(view, rel)
-    return "ok", ""
-
-
-def _decodes(view: RunView, rel: str) -> tuple[str, str]:
-    """Stream the trace through the analysis reader: memory stays bounded (a gzip bomb inflates piece by piece)."""
-    from ..analysis.reader import open_trace
-    from ..analysis.source import TraceError
-
-    try:
-        stream = open_trace(view.stream_path(rel), lean=True)
-        for _ in stream.batches():
-            pass
-    except ViewError as e:
-        return "broken", str(e).split(": ", 1)[-1]
-    except (TraceError, OSError) as e:
-        return "broken", f"does not decode: {_short(str(e).split(': ', 1)[-1])}"
-    if stream.report.truncated or stream.report.bytes_unread:
-        return "broken", f"read only in part: {_short('; '.join(stream.report.notes[:2]) or 'cut off')}"
-    return "ok", ""
 
 
 def _check_discrete(view: RunView, role: str, rank: int, lines: list[WindowRecord], expected: list[Window],
@@ -583,29 +552,10 @@ def _check_process_outputs(view: RunView, tree, role: str, backend: str, res: Ch
             elif not view.size(rel):
                 status, detail = "broken", "empty file"
             elif n.endswith(".json"):
-                status, detail = _json_whole(view, rel)
+                status, detail = json_whole(view, rel)
             elif n.endswith(".bin"):
                 if not (view.read_small(rel, 8) or b"").startswith(_MAGIC[".bin"]):
                     status, detail = "broken", "not a memray capture"
         except ViewError as e:
             status, detail = "broken", str(e).split(": ", 1)[-1]
         res.items.append(Item(role, None, None, status, rel, detail))
-
-
-def _json_whole(view: RunView, rel: str) -> tuple[str, str]:
-    """A tool's JSON output (py-spy's speedscope): decoded whole when small; a large one is judged by its ends."""
-    if (view.size(rel) or 0) > MANIFEST_LIMIT:
-        head, tail = view.read_small(rel, 64) or b"", view.read_tail(rel, 64)
-        if head.lstrip()[:1] in (b"{", b"[") and tail.rstrip()[-1:] in (b"}", b"]"):
-            return "ok", f"larger than {MANIFEST_LIMIT >> 20} MB: only its first and last bytes checked"
-        return "broken", "does not look like JSON (first or last bytes)"
-    try:
-        msgspec.json.decode(view.read_small(rel, MANIFEST_LIMIT) or b"")
-    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
-        return "broken", f"does not decode: {_short(e)}"
-    return "ok", ""
-
-
-def _short(e: Any) -> str:
-    text = " ".join(str(e).split())
-    return text if len(text) <= 200 else text[:197] + "..."
