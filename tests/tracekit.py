@@ -16,14 +16,58 @@ DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
 H100 = os.path.join(TRACES, "distprof-h100")  # distprof's own run directories from a real H100 (README there)
 
 
-def cli(*args, env=None):
-    """Run ``distprof ARGS``; returns (exit code, parsed JSON or stdout text, stderr)."""
-    proc = subprocess.run([sys.executable, "-m", "distprof.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env or os.environ.copy(), timeout=600)
-    out = proc.stdout
+# What needs a process of its own: a Ray session joined or started (it would stay in the test's process) and the
+# demo (a Ray cluster and workers of its own).
+OWN_PROCESS = ("--ray", "demo")
+
+
+def cli(*args, env=None, process=False):
+    """Run ``distprof ARGS``; returns (exit code, parsed JSON or stdout text, stderr).
+
+    In this process by default, through click's test runner on the real typer app (``distprof.cli.app``, what the
+    ``distprof`` script runs): the same parsing, exit codes, stdout and stderr, and log records reach stderr through
+    the CLI's own handler as they would in a process of its own, without paying an interpreter and its imports per
+    call (about 1 s of CPU each; the suite makes hundreds). ``env``, ``process=True``, ``--ray`` and ``demo`` run
+    ``python -m distprof.cli`` in a child process, as users do (tests of the process itself: its environment,
+    imports, a real terminal, signals, memory, use that)."""
+    args = [str(a) for a in args]
+    if env is not None or process or any(a in OWN_PROCESS for a in args):
+        proc = subprocess.run([sys.executable, "-m", "distprof.cli", *args], capture_output=True, text=True,
+                              env=env or os.environ.copy(), timeout=600)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code, out, err = _cli_here(args)
     if "--json" in args and out.strip():
         out = json.loads(out)
-    return proc.returncode, out, proc.stderr
+    return code, out, err
+
+
+def _cli_here(args):
+    import logging
+
+    from typer.testing import CliRunner
+
+    from distprof import cli as cli_module
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    # As in a process of its own: no handler on the root yet, so the CLI's logging.basicConfig installs its
+    # RichHandler on stderr (pytest's capture handlers are put back afterwards).
+    root.handlers = []
+    named = {name: (lg.level, lg.disabled) for name, lg in logging.root.manager.loggerDict.items()
+             if name.startswith("distprof") and isinstance(lg, logging.Logger)}
+    try:
+        result = CliRunner().invoke(cli_module.app, args, prog_name="distprof", catch_exceptions=False)
+    finally:
+        for h in root.handlers:
+            h.close()
+        root.handlers = handlers
+        root.setLevel(level)
+        for name, (lvl, disabled) in named.items():  # DISTPROF_LOG_LEVEL / -v set distprof's loggers' levels
+            lg = logging.getLogger(name)
+            lg.setLevel(lvl)
+            lg.disabled = disabled
+    return result.exit_code, result.stdout, result.stderr
 
 
 def table(path, **kw):
