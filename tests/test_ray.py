@@ -376,7 +376,10 @@ def test_demo_end_to_end(tmp_path):
     (f,) = [f for f in findings if f["id"] == "straggler"]
     assert f["evidence"]["role"] == "actor" and f["evidence"]["ranks"][0] == 1
     # The straggler's excess is not counted again as the actor role bounding the step (it was, at the same cost).
-    assert all(g["cost_us"] < f["cost_us"] / 2 for g in findings if g["id"] == "bounding_role")
+    # (On failure: every finding's claim and figures, and each rank-step's waiting, to tell which measure moved.)
+    assert all(g["cost_us"] < f["cost_us"] / 2 for g in findings if g["id"] == "bounding_role"), json.dumps(
+        {"findings": [{k: g[k] for k in ("id", "claim", "cost_us")} | {"figures": g["evidence"].get("figures")}
+                      for g in findings], "waits": doc.get("waits"), "mismatched": doc.get("mismatched")})[:6000]
     assert f["evidence"]["names"][0] == "actor/prepare" and "actor/prepare" in proc.stdout
 
 
