@@ -93,12 +93,20 @@ def s3(s3_server, monkeypatch):
 SLOW_S = 0.4
 
 
+def gloo_run(out, **kw):
+    """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/warmfork.py):
+    the same real processes and job, without two imports of torch per job."""
+    import warmfork
+    from distprof.demo import gloo_job
+
+    warmfork.context()
+    return gloo_job.run(out, start_method="forkserver", **kw)
+
+
 @pytest.fixture(scope="session")
 def ddp_run(tmp_path_factory):
     """A real 2-process DDP job over gloo (small buckets: overlapping all-reduces), rank 1 sleeping ``SLOW_S``
     in its train/data phase every step, profiled by distprof on steps 2-3 and 5-6 (two windows per rank)."""
-    from distprof.demo import gloo_job
-
     out = str(tmp_path_factory.mktemp("ddp") / "run")
-    gloo_job.run(out, steps=7, world_size=2, config={"steps": "2,3,5,6"}, slow_rank=1, slow_s=SLOW_S, ddp=True)
+    gloo_run(out, steps=7, world_size=2, config={"steps": "2,3,5,6"}, slow_rank=1, slow_s=SLOW_S, ddp=True)
     return out

@@ -10,9 +10,8 @@ import pytest
 
 from distprof.analysis import analyze, find_traces
 from distprof.analysis import stragglers as strag
-from distprof.demo import gloo_job
 
-from conftest import SLOW_S
+from conftest import SLOW_S, gloo_run
 from tracekit import DLRM, TRACES, cli, table, write, X
 
 
@@ -152,7 +151,7 @@ def test_groups_from_the_launching_op_are_matched_separately(tmp_path):
 def test_plain_torch_profiler_traces_of_a_gloo_job(tmp_path):
     """No distprof in the job: torch.profiler + tensorboard_trace_handler, rank only in distributedInfo."""
     out = str(tmp_path / "tb")
-    gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=0, slow_s=SLOW_S, plain_torch=True)
+    gloo_run(out, steps=5, world_size=2, config={"steps": [2, 3]}, slow_rank=0, slow_s=SLOW_S, plain_torch=True)
     files = find_traces(out)
     assert len(files) == 2 and all(f.path.endswith(".pt.trace.json") and f.manifest_rank is None for f in files)
     r = analyze.stragglers(out, workers=1)

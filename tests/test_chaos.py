@@ -11,7 +11,6 @@ here, and chmod does not stop root.
 
 import gzip
 import json
-import multiprocessing as mp
 import os
 import shlex
 import signal
@@ -19,7 +18,10 @@ import subprocess
 import sys
 
 import pytest
+import warmfork
+from helpers import run
 
+from distprof import Profiler, ProfilerConfig
 from distprof.rundir.layout import MANIFEST, TMP_PREFIX
 from distprof.rundir.store import list_files, manifest_records
 
@@ -127,9 +129,6 @@ def test_run_directory_made_read_only_after_start(tmp_path):
 
 def _writer(save, role, barrier):
     """One of eight processes that all claim rank 0 of world size 1 (rank detection falling back to 0)."""
-    from distprof import Profiler, ProfilerConfig
-    from helpers import run
-
     cfg = ProfilerConfig(enable=True, save_path=save, steps=[1, 2, 4], torch={"activities": ["cpu"]})
     prof = Profiler(cfg, role=role, rank=0, world_size=1)
     barrier.wait()  # all eight start together, so their windows close and publish at the same moments
@@ -140,7 +139,7 @@ def _writer(save, role, barrier):
 @pytest.mark.parametrize("roles", [["main"] * 8, ["actor"] * 4 + ["critic"] * 4], ids=["same-role", "two-roles"])
 def test_eight_processes_write_one_run_directory_at_once(tmp_path, roles):
     save = str(tmp_path / "run")
-    ctx = mp.get_context("spawn")
+    ctx = warmfork.context()  # eight real processes, forked from one that imported torch: not eight torch imports
     barrier = ctx.Barrier(len(roles))
     procs = [ctx.Process(target=_writer, args=(save, role, barrier)) for role in roles]
     for p in procs:
@@ -173,12 +172,16 @@ def test_eight_processes_write_one_run_directory_at_once(tmp_path, roles):
 def test_resumed_job_rewriting_a_window_keeps_both(tmp_path):
     """A job checkpointed at step 2 and resumed there captures window 2-3 again: both copies are kept."""
     save = tmp_path / "run"
-    first = job(save, 6, "--steps-plan", "2,3")
+    # The first run is this test's process (what chaos_job.py does, in-process: one process start fewer); the
+    # resumed one is a real child process, as a restarted job is.
+    first = Profiler(ProfilerConfig(enable=True, save_path=str(save), steps=[2, 3], torch={"activities": ["cpu"]}),
+                     role="main", rank=0, world_size=1)
+    assert run(first, 6).steps_run == 6 and first.windows_closed == 1
     second = job(save, 4, "--steps-plan", "2,3", "--global-step", "2")
-    assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
+    assert second.returncode == 0, second.stderr[-2000:]
     assert "already wrote" in second.stderr and "both files are kept" in second.stderr
     a, b = manifest_records(str(save))
-    assert a.steps == b.steps == [2, 3] and a.pid != b.pid
+    assert a.steps == b.steps == [2, 3] and a.pid == os.getpid() != b.pid
     assert (a.writer_conflict, b.writer_conflict) == (False, True)
     assert a.files[0].path == "main/rank00000/step00000002-00000003.pt.trace.json.gz"
     assert b.files[0].path == f"main/rank00000/step00000002-00000003.pid{b.pid}.pt.trace.json.gz"

@@ -16,9 +16,8 @@ import pytest
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import STRAGGLER_WAIT_SHARE, THRESHOLDS, Plot, path_saving
-from distprof.demo import gloo_job
 
-from conftest import SLOW_S
+from conftest import SLOW_S, gloo_run
 from tracekit import DLRM, TRACES, X, cli, write
 
 DEVICE_RULES = {"exposed_communication", "launch_bound", "host_sync", "memcpy", "pageable_memcpy"}
@@ -63,7 +62,7 @@ def test_gloo_job_with_no_slow_rank_has_no_straggler(tmp_path):
     out = str(tmp_path / "run")
     # Six profiled steps: a rank the busy 2-core machine happens to deschedule in one or two steps is not the
     # rank holding the others back in 2/3 of them (the rule's consistency threshold).
-    gloo_job.run(out, steps=9, world_size=2, config={"steps": "2-7"}, ddp=True)
+    gloo_run(out, steps=9, world_size=2, config={"steps": "2-7"}, ddp=True)
     inv = analyze.investigate(out, workers=1)
     assert inv.stragglers["matched"] > 0  # the rule had collectives to judge: someone always arrives last
     d = analyze.diagnose(out, workers=1)

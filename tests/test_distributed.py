@@ -5,14 +5,12 @@ import os
 
 import msgspec
 
-from distprof.demo import gloo_job
-
-from conftest import load_trace, trace_files
+from conftest import gloo_run, load_trace, trace_files
 
 
 def test_all_ranks_capture(tmp_path):
     out = str(tmp_path / "run")
-    result = gloo_job.run(out, steps=5, world_size=2, config={"steps": [2, 3]})
+    result = gloo_run(out, steps=5, world_size=2, config={"steps": [2, 3]})
     files = trace_files(out)
     assert [os.path.relpath(f, out) for f in files] == [
         "train/rank00000/step00000002-00000003.pt.trace.json.gz",
@@ -33,7 +31,7 @@ def test_all_ranks_capture(tmp_path):
 
 def test_only_selected_rank_captures(tmp_path):
     out = str(tmp_path / "run")
-    gloo_job.run(out, steps=4, world_size=2, config={"ranks": [1], "steps": [2]})
+    gloo_run(out, steps=4, world_size=2, config={"ranks": [1], "steps": [2]})
     assert [os.path.relpath(f, out) for f in trace_files(out)] == ["train/rank00001/step00000002-00000002.pt.trace.json.gz"]
     assert not os.path.exists(os.path.join(out, "train", "rank00000"))
     lines = open(os.path.join(out, "train", "rank00001", "manifest.jsonl"), "rb").read().splitlines()

@@ -17,20 +17,42 @@ import pytest
 from conftest import load_trace, trace_files
 
 JOB = os.path.join(os.path.dirname(__file__), "fsdp_job.py")
-ALL_FLAGS = "record_shapes,profile_memory,with_stack,with_flops,with_modules"
+ALL_FLAGS = ["record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"]
 WARNING = "turning off torch.record_shapes and torch.with_flops in capture windows"
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_offload")]
 
 
-def run_job(tmp_path, name, offload, *args):
-    """Run the job; returns (per-rank results, stderr)."""
-    result = tmp_path / f"{name}.json"
-    proc = subprocess.run([sys.executable, JOB, str(result), offload, *args], check=False,
+# The runs, in the order one job launch (two processes) trains them: launching the processes is most of the cost.
+# The policy runs come first, in processes that never held a hand-offloaded model (distprof looks at the live
+# FSDP2 modules); the plain torch.profiler run crashes, so it comes last (a failed run ends the job).
+VARIANTS = [
+    {"name": "policy-base", "offload": "policy", "final_offload": True},
+    {"name": "policy-prof", "offload": "policy", "profiler": "distprof", "flags": ALL_FLAGS, "final_offload": True},
+    {"name": "manual-base", "offload": "manual"},
+    {"name": "manual-prof", "offload": "manual", "profiler": "distprof", "flags": ALL_FLAGS},
+    {"name": "plain", "offload": "manual", "profiler": "plain", "flags": ["record_shapes"]},
+]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """Every run's per-rank results, the job's stderr, and the folder holding each run's traces (by name)."""
+    out = tmp_path_factory.mktemp("fsdp")
+    proc = subprocess.run([sys.executable, JOB, str(out), json.dumps(VARIANTS)], check=False,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(result) as f:
-        return json.load(f)["ranks"], proc.stderr
+    with open(out / "result.json") as f:
+        results = json.load(f)
+    return results, proc.stderr, out
+
+
+def ran(job, name):
+    """The per-rank results of one run (a run that failed ended the job: the runs after it have none)."""
+    results, stderr, _ = job
+    failed = [(n, r["error"]["message"]) for n, ranks in results.items() for r in ranks if r["error"]]
+    assert name in results, f"run {name!r} did not run: the job ended after {failed[:1]}\n{stderr[-3000:]}"
+    return results[name]
 
 
 def assert_trained(ranks):
@@ -44,30 +66,28 @@ def manifest(run, rank):
         return [msgspec.json.decode(line) for line in f]
 
 
-def test_plain_torch_profiler_crashes_the_manual_offload(tmp_path):
+def test_plain_torch_profiler_crashes_the_manual_offload(job):
     """The reproduction itself: the job, profiled by torch.profiler alone with record_shapes, dies in its
     first recorded step exactly as SkyRL's report does. Without this, the distprof test below proves nothing."""
-    ranks, _ = run_job(tmp_path, "plain", "manual", "--plain", "--profile", str(tmp_path / "plain"),
-                       "--flags", "record_shapes")
-    for r in ranks:
+    for r in ran(job, "plain"):
         assert r["error"] is not None and r["step"] == 2, r
         assert r["error"]["message"] == "_apply(): Couldn't swap FSDPLinear.weight"
         assert "Expected no weakrefs" in r["error"]["cause"]
 
 
-def test_manual_offload_with_every_flag_trains_as_without_profiling(tmp_path):
+def test_manual_offload_with_every_flag_trains_as_without_profiling(job):
     """Manual offload with every flag on: training finishes with the same losses and parameters as
     unprofiled, each rank writes its window, record_shapes and with_flops are off in it (said once per rank
     and in the trace), and the flags that are safe (memory, stacks, modules) still record."""
-    base, _ = run_job(tmp_path, "base", "manual")
-    run = tmp_path / "prof"
-    ranks, stderr = run_job(tmp_path, "prof", "manual", "--profile", str(run), "--flags", ALL_FLAGS)
+    _, stderr, out = job
+    base, ranks, run = ran(job, "manual-base"), ran(job, "manual-prof"), out / "manual-prof"
     assert_trained(base)
     assert_trained(ranks)
     assert [r["losses"] for r in ranks] == [r["losses"] for r in base]
     assert [r["params"] for r in ranks] == [r["params"] for r in base]
 
-    assert stderr.count(WARNING) == 2, stderr  # once per rank
+    assert stderr.count(WARNING) == 2, stderr  # once per rank (in the whole job: the other runs say nothing)
+    assert [sum(WARNING in w for w in r["warnings"]) for r in ranks] == [1, 1]  # in this run
     for rank in (0, 1):
         line = next(ln for ln in stderr.splitlines() if ln.startswith(f"rank{rank} ") and WARNING in ln)
         assert "Couldn't swap" in line and "CPUOffloadPolicy" in line and "FSDPLinear" in line
@@ -87,19 +107,16 @@ def test_manual_offload_with_every_flag_trains_as_without_profiling(tmp_path):
         assert any(e.get("name") == "ProfilerStep#3" for e in evs)
 
 
-def test_cpu_offload_policy_keeps_every_flag(tmp_path):
+def test_cpu_offload_policy_keeps_every_flag(job):
     """FSDP2's own CPUOffloadPolicy never swaps: every flag stays on, training is unchanged, and the model can
     still be moved (a swap) after the window is written, which failed while torch's closed profile object
     waited for the cyclic garbage collector."""
-    base, _ = run_job(tmp_path, "base", "policy", "--final-offload")
-    run = tmp_path / "prof"
-    ranks, stderr = run_job(tmp_path, "prof", "policy", "--profile", str(run), "--flags", ALL_FLAGS,
-                            "--final-offload")
+    base, ranks, run = ran(job, "policy-base"), ran(job, "policy-prof"), job[2] / "policy-prof"
     assert_trained(base)
     assert_trained(ranks)  # includes the model.cpu() after the window
     assert [r["losses"] for r in ranks] == [r["losses"] for r in base]
     assert [r["params"] for r in ranks] == [r["params"] for r in base]
-    assert WARNING not in stderr
+    assert not [w for r in ranks for w in r["warnings"] if WARNING in w]
 
     files = trace_files(run)
     assert len(files) == 2

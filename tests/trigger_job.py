@@ -5,21 +5,23 @@
 Opts in through the environment (the test sets DISTPROF_TRIGGER=1); the config sets no steps and no
 schedule, so nothing is captured until a request comes. Rank 0 creates STARTED_FILE after the first step (the
 test sends its request once it exists). The ranks keep training until every rank has written a requested
-window (agreed through an all-reduce, so they stop at the same step), or MAX_STEPS.
+window (agreed through an all-reduce, so they stop at the same step), or MAX_STEPS. The ranks are forked from a
+server that imported torch (tests/warmfork.py) with this script's environment; this process imports no torch.
 """
 
 import os
 import sys
 import tempfile
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
-
-import distprof
+import warmfork
 
 
 def worker(rank: int, world: int, init_file: str, save: str, started: str, max_steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import distprof
+
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     cfg = distprof.ProfilerConfig(save_path=save, ranks="all", trigger_poll_s=0, torch={"activities": ["cpu"]})
@@ -46,6 +48,9 @@ def worker(rank: int, world: int, init_file: str, save: str, started: str, max_s
 
 if __name__ == "__main__":
     save, started, max_steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ctx = warmfork.context(whole_env=True)  # the ranks see DISTPROF_TRIGGER as the test set it
     with tempfile.TemporaryDirectory() as scratch:
-        mp.start_processes(worker, args=(2, os.path.join(scratch, "rdzv"), save, started, max_steps), nprocs=2,
-                           join=True, start_method="spawn")
+        codes = warmfork.run_ranks(ctx, worker, lambda r: (r, 2, os.path.join(scratch, "rdzv"), save, started,
+                                                           max_steps), 2)
+    if codes != [0, 0]:
+        sys.exit(f"a rank failed: exit codes {codes}")

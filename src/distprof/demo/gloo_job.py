@@ -102,7 +102,8 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
 
 
 def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = None,
-        slow_rank: int | None = None, slow_s: float = 0.0, plain_torch: bool = False, ddp: bool = False) -> DemoResult:
+        slow_rank: int | None = None, slow_s: float = 0.0, plain_torch: bool = False, ddp: bool = False,
+        start_method: str = "spawn") -> DemoResult:
     """Run the job in ``world_size`` fresh processes and return what it wrote under ``out``.
 
     ``config`` entries override the demo's profiler config (all ranks, two steps near the end). With
@@ -110,6 +111,8 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
     instead (traces named ``{host}_{pid}.{time}.pt.trace.json``, no manifest), as a job without distprof.
     ``slow_rank`` sleeps ``slow_s`` in its ``train/data`` phase every step. With ``ddp``, the model is wrapped
     in DistributedDataParallel (small buckets: several overlapping all-reduces per backward).
+    ``start_method`` is multiprocessing's: the tests pass ``"forkserver"``, with a server that has imported torch
+    already, instead of two interpreters importing it per job.
     """
     import torch.multiprocessing as mp
 
@@ -122,7 +125,7 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
     scratch = tempfile.mkdtemp(prefix="distprof-rdzv-")
     try:
         mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s, plain_torch, ddp),
-                           nprocs=world_size, join=True, start_method="spawn")
+                           nprocs=world_size, join=True, start_method=start_method)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     files = [msgspec.to_builtins(r) for r in manifest_records(out)]
