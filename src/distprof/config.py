@@ -40,6 +40,7 @@ from .config_errors import cut as _cut
 from .config_errors import error as _error
 from .config_errors import problem as _problem
 from .config_errors import show as _show
+from .config_limits import check_roles
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
 from .plan import Plan, Schedule
@@ -552,6 +553,7 @@ class ProfilerConfig(_Strict):
         v = _to_plain(v)
         if not isinstance(v, Mapping):
             raise ValueError(f"per_role must map role names to settings, got {_show(v)}; e.g. per_role: {{actor: {{ranks: all}}}}")
+        check_roles("per_role", v, "entries")
         out, problems = {}, []  # every role's problems at once
         for role, over in v.items():
             where = f"per_role.{_cut(str(role), 60)}"
@@ -603,6 +605,7 @@ class ProfilerConfig(_Strict):
             v = [p for p in re.split(r"[,\s]+", v.strip()) if p]
         if not isinstance(v, (list, tuple)) or not v:
             raise ValueError(f"roles must be null (every role) or a non-empty list of role names, got {_show(v)}")
+        check_roles("roles", v)
         return [_check_role_name("roles", r) for r in v]
 
     @field_validator("steps", mode="before")

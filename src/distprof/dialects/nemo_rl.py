@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from ..config_limits import MAX_ROLES
 from .source import MISSING
 from .translation import Builder
 
@@ -66,16 +67,27 @@ def translate(b: Builder) -> None:
         missing = RANGE if pat else PATTERNS
         b.error(missing, MISSING, f"NeMo-RL needs {PATTERNS} and {RANGE} set together; set {missing} too")
         return
-    patterns = [p.strip() for p in str(pat).split(",") if p.strip()]
+    if not isinstance(pat, str):  # a list or mapping would be read through its repr
+        b.error(pat_src, pat, "expected comma-separated worker name patterns in one string, e.g. "
+                              "'dtensor_policy_worker*,vllm_generation_worker*'")
+        return
+    patterns = [p.strip() for p in pat.split(",") if p.strip()]
+    if len(patterns) > MAX_ROLES:  # each name is matched against every pattern: refused before
+        b.error(pat_src, pat, f"holds {len(patterns):,} patterns, more than the {MAX_ROLES} roles a config may "
+                              "have; cover the workers with a few globs such as '*policy*'")
+        return
     b.set("enable", True)
     b.set("backend", "nsys", pat_src, pat)
     b.set("roles", patterns, pat_src, pat, note="fnmatch patterns of NeMo-RL worker names, kept as role globs")
     b.set("ranks", "all", pat_src, pat, note="every rank of a matching worker group")
     _range(b, rng_src, rng)
     _options(b, *env.get(EXTRA, (EXTRA, "")))
-    save = b.get("distprof.save_path", None) or b.get("save_path", None)
+    save_src = "distprof.save_path" if b.get("distprof.save_path", None) else "save_path"
+    save = b.get(save_src, None)
     if save:
-        b.set("save_path", str(save), "save_path")
+        path = b.as_path(save_src, save)
+        if path is not None:
+            b.set("save_path", path, save_src)
     else:
         b.error("save_path", MISSING, "NeMo-RL leaves reports in /tmp/ray/session*/logs/nsight on each node; distprof "
                                       "collects them into save_path: add save_path: DIR to this file (or pass it "

@@ -121,10 +121,15 @@ def _steps(b: Builder, source: str, raw: Any) -> list[int] | None:
 
 def _output_dir(b: Builder, source: str, raw: Any) -> None:
     if raw:
-        b.set("save_path", str(raw), source)
+        path = b.as_path(source, raw)
+        if path is not None:
+            b.set("save_path", path, source)
         return
     log_path, exp = b.get("runner.logger.log_path", None), b.get("runner.logger.experiment_name", None)
     if log_path and exp:
+        if b.as_path("runner.logger.log_path", log_path) is None or b.as_path("runner.logger.experiment_name",
+                                                                              exp) is None:
+            return
         path = f"{str(log_path).rstrip('/')}/{exp}/profiling"
         b.set("save_path", path, "runner.logger.log_path, runner.logger.experiment_name", [log_path, exp],
               note="RLinf's default output_dir")

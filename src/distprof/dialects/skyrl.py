@@ -70,12 +70,11 @@ def translate(b: Builder) -> None:
         b.error(src("ranks"), v["ranks"], "is empty; SkyRL requires at least one rank, e.g. [0]")
     elif ranks:
         b.set("ranks", sorted(set(ranks)), src("ranks"), v["ranks"])
-    if v["save_path"]:
-        note = ""
-        if "://" in str(v["save_path"]):
-            note = "SkyRL refuses cloud URIs; distprof writes them through fsspec"
-        b.set("save_path", str(v["save_path"]), src("save_path"), note=note)
-    elif enable:
+    save = b.as_path(src("save_path"), v["save_path"]) if v["save_path"] else None
+    if save:
+        note = "SkyRL refuses cloud URIs; distprof writes them through fsspec" if "://" in save else ""
+        b.set("save_path", save, src("save_path"), note=note)
+    elif enable and not v["save_path"]:
         b.error(src("save_path"), v["save_path"], "required when enable is true: an absolute local path (or, with "
                                                   "distprof, an fsspec URL)")
     sched = {}

@@ -138,7 +138,9 @@ def translate(b: Builder) -> None:
                        "slime has no caller for this target since its FSDP backend was removed, so slime captures "
                        f"nothing for it; distprof captures it where your code builds Profiler(config, role={t!r})")
         if a["tensorboard_dir"]:
-            b.set("save_path", str(a["tensorboard_dir"]), flag("tensorboard_dir"))
+            path = b.as_path(flag("tensorboard_dir"), a["tensorboard_dir"])
+            if path is not None:
+                b.set("save_path", path, flag("tensorboard_dir"))
         else:
             b.error(flag("tensorboard_dir"), a["tensorboard_dir"], "slime writes torch traces to --tensorboard-dir; "
                                                                     "set it (it becomes save_path)")
@@ -231,7 +233,9 @@ def _memory(b: Builder, a: Mapping[str, Any], given, save_path_set: bool) -> Non
                     "without it slime records the whole run and dumps only on OOM; distprof needs the rollouts to "
                     "record: set --memory-snapshot-num-steps (or --num-rollout)")
     if not save_path_set:
-        b.set("save_path", str(a["memory_snapshot_dir"]), flag("memory_snapshot_dir"), a["memory_snapshot_dir"])
+        path = b.as_path(flag("memory_snapshot_dir"), a["memory_snapshot_dir"])
+        if path is not None:
+            b.set("save_path", path, flag("memory_snapshot_dir"), a["memory_snapshot_dir"])
     elif given("memory_snapshot_dir"):
         b.drop(flag("memory_snapshot_dir"), a["memory_snapshot_dir"],
                f"distprof writes snapshots under save_path, in {{save_path}}/{MEMORY_ROLE}/rank{{R}}/")

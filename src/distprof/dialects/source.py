@@ -214,8 +214,10 @@ def resolve_interpolations(data: Any, limit: int = 2_000_000) -> Any:
         if made[0] > limit:
             raise ValueError(f"the config's interpolations expand it past {limit:,} values; this is not a training "
                              "config (an interpolation bomb?)")
-        if isinstance(v, str) and "${" in v:
-            return value_of(v, depth)
+        if isinstance(v, str):
+            return value_of(v, depth) if "${" in v else v
+        if isinstance(v, _SCALARS):  # before the (slow) Mapping check: a long list is mostly scalars
+            return v
         if isinstance(v, Mapping):
             return {k: walk(x, depth) for k, x in v.items()}
         if isinstance(v, list):
@@ -223,6 +225,9 @@ def resolve_interpolations(data: Any, limit: int = 2_000_000) -> Any:
         return v
 
     return walk(data)
+
+
+_SCALARS = (int, float, type(None))
 
 
 def _scalar(text: str) -> Any:

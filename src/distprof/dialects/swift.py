@@ -78,7 +78,9 @@ def translate(b: Builder) -> None:
     else:
         b.set("backend", "torch", flag("profiler_tool"), tool)
     if a["profiler_save_path"]:
-        b.set("save_path", str(a["profiler_save_path"]), flag("profiler_save_path"))
+        path = b.as_path(flag("profiler_save_path"), a["profiler_save_path"])
+        if path is not None:
+            b.set("save_path", path, flag("profiler_save_path"))
     else:
         b.error(flag("profiler_save_path"), None, "required when --enable_profiler is true")
     steps = b.as_int_list(flag("profiler_steps"), a["profiler_steps"], what="global steps")

@@ -49,6 +49,8 @@ def translate(b: Builder) -> None:
 
     v, src = b.section_fields(sec, where, DEFAULTS, "torchtitan profiling")
     dump = b.get("job.dump_folder", "./torchtitan/outputs")
+    if dump is not None and b.as_path("job.dump_folder", dump) is None:
+        dump = ""  # refused above; the folders below are still checked
     trace_on = b.as_bool(src("enable_profiling"), v["enable_profiling"])
     memory_on = b.as_bool(src("enable_memory_snapshot"), v["enable_memory_snapshot"])
     steps_total = b.get("training.steps", None)
@@ -70,8 +72,11 @@ def translate(b: Builder) -> None:
         b.drop(src("trace_post_processor"), v["trace_post_processor"], "distprof calls no hook after export")
 
 
-def _join(dump: Any, folder: Any) -> str:
-    return posixpath.join(str(dump), str(folder)) if dump else str(folder)
+def _join(b: Builder, source: str, dump: Any, folder: Any) -> str | None:
+    folder = b.as_path(source, folder)
+    if folder is None or (dump is not None and not isinstance(dump, str)):
+        return None
+    return posixpath.join(dump, folder) if dump else folder
 
 
 def _trace(b: Builder, src, v: Mapping[str, Any], dump: Any) -> None:
@@ -106,8 +111,9 @@ def _trace(b: Builder, src, v: Mapping[str, Any], dump: Any) -> None:
                                        "skip_first + 1 as torchtitan's step 1 runs under schedule step 0: pass the "
                                        "step about to run as global_step")
     b.set("torch.record_shapes", True, src("enable_profiling"), True, note="torchtitan records shapes")
-    b.set("save_path", _join(dump, v["save_traces_folder"]), src("save_traces_folder"), v["save_traces_folder"],
-          note="under job.dump_folder")
+    path = _join(b, src("save_traces_folder"), dump, v["save_traces_folder"])
+    if path is not None:
+        b.set("save_path", path, src("save_traces_folder"), v["save_traces_folder"], note="under job.dump_folder")
 
 
 def _memory(b: Builder, src, v: Mapping[str, Any], dump: Any, alone: bool, given: set) -> None:
@@ -126,8 +132,10 @@ def _memory(b: Builder, src, v: Mapping[str, Any], dump: Any, alone: bool, given
           src("memory_snapshot_max_entries"), v["memory_snapshot_max_entries"],
           note="Python stacks, and a snapshot on OOM, as torchtitan")
     if alone:
-        b.set("save_path", _join(dump, v["save_memory_snapshot_folder"]), src("save_memory_snapshot_folder"),
-              v["save_memory_snapshot_folder"], note="under job.dump_folder")
+        path = _join(b, src("save_memory_snapshot_folder"), dump, v["save_memory_snapshot_folder"])
+        if path is not None:
+            b.set("save_path", path, src("save_memory_snapshot_folder"), v["save_memory_snapshot_folder"],
+                  note="under job.dump_folder")
     elif "save_memory_snapshot_folder" in given:
         b.drop(src("save_memory_snapshot_folder"), v["save_memory_snapshot_folder"],
                f"distprof writes every role under one save_path, in {{save_path}}/{MEMORY_ROLE}/")

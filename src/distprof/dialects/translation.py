@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from ..config_errors import ConfigError, ConfigProblem, cut, label_of, nest, suggest
+from ..config_errors import MAX_MESSAGE, ConfigError, ConfigProblem, cut, label_of, nest, suggest
+from ..config_limits import MAX_ROLES, PATH_FIX, check_roles, path_text
 from .source import MISSING, Unresolved, clip, get, short
 
 __all__ = ["Mapped", "Dropped", "Problem", "Translation", "Builder", "finish"]
@@ -81,6 +82,7 @@ class Translation:
     dropped: list[Dropped] = field(default_factory=list)
     errors: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    _roles: tuple[Any, dict[str, dict[str, Any]]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -92,10 +94,12 @@ class Translation:
         pc = self.profiler_config
         if pc is None:
             return {}
-        names = list(dict.fromkeys([*(pc.roles or []), *pc.per_role]))
-        if pc.roles is None:
-            names.insert(0, "*")
-        return {role: _role_summary(pc, role) for role in names}
+        if self._roles is None or self._roles[0] is not pc:  # each name costs a validation: once per config
+            names = list(dict.fromkeys([*(pc.roles or []), *pc.per_role]))
+            if pc.roles is None:
+                names.insert(0, "*")
+            self._roles = (pc, {role: _role_summary(pc, role) for role in names})
+        return self._roles[1]
 
     def raise_for_errors(self) -> None:
         """One ConfigError (a ValueError) listing every error, one line each (``ProfilerConfig.from_dialect``
@@ -130,7 +134,8 @@ def _role_summary(pc: Any, role: str) -> dict[str, Any]:
     from ..plan import role_selected
 
     eff = pc if role == "*" else pc.for_role(role)
-    captures = bool(eff.enable and (role == "*" or role_selected(pc.roles, role)))
+    # a name of roles selects itself: only per_role's other names are matched against the globs
+    captures = bool(eff.enable and (role == "*" or role in (pc.roles or ()) or role_selected(pc.roles, role)))
     out: dict[str, Any] = {"captures": captures, "backend": eff.backend, "ranks": eff.ranks,
                            "steps": eff.steps, "schedule": eff.schedule.model_dump() if eff.schedule else None}
     if eff.steps is None and eff.schedule is None:
@@ -238,6 +243,13 @@ class Builder:
             return None
         return list(range(start, stop))
 
+    def as_path(self, source: str, v: Any) -> str | None:
+        """A directory or URL setting: a string (or os.PathLike); anything else is one error naming ``source``."""
+        text = path_text(v)
+        if text is None:
+            self.error(source, v, f"expected a directory or URL, got {_kind(v)}; {PATH_FIX}")
+        return text
+
     def as_str_list(self, source: str, v: Any) -> list[str] | None:
         if isinstance(v, str):
             return [p for p in re.split(r"[,\s]+", v.strip()) if p]
@@ -315,13 +327,21 @@ class Builder:
                 self.world_size = (f"{nodes} * {gpus}", n_nodes * n_gpus)
 
     def error(self, source: str, value: Any, message: str) -> None:
-        self.errors.append(Problem(source, value, message))
+        # a message may list what it refuses (slime's targets, verl's contents): one line, cut as config_errors cuts
+        self.errors.append(Problem(source, value, cut(message, MAX_MESSAGE)))
 
     def warn(self, source: str, value: Any, message: str) -> None:
         self.warnings.append(Problem(source, value, message))
 
     def captures_nothing(self, reason: str) -> None:
         self.nothing.append(reason)
+
+
+def _kind(v: Any) -> str:
+    if v is None or isinstance(v, bool):
+        return "null" if v is None else str(v).lower()
+    kinds = {dict: "a mapping", list: "a list", tuple: "a list", int: "a number", float: "a number"}
+    return kinds.get(type(v), f"a {type(v).__name__}")
 
 
 _INT = re.compile(r"\s*-?[0-9]{1,18}\s*")  # more digits is a typo (and int() of thousands of digits raises)
@@ -332,6 +352,8 @@ _FALSE = {"0", "false", "no", "off", ""}
 def _find_unresolved(v: Any) -> Unresolved | None:
     if isinstance(v, Unresolved):
         return v
+    if isinstance(v, (str, int, float, type(None))):  # before the (slow) Mapping check
+        return None
     if isinstance(v, Mapping):
         for x in v.values():
             u = _find_unresolved(x)
@@ -387,6 +409,12 @@ def _validate_fields(b: Builder, t: Translation) -> None:
 
     check("", b.config)
     per_role = b.config.get("per_role")
+    if isinstance(per_role, Mapping) and len(per_role) > MAX_ROLES:  # refused before a check per role
+        try:
+            check_roles("per_role", per_role, "entries")
+        except ValueError as e:
+            _add(b, t, ConfigProblem("per_role", "", str(e)))
+        per_role = None
     for role, over in (per_role.items() if isinstance(per_role, Mapping) else ()):
         if isinstance(over, Mapping):  # anything else is refused, named, by the whole config's check
             check(f"per_role.{role}.", over)

@@ -83,11 +83,10 @@ def translate(b: Builder) -> None:
                             "part that holds global_profiler")
         return
     _unknown(b, G, b.get(G, None), GLOBAL_KEYS, "global_profiler")
-    tool = b.get(f"{G}.tool", None)
+    tool = _tool_name(b, f"{G}.tool", b.get(f"{G}.tool", None))
     steps = _steps(b)
     save_path = b.get(f"{G}.save_path", DEFAULT_SAVE_PATH)
-    if save_path is None:
-        save_path = DEFAULT_SAVE_PATH
+    save_path = DEFAULT_SAVE_PATH if save_path is None else b.as_path(f"{G}.save_path", save_path)
     _job_size(b)
 
     capturing: list[str] = []
@@ -125,8 +124,9 @@ def translate(b: Builder) -> None:
     if b.get(f"{G}.profile_continuous_steps", False):
         b.note(f"{G}.profile_continuous_steps", True, "steps",
                "always so in distprof: consecutive steps form one window")
-    b.set("save_path", save_path, f"{G}.save_path",
-          note="every role writes under it, in {save_path}/{role}/rank{R}/" if capturing else "")
+    if save_path is not None:
+        b.set("save_path", save_path, f"{G}.save_path",
+              note="every role writes under it, in {save_path}/{role}/rank{R}/" if capturing else "")
     b.set("roles", capturing or None)
     if tool is not None:
         top = TOOLS.get(tool)
@@ -137,6 +137,14 @@ def translate(b: Builder) -> None:
     if "cuda_memory" in backends:
         _torch_memory_global(b)
     _global_extras(b)
+
+
+def _tool_name(b: Builder, source: str, tool: Any) -> str | None:
+    """A tool setting: a name (or null); anything else (a list, a mapping) is one error naming ``source``."""
+    if tool is None or isinstance(tool, str):
+        return tool
+    b.error(source, tool, f"expected one tool name: {', '.join(TOOLS)}")
+    return None
 
 
 def _unknown(b: Builder, path: str, sec: Any, keys: tuple[str, ...], what: str) -> None:
@@ -187,8 +195,11 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
               note=f"role {role} has no tool (its tool and {G}.tool are null), so verl profiles nothing for it")
         b.captures_nothing(f"{path} is enabled but neither it nor {G} names a tool")
         return None
-    backend = TOOLS.get(tool)
-    if tool in NO_BACKEND:
+    backend = TOOLS.get(tool) if isinstance(tool, str) else None
+    if not isinstance(tool, str):  # a list or mapping: the global one is refused once, where it is read
+        if tool_src != f"{G}.tool":
+            _tool_name(b, tool_src, tool)
+    elif tool in NO_BACKEND:
         b.error(tool_src, tool, f"role {role}: {NO_BACKEND[tool]}")
     elif backend is None:
         import difflib
