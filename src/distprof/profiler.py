@@ -729,8 +729,9 @@ class Profiler:
             role=self.role, rank=self.rank, world_size=self.world_size, steps=[w.start, w.end], complete=False,
             stopped_by=stopped_by, written_time=time.time(), host=host_name(), pid=os.getpid(), backend=req.backend,
             trigger=req.id, guard=self._guard_numbers))
-        self._ack(req, "skipped", f"cut short ({stopped_by}) after step {last}, before the requested steps "
-                                  f"{w.start}-{w.end}: nothing recorded")
+        self._ack(req, "skipped", f"cut short ({stopped_by}) after step {last}, " + (
+            f"before the requested steps {w.start}-{w.end}: nothing recorded" if last < w.start else
+            f"steps {w.start}-{last} not exported: {(self._guard_numbers or {}).get('reason', 'no file')}"))
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:
