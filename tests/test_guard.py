@@ -3,6 +3,7 @@
 import gzip
 import json
 import logging
+import os
 
 import msgspec
 import pytest
@@ -99,12 +100,18 @@ def test_trace_budget_not_fooled_by_memory_an_earlier_window_freed(tmp_path):
 ])
 def test_host_limits_crossed_at_once_capture_nothing_and_say_why(tmp_path, caplog, limit, kw, words):
     """A limit already crossed when the window opens: closed at the first step end (its warm-up), so nothing is
-    recorded and no file written; the warning names the limit; later windows are not opened."""
+    recorded and no file written, but the window has its manifest line saying so; the warning names the limit;
+    later windows are not opened."""
     caplog.set_level(logging.WARNING, logger="distprof")
     prof = Profiler(cfg(tmp_path, steps=[2, 3, 6], **kw))
     loop = train(prof, 8)
     assert loop.steps_run == 8
-    assert trace_files(tmp_path / "run") == [] and manifest(tmp_path) == []
+    assert trace_files(tmp_path / "run") == []
+    (rec,) = manifest(tmp_path)  # window 2-3, closed in its warm-up (step 1); window 6 never opened
+    assert rec["steps"] == [2, 3] and rec["complete"] is False and rec["stopped_by"] == "memory_guard"
+    assert "file" not in rec and rec.get("files", []) == []
+    g = rec["guard"]
+    assert g["limit"] == limit and g["step"] == 1 and g["exported"] is False and "warm-up" in g["reason"]
     (w,) = guard_warnings(caplog)
     assert limit in w and words in w and "in its warm-up: nothing recorded yet" in w
     assert prof.windows_closed == 0
@@ -155,3 +162,83 @@ def test_limits_from_environment_and_yaml(tmp_path, monkeypatch):
     p = tmp_path / "c.yaml"
     p.write_text("min_available_memory_gb: 1.5\n")
     assert ProfilerConfig.from_yaml(p).min_available_memory_gb == 1.5
+
+
+class Burst:
+    """A step that runs many small ops inside one step: the window's trace grows far past its budget between two
+    step ends, where the guard cannot look."""
+
+    def __init__(self):
+        self.x, self.w = torch.randn(4, 4), torch.randn(4, 4)
+
+    def step(self, n):
+        y = self.x
+        for _ in range(n):
+            y = torch.tanh(y @ self.w)
+        return float(y.sum())
+
+
+def test_window_grown_far_over_budget_within_one_step_is_not_exported_but_recorded(tmp_path, caplog):
+    """Window 3 (one step, warm-up at 2) records a burst of 3000 ops x 3 events with shapes and memory: tens of
+    MB of trace for a 0.2 MB budget, all inside its one step. The guard sees it at that step's end, before the
+    export: over 4x the budget, the trace is dropped unexported (no file, no 40 s export), and the manifest line
+    says so with the numbers; training goes on and no later window opens."""
+    caplog.set_level(logging.WARNING, logger="distprof")
+    prof = Profiler(cfg(tmp_path, steps="3,6", max_trace_mb=0.2, torch={"activities": ["cpu"], "record_shapes": True,
+                                                                       "profile_memory": True}))
+    burst = Burst()
+    with prof:
+        for s in range(8):
+            burst.step(3000 if s == 3 else 5)
+            prof.step()
+    assert prof.global_step == 8
+    assert trace_files(tmp_path / "run") == []  # refused: never exported
+    assert not [n for n in os.listdir(tmp_path / "run" / "main" / "rank00000") if n.startswith(".tmp")]
+    (rec,) = manifest(tmp_path)  # window 6 never opened
+    assert rec["steps"] == [3, 3] and rec["complete"] is False and rec["stopped_by"] == "memory_guard"
+    assert rec.get("files", []) == [] and "file" not in rec and len(rec["step_times_s"]) == 1
+    g = rec["guard"]
+    assert g["limit"] == "max_trace_mb" and g["step"] == 3 and g["limit_value"] == 0.2
+    assert g["trace_estimate_mb"] > 4 * 0.2 and g["exported"] is False
+    assert "not exported" in g["reason"] and "4x max_trace_mb=0.2" in g["reason"]
+    (w,) = guard_warnings(caplog)
+    assert "not exported" in w and "dropping steps 3-3 unexported" in w
+    assert prof.windows_closed == 0 and not prof.capturing
+    from distprof.rundir.check import check_run
+
+    res = check_run(str(tmp_path / "run"))  # check names the window and why it has no file, not "ok"
+    (item,) = [i for i in res.items if i.steps == [3, 3]]
+    assert item.status == "incomplete" and item.file is None and "not exported" in item.detail and not res.ok
+
+
+def test_a_guard_closed_window_whose_export_fails_still_gets_its_line(tmp_path, caplog):
+    """The guard closes window 1-40 a little over its 3 MB budget (so the export is attempted), and the export
+    fails for real: a file-size limit (RLIMIT_FSIZE, 256 KB; Python ignores SIGXFSZ, so the write gets EFBIG) cuts
+    torch's JSON short, as an allocation failure or a full disk would end it. The window is still recorded: its
+    manifest line (small, under the limit) names the error; profiling switches off, training goes on."""
+    import resource
+
+    caplog.set_level(logging.WARNING, logger="distprof")
+    prof = Profiler(cfg(tmp_path, steps="1-40", max_trace_mb=3))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    loop = SmallOps()
+    with prof:
+        for s in range(45):
+            loop.step()
+            if prof.capturing and s >= 1:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, hard))
+            try:
+                prof.step()
+            finally:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert loop.steps_run == 45 and not prof.enabled  # the export's fault switched profiling off
+    assert trace_files(tmp_path / "run") == []
+    assert not [n for n in os.listdir(tmp_path / "run" / "main" / "rank00000") if n.startswith(".tmp")]
+    (rec,) = manifest(tmp_path)
+    assert rec["stopped_by"] == "memory_guard" and rec["complete"] is False and rec.get("files", []) == []
+    first, last = rec["steps"]
+    assert first == 1 and 1 <= last < 40
+    g = rec["guard"]
+    assert g["limit"] == "max_trace_mb" and g["exported"] is False and g["export_error"]
+    assert 3 < g["trace_estimate_mb"] <= 12  # within the export bound: it was tried
+    assert g["export_error"].startswith("TraceExportError: torch wrote no trace")

@@ -184,3 +184,49 @@ def test_stop_keeps_what_the_dead_store_did_not_take_within_its_wait(moto, tmp_p
     assert all(r.local_path == d and r.upload_error for r in records)
     for r in records:
         assert _steps_of(lambda: gzip.open(os.path.join(d, os.path.basename(r.files[0].path)))) == [r.steps[0]]
+
+
+def test_window_in_flight_when_stop_gives_up_is_kept_locally_with_its_line(moto, tmp_path, monkeypatch, caplog):
+    """The store accepts connections and never answers (the moto server stopped with SIGSTOP: the kernel still
+    accepts on its port): window 2's put hangs in flight. stop() waits its bounded time, then keeps that window
+    itself: its file moves to the unsent folder with its manifest line (local_path, upload_error) beside it, the
+    log says where, and nothing is left hidden in the staging folder."""
+    import fsspec
+    import logging
+
+    caplog.set_level(logging.INFO, logger="distprof")
+    monkeypatch.setattr(upload, "DRAIN_TIMEOUT_S", 0.5)
+    # A hung request is not cut short by a read timeout during the test (botocore would give up after 120 s).
+    fsspec.config.conf["s3"]["config_kwargs"] = {"retries": {"max_attempts": 1}, "connect_timeout": 120,
+                                                 "read_timeout": 120}
+    fs = _fs()
+    fs.mkdir("bkt4")
+    prof = Profiler(ProfilerConfig(enable=True, save_path="s3://bkt4/run", steps=[2], torch={"activities": ["cpu"]}),
+                    rank=0, world_size=1)
+    trainer = Trainer()
+    prof.start()  # run.json and role.json written while the store answers
+    staging = prof._run.local_dir("")
+    moto.proc.send_signal(signal.SIGSTOP)
+    try:
+        u = upload.uploader()
+        for _ in range(4):  # window 2 closes at the end of step 2 and goes to the upload thread
+            trainer.train_step()
+            prof.step()
+        with u._q.not_full:  # the thread has taken it off the queue: its upload is in flight, not queued
+            assert u._q.not_full.wait_for(lambda: u._q._qsize() == 0, timeout=60)
+        assert u.pending() == 1
+        prof.stop()  # gives up after 0.5 s, with the put still hanging
+        assert u.pending() == 0
+        kept = [d for d, _, names in os.walk(tmp_path / "cache") if "manifest.jsonl" in names]
+        assert len(kept) == 1, f"no manifest line in the unsent folder; staging holds {list(os.walk(staging))}"
+        d = kept[0]
+        [rec] = read_manifest(open(os.path.join(d, "manifest.jsonl"), "rb").read()).records
+        assert rec.steps == [2, 2] and rec.local_path == d and "within 0.5 s of stop()" in rec.upload_error
+        assert rec.files[0].path == "main/rank00000/step00000002-00000002.pt.trace.json.gz"
+        path = os.path.join(d, "step00000002-00000002.pt.trace.json.gz")
+        assert os.path.getsize(path) == rec.files[0].bytes and _steps_of(lambda: gzip.open(path)) == [2]
+        assert not os.path.exists(staging) or not [n for _, _, ns in os.walk(staging) for n in ns]
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR and "window 2-2" in r.getMessage()]
+        assert len(said) == 1 and d in said[0] and os.path.join(d, "manifest.jsonl") in said[0]
+    finally:
+        moto.proc.send_signal(signal.SIGCONT)  # the hung put now ends; the thread's late result is ignored

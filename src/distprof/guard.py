@@ -15,9 +15,19 @@ three figures while a window is open, each optional (``ProfilerConfig`` fields, 
   a window that exported 47 MB). Without glibc (macOS, musl) RSS growth is used, and says so in the numbers.
 
 The profiler asks :meth:`MemoryGuard.check` at each step boundary of an open window; psutil is read at
-most every ``interval_s`` (a monotonic clock), so a loop of tiny steps pays one clock read per step.
+most every ``interval_s`` (a monotonic clock), so a loop of tiny steps pays one clock read per step. The step
+that ends a window is always sampled (:meth:`MemoryGuard.sample`), before its trace is exported.
 When a limit is crossed, ``check`` returns the numbers; the profiler closes the window early through its
 normal path and opens no more windows.
+
+What the guard can promise: it looks at step ends only, so one step may grow the trace far past
+``max_trace_mb`` before the guard sees it. It cannot stop that growth (torch holds the events until the window
+ends), but it refuses the export, which costs far more than the buffers (measured: a 367 MB trace for a 20 MB
+budget took 429 s and 7.3 GB of RSS to export): a window whose estimated trace is over
+:data:`REFUSE_FACTOR` x ``max_trace_mb`` when the guard sees it is dropped unexported, and its manifest line
+(``stopped_by: memory_guard``, no files, ``guard: {..., exported: false, reason}``) says so. A window the guard
+closed is always recorded in the manifest: exported, refused, closed in its warm-up (nothing recorded) or whose
+export failed (``guard.export_error``).
 """
 
 from __future__ import annotations
@@ -25,9 +35,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-__all__ = ["MemoryGuard", "GUARD_STOP", "TRACE_BYTES_PER_HEAP_BYTE", "describe", "heap_in_use"]
+__all__ = ["MemoryGuard", "GUARD_STOP", "TRACE_BYTES_PER_HEAP_BYTE", "REFUSE_FACTOR", "describe", "heap_in_use",
+           "finish_closed"]
 
 GUARD_STOP = "memory_guard"  # the manifest's stopped_by for a window the guard closed
+# A window whose estimated trace is over this many times max_trace_mb when the guard sees it is not exported: a
+# budget of 20 MB exports at most about 80 MB (the estimate errs high), never the 367 MB one step can grow to.
+REFUSE_FACTOR = 4.0
 
 # Exported chrome-trace JSON bytes per byte of heap growth during a window, measured with torch 2.13 / glibc 2.36
 # on a CPU loop of many small ops (benchmarks/bench_capture.py prints it): 1.27-1.41 over windows of 20-60 steps,
@@ -147,10 +161,38 @@ class MemoryGuard:
         return max(now - self._heap0, 0) * self.trace_per_byte
 
     def _numbers(self, limit: str, measured: float, value: float, rss: int, **more: Any) -> dict[str, Any]:
-        return {"limit": limit, "measured": round(measured, 3), "limit_value": round(value, 3),
-                "rss_gb": round(rss / 1e9, 3), "rss_at_open_gb": round(self._rss0 / 1e9, 3),
-                "trace_estimate_mb": round(self.trace_estimate(rss) / 1e6, 1), "trace_basis": self.trace_basis,
-                "samples": self.samples, **more}
+        est = self.trace_estimate(rss)
+        out = {"limit": limit, "measured": round(measured, 3), "limit_value": round(value, 3),
+               "rss_gb": round(rss / 1e9, 3), "rss_at_open_gb": round(self._rss0 / 1e9, 3),
+               "trace_estimate_mb": round(est / 1e6, 1), "trace_basis": self.trace_basis,
+               "samples": self.samples, **more}
+        if self.max_trace is not None and est > REFUSE_FACTOR * self.max_trace:
+            out["exported"] = False
+            out["reason"] = (f"estimated trace {est / 1e6:.1f} MB is over {REFUSE_FACTOR:g}x max_trace_mb="
+                             f"{self.max_trace / 1e6:g}: not exported (exporting it would cost far more memory "
+                             "and time than the budget allows)")
+        return out
+
+
+def finish_closed(backend: Any, first: int, last: int, numbers: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """``backend.finish`` for a window the guard closed after step ``last``: (its files, the export's error).
+
+    Refused (``numbers["exported"]`` false), the window is ended without export; in its warm-up (``last <
+    first``) nothing was recorded. An export that fails (``std::bad_alloc``, a full disk) is caught: ``numbers``
+    gets ``exported: false`` and ``export_error``, so the caller writes the window's line before re-raising."""
+    from .backends.base import WindowFiles
+
+    if last < first:
+        numbers["exported"] = False
+        numbers["reason"] = f"closed in its warm-up (after step {last}): nothing recorded yet"
+    if numbers.get("exported") is False:
+        return backend.finish(first, first - 1), None  # torch stops and drops its buffers; nothing is written
+    try:
+        return backend.finish(first, last), None
+    except Exception as e:
+        numbers["exported"] = False
+        numbers["export_error"] = f"{type(e).__name__}: {e}"[:300]
+        return WindowFiles(), e
 
 
 def describe(numbers: dict[str, Any]) -> str:
@@ -161,4 +203,5 @@ def describe(numbers: dict[str, Any]) -> str:
     name, unit, side = what
     return (f"{name} {numbers['measured']:g} {unit} is {side} {numbers['limit']}={numbers['limit_value']:g} "
             f"(RSS {numbers['rss_gb']:g} GB, {numbers['rss_at_open_gb']:g} GB when the window opened; "
-            f"trace estimate {numbers['trace_estimate_mb']:g} MB)")
+            f"trace estimate {numbers['trace_estimate_mb']:g} MB)"
+            + (f"; {numbers['reason']}" if numbers.get("exported") is False and "reason" in numbers else ""))

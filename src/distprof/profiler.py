@@ -279,15 +279,20 @@ class Profiler:
         if w is not None:
             if g > w.end:
                 t0, t1 = time.perf_counter(), time.time()  # closing starts: torch stops tracing, processes events
+                # The guard always sees a window's last step, before its export (one step may have grown it a lot).
+                crossed = None if self._mem_guard is None else self._mem_guard.sample()
                 self._backend.advance(g)
-                if hold:
+                if crossed is not None:
+                    self._trip_guard(w, w.end, crossed, t1=t1, t0=t0)  # exported (or refused) now, even with hold
+                elif hold:
                     # The step has ended (torch closed ProfilerStep#N and stopped tracing); the files are
                     # written by export(). The next window opens then too, so its warm-up starts after.
                     self._open = None
                     window_closed(self)
                     self._held = (w, w.end, t1, time.perf_counter() - t0)
                     return
-                self._close(w, last=w.end, t1=t1, t0=t0)
+                else:
+                    self._close(w, last=w.end, t1=t1, t0=t0)
                 w = None
             else:
                 self._backend.advance(g)
@@ -449,17 +454,24 @@ class Profiler:
         window_closed(self)
         t1 = time.time() if t1 is None else t1
         requested, self._open_trigger = self._open_trigger, None  # (request, the plan's backend)
+        numbers, failed = self._guard_numbers, None  # set while the memory guard closes this window (guard.py)
         try:
-            result = self._backend.finish(w.start, last)
+            if numbers is None:
+                result = self._backend.finish(w.start, last)
+            else:
+                from .guard import finish_closed
+
+                result, failed = finish_closed(self._backend, w.start, last, numbers)
         finally:
             if requested is not None:
                 self._backend = requested[1]
         self._last_summary = result.summary
         staged = [(tmp, name) for name, tmp in sorted(result.files.items())]
-        if staged:
+        if staged or (numbers is not None and requested is None):  # every window the guard closed gets its line
             fields = dict(
                 role=self.role, rank=self.rank, world_size=self.world_size,
-                steps=[w.start, last], complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
+                steps=[w.start, last] if last >= w.start else [w.start, w.end],  # in warm-up: the planned steps
+                complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
                 start_time=self._window_t0, end_time=t1,
                 host=host_name(), pid=os.getpid(), torch=torch_version(),
                 backend=requested[0].backend if requested is not None else self.config.backend,
@@ -470,13 +482,16 @@ class Profiler:
             # A requested window is acknowledged once its files are where they stay (from the upload thread).
             done = None if requested is None else self._ack_uploaded(requested[0], self._requests, stopped_by)
             publish(self._run, self._dir, staged, fields, self._who(), done, t0=t0 - spent)
-            self._windows_closed += 1
-            logs.announce_where(self._who(), self.save_dir, self._run.save_path if self._run.remote else self._run.root)
+            if staged:
+                self._windows_closed += 1
+                logs.announce_where(self._who(), self.save_dir, self._run.save_path if self._run.remote else self._run.root)
         elif requested is not None:
             self._unrecorded_request(requested[0], w, last, stopped_by)
         self._clock.closed(last)
         self._next = None if self._guard_tripped else self._plan.next_window(self.global_step)
         self._plan_timing()
+        if failed is not None:
+            raise failed  # recorded above; now the usual fault path (logged, profiling off)
 
     # ---- profiling's own cost and the memory guard --------------------------------------------------------
     def _plan_timing(self) -> None:
@@ -513,19 +528,21 @@ class Profiler:
         elif ended >= w.start:
             self._clock.window_steps.append(t - mark[1])
 
-    def _trip_guard(self, w: Window, last: int, crossed: dict[str, Any]) -> None:
+    def _trip_guard(self, w: Window, last: int, crossed: dict[str, Any], **close: Any) -> None:
         """A memory limit was crossed at the end of step ``last``: close the window now with what it recorded,
         warn once, and open no more windows in this run."""
         from .guard import GUARD_STOP, describe
 
         kept = f"keeping steps {w.start}-{last}" if last >= w.start else "in its warm-up: nothing recorded yet"
+        if crossed.get("exported") is False and last >= w.start:
+            kept = f"dropping steps {w.start}-{last} unexported; its manifest line says why"
         logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (%s) and capturing no more "
                        "windows in this run", self._who(), describe(crossed), last, w.start, w.end, kept)
         self._guard_tripped = True
         self._mem_guard = None
         self._guard_numbers = {**crossed, "step": last}
         try:
-            self._close(w, last=last, stopped_by=GUARD_STOP)
+            self._close(w, last=last, stopped_by=GUARD_STOP, **close)
         finally:
             self._guard_numbers = None
 
@@ -712,8 +729,9 @@ class Profiler:
             role=self.role, rank=self.rank, world_size=self.world_size, steps=[w.start, w.end], complete=False,
             stopped_by=stopped_by, written_time=time.time(), host=host_name(), pid=os.getpid(), backend=req.backend,
             trigger=req.id, guard=self._guard_numbers))
-        self._ack(req, "skipped", f"cut short ({stopped_by}) after step {last}, before the requested steps "
-                                  f"{w.start}-{w.end}: nothing recorded")
+        self._ack(req, "skipped", f"cut short ({stopped_by}) after step {last}, " + (
+            f"before the requested steps {w.start}-{w.end}: nothing recorded" if last < w.start else
+            f"steps {w.start}-{last} not exported: {(self._guard_numbers or {}).get('reason', 'no file')}"))
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:

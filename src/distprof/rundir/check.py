@@ -409,6 +409,11 @@ def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord]
                     elif len(over) > 1:
                         why = "this window was captured more than once (both copies kept)"
                 res.items.append(Item(role, rank, [w.start, w.end], status, f, why))
+            if not rec.files and rec.stopped_by == "memory_guard":  # closed by the guard with no file: say why
+                g = rec.guard or {}
+                why = g.get("export_error") or g.get("reason") or "no file"
+                res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
+                    f"stopped by the memory guard after step {g.get('step', rec.last)}; no trace file: {why}")))
     for rec in recs:  # lines for no window of the plan (the plan changed?): their files are still checked
         if id(rec) not in used:
             for f, status, why in _files(view, rank_rel, rec, seen):

@@ -30,8 +30,9 @@ def publish(run: RunDir, rel_dir: str, staged: list[tuple[str, str]], fields: di
     def record(published: list[Published]) -> WindowRecord:
         if t0 is not None and "export_s" not in fields:
             fields["export_s"] = round(time.perf_counter() - t0, 6)
+        first = published[0] if published else None  # no file: a window the memory guard did not export
         return WindowRecord(**fields, written_time=time.time(), files=[FileEntry(p.path, p.bytes) for p in published],
-                            file=published[0].path, bytes=published[0].bytes,
+                            file=first and first.path, bytes=first and first.bytes,
                             writer_conflict=any(p.conflict for p in published))
 
     if run.remote:
@@ -51,7 +52,8 @@ def publish(run: RunDir, rel_dir: str, staged: list[tuple[str, str]], fields: di
     line = record(published)
     run.append_manifest(rel_dir, line)
     warn_conflict(run, rel_dir, [n for _, n in staged], published, who)
-    logger.info("distprof: %s wrote %s (%d bytes)", who, run.url(published[0].path), published[0].bytes)
+    if published:
+        logger.info("distprof: %s wrote %s (%d bytes)", who, run.url(published[0].path), published[0].bytes)
     if done is not None:
         done(line)
     return line

@@ -132,13 +132,14 @@ class RunDir:
         return posixpath.join(self.save_path.rstrip("/"), rel) if self.remote else os.path.join(self.root, rel)
 
     # ---- publication ---------------------------------------------------------------------------------
-    def publish(self, tmp: str, rel_dir: str, name: str) -> Published:
+    def publish(self, tmp: str, rel_dir: str, name: str, unlink: bool = True) -> Published:
         """Make ``tmp`` appear, complete, as ``rel_dir/name``; never over another writer's file.
 
         Two processes that claim one (role, rank) write the same names: the second keeps its file under
         :func:`layout.conflict_name` (``Published.conflict``). Locally this is exact (a hard link fails if the
         name exists; a file system without hard links gets a check before a rename); on an object store it is a check before the put, so two puts racing within one round
-        trip can still overwrite each other (object stores have no portable create-if-absent).
+        trip can still overwrite each other (object stores have no portable create-if-absent). ``unlink``: delete
+        ``tmp`` once put (the upload thread does it itself, unless stop() has kept the window locally meanwhile).
         """
         size = os.path.getsize(tmp)
         if self.remote:
@@ -149,7 +150,8 @@ class RunDir:
                 name = conflict_name(name, os.getpid())
             rel = str(PurePosixPath(rel_dir) / name)
             fs.put_file(tmp, posixpath.join(self.root, rel))
-            os.unlink(tmp)
+            if unlink:
+                os.unlink(tmp)
             return Published(path=rel, bytes=size, conflict=conflict)
         want, nth = name, 0
         while True:

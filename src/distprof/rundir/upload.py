@@ -4,9 +4,11 @@ A closed window's files are staged on local disk (``RunDir.local_dir``); the pro
 process's :class:`Uploader` (one daemon thread, a bounded queue) and returns to training at once. The thread
 puts each file, then appends the window's manifest line, retrying with exponential backoff for at most
 :data:`RETRY_BUDGET_S` per window. A window whose upload finally fails is never deleted: its files move to
-:meth:`RunDir.unsent_dir` on this host, and its manifest line (``local_path``, ``upload_error``) goes to the
-object store if it answers, else to a manifest in that local folder. At ``stop()`` the profiler waits at most
-:data:`DRAIN_TIMEOUT_S` for the queue to drain; what is still queued then is kept locally the same way.
+:meth:`RunDir.unsent_dir` on this host with its manifest line (``local_path``, ``upload_error``) in a
+``manifest.jsonl`` beside them; the line also goes to the object store's manifest if it answers. At ``stop()``
+the profiler waits at most :data:`DRAIN_TIMEOUT_S` for the queue to drain; then every window not uploaded yet is
+kept locally the same way, on the training thread, the one in flight included: a put that hangs on a store that
+accepts and never answers cannot hold it (the thread's late result is ignored; the file may reach the store as well).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from .layout import MANIFEST
 from .manifest import WindowRecord
 from .store import Published, RunDir, warn_conflict
 
@@ -29,6 +32,7 @@ __all__ = ["UploadJob", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
 DRAIN_TIMEOUT_S = 15.0  # at stop(): wait this long for pending uploads, then keep them locally (fits a SIGTERM grace period)
+KEEP_GRACE_S = 5.0  # then: wait this long for a window the upload thread is moving to the unsent folder (local disk)
 QUEUE_WINDOWS = 64  # windows waiting at most; one more is kept locally at once (a step never waits for room)
 
 
@@ -54,6 +58,20 @@ def _call_done(job: UploadJob, record: WindowRecord) -> None:
             logger.warning("distprof: %s: reporting an uploaded window failed", job.who, exc_info=True)
 
 
+class _Flight:
+    """The window the upload thread is working on. Who settles it (the thread: uploaded or kept locally; or a
+    ``drain()`` that gave up while it was in flight) is decided once, under the uploader's lock (``claimed``)."""
+
+    __slots__ = ("job", "todo", "published", "claimed", "counted")
+
+    def __init__(self, job: UploadJob):
+        self.job = job
+        self.todo = list(job.files)  # still staged here
+        self.published: list[Published] = []  # already on the object store
+        self.claimed = False
+        self.counted = False  # its pending count was given back
+
+
 class Uploader:
     """One per process: a daemon thread emptying a bounded queue of windows to upload."""
 
@@ -62,7 +80,8 @@ class Uploader:
         self._q: queue.Queue[UploadJob] = queue.Queue(maxsize=QUEUE_WINDOWS)
         self._cv = threading.Condition()
         self._pending = 0  # queued + in flight
-        self._abandon = False  # set by drain() on timeout: the job in flight stops retrying
+        self._flight: _Flight | None = None
+        self._abandon = False  # set while drain() gives up: a job taken off the queue then is kept locally at once
         self._wake = threading.Event()  # cuts a backoff short when drain() gives up
         self._thread = threading.Thread(target=self._loop, name="distprof-upload", daemon=True)
         self._thread.start()
@@ -75,10 +94,10 @@ class Uploader:
         try:
             self._q.put_nowait(job)
         except queue.Full:
-            self._done()
-            # On the training thread: no network call, the line goes beside the files.
-            _keep_local(job, f"upload queue full ({QUEUE_WINDOWS} windows waiting for the object store)",
-                        try_store=False)
+            try:  # on the training thread: no network call, the line goes beside the files
+                _keep_local(job, f"upload queue full ({QUEUE_WINDOWS} windows waiting for the object store)")
+            finally:
+                self._done()
 
     def pending(self) -> int:
         """Windows queued or being uploaded."""
@@ -87,8 +106,9 @@ class Uploader:
 
     def drain(self, timeout: float | None = None) -> bool:
         """Wait at most ``timeout`` s (default :data:`DRAIN_TIMEOUT_S`) for every queued window to be uploaded (or
-        kept locally). True if none is left. On timeout, queued windows are kept locally now and the one in flight
-        stops retrying."""
+        kept locally). True if none is left. On timeout, every window not uploaded yet, the one in flight included
+        (its put may hang on a store that accepts and never answers), is kept locally now, on this thread: its
+        staged files move to :meth:`RunDir.unsent_dir` with its manifest line beside them."""
         timeout = DRAIN_TIMEOUT_S if timeout is None else timeout
         deadline = time.monotonic() + timeout
         with self._cv:
@@ -98,73 +118,136 @@ class Uploader:
                 return True
             self._abandon = True
             self._wake.set()
-        while True:
-            try:
-                job = self._q.get_nowait()
-            except queue.Empty:
-                break
-            _keep_local(job, f"not uploaded within {timeout:g} s of stop()", try_store=False)  # the store is slow now
-            self._done()
-        with self._cv:  # the job in flight gives up at its next retry; its own attempt is bounded by fsspec
-            while self._pending and (left := deadline + 2 * FIRST_BACKOFF_S + MAX_BACKOFF_S - time.monotonic()) > 0:
-                self._cv.wait(left)
-            self._abandon = False
-            self._wake.clear()
-            return not self._pending
+            flight = self._flight
+            if flight is not None and not flight.claimed:
+                flight.claimed = True  # the upload thread leaves it alone from now on, whatever its put does
+            else:
+                flight = None
+        why = f"not uploaded within {timeout:g} s of stop()"
+        try:
+            while True:
+                try:
+                    job = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    _keep_local(job, why)
+                finally:
+                    self._done()
+            if flight is not None:
+                try:
+                    job = flight.job
+                    _keep_local(UploadJob(job.run, job.rel_dir, flight.todo, job.record, job.who, job.done),
+                                why + " (its upload was still in flight)", flight.published)
+                finally:
+                    self._count(flight)
+            with self._cv:  # a window the thread took off the queue meanwhile: it keeps it locally (local disk only)
+                end = time.monotonic() + KEEP_GRACE_S
+                while self._pending and (left := end - time.monotonic()) > 0:
+                    self._cv.wait(left)
+                return not self._pending
+        finally:
+            with self._cv:
+                self._abandon = False
+                self._wake.clear()
 
     # ---- upload thread ---------------------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
             job = self._q.get()
+            with self._cv:
+                flight = None if self._abandon else _Flight(job)
+                self._flight = flight
             try:
-                self._upload(job)
+                if flight is None:  # drain() gave up just as this window left the queue
+                    _keep_local(job, "not uploaded: stop() gave up waiting for the object store")
+                else:
+                    self._upload(flight)
             except BaseException:  # never let the thread die: the next window must still go out
                 logger.exception("distprof: %s: upload of a window failed unexpectedly", job.who)
             finally:
-                self._done()
+                with self._cv:
+                    self._flight = None
+                if flight is None:
+                    self._done()
+                else:
+                    self._count(flight)
 
     def _done(self) -> None:
         with self._cv:
             self._pending -= 1
             self._cv.notify_all()
 
-    def _upload(self, job: UploadJob) -> None:
-        published: list[Published] = []
-        todo = list(job.files)
+    def _count(self, flight: _Flight) -> None:
+        """Give back ``flight``'s pending count, once (the thread and drain() may both get here)."""
+        with self._cv:
+            if flight.counted:
+                return
+            flight.counted = True
+            self._pending -= 1
+            self._cv.notify_all()
+
+    def _claim(self, flight: _Flight) -> bool:
+        """Settle ``flight`` from the upload thread; False if drain() already took it."""
+        with self._cv:
+            if flight.claimed:
+                return False
+            flight.claimed = True
+            return True
+
+    def _upload(self, flight: _Flight) -> None:
+        job = flight.job
         deadline = time.monotonic() + RETRY_BUDGET_S
         backoff, attempt = FIRST_BACKOFF_S, 0
         while True:
             attempt += 1
             try:
-                while todo:
-                    tmp, name = todo[0]
-                    published.append(job.run.publish(tmp, job.rel_dir, name))
-                    todo.pop(0)
-                record = job.record(published)
+                while flight.todo:
+                    tmp, name = flight.todo[0]
+                    put = job.run.publish(tmp, job.rel_dir, name, unlink=False)
+                    with self._cv:
+                        if flight.claimed:  # drain() kept the window locally meanwhile (this file too)
+                            return
+                        flight.published.append(put)
+                        flight.todo.pop(0)
+                    os.unlink(tmp)
+                record = job.record(flight.published)
                 job.run.append_manifest(job.rel_dir, record)
+                if not self._claim(flight):  # its line is in the unsent folder too, written by drain()
+                    logger.info("distprof: %s uploaded window %s-%s after stop() had kept it locally",
+                                job.who, record.steps[0], record.steps[1])
+                    return
+                where = job.run.url(flight.published[0].path if flight.published else job.rel_dir)
                 if attempt > 1:
-                    logger.warning("distprof: %s uploaded %s after %d attempts", job.who,
-                                   job.run.url(published[0].path), attempt)
+                    logger.warning("distprof: %s uploaded %s after %d attempts", job.who, where, attempt)
                 else:
-                    logger.info("distprof: %s uploaded %s", job.who, job.run.url(published[0].path))
-                warn_conflict(job.run, job.rel_dir, [n for _, n in job.files], published, job.who)
+                    logger.info("distprof: %s uploaded %s", job.who, where)
+                self._count(flight)  # uploaded: a drain() waiting for it may return now
+                warn_conflict(job.run, job.rel_dir, [n for _, n in job.files], flight.published, job.who)
                 _call_done(job, record)
                 return
             except Exception as e:  # network, auth, throttling: retry until the window's budget is spent
                 error = f"{type(e).__name__}: {e}"
-                if self._abandon or time.monotonic() + backoff > deadline:
-                    break
+                with self._cv:
+                    if flight.claimed:
+                        return  # drain() took it (its put then failed, or its staged file moved away)
+                    if time.monotonic() + backoff > deadline:
+                        flight.claimed = True
+                        break
                 logger.debug("distprof: %s upload attempt %d failed (%s); retrying in %.1f s", job.who, attempt,
                              error, backoff)
                 self._wake.wait(backoff)  # backoff between retries, on the upload thread only
                 backoff = min(backoff * 2, MAX_BACKOFF_S)
         # Files already put stay on the object store; the rest are kept here.
-        _keep_local(UploadJob(job.run, job.rel_dir, todo, job.record, job.who, job.done), error[:500], published)
+        _keep_local(UploadJob(job.run, job.rel_dir, flight.todo, job.record, job.who, job.done), error[:500],
+                    flight.published, settled=lambda: self._count(flight), try_store=True)
 
 
-def _keep_local(job: UploadJob, error: str, published: list[Published] = (), try_store: bool = True) -> None:
-    """Keep a window's files that did not reach the object store in the run's unsent folder, and say where: its
-    manifest line goes to the object store if ``try_store`` and it answers, else beside the files."""
+def _keep_local(job: UploadJob, error: str, published: list[Published] = (), settled: Callable[[], None] | None = None,
+                try_store: bool = False) -> None:
+    """Keep a window's files that did not reach the object store in the run's unsent folder with its manifest line
+    beside them, and say where; then (``try_store``) put the line in the object store's manifest too, if it
+    answers. ``settled`` is called once the window is safe on this host, before that network call."""
     keep_dir = job.run.unsent_dir(job.rel_dir)
     kept = list(published)
     for tmp, name in job.files:
@@ -172,24 +255,28 @@ def _keep_local(job: UploadJob, error: str, published: list[Published] = (), try
             kept.append(job.run.keep_local(tmp, job.rel_dir, name, keep_dir))
         except OSError:  # this host's disk failed too: keep what can be kept, say what could not
             logger.exception("distprof: %s could not keep %s in %s either; it is lost", job.who, name, keep_dir)
-    if not kept:
-        return
     record = job.record(kept)
     record.local_path = os.path.abspath(keep_dir)
     record.upload_error = error
-    where = None
+    try:
+        job.run.append_local_manifest(keep_dir, record)
+        where = os.path.join(record.local_path, MANIFEST)
+    except OSError:
+        logger.exception("distprof: %s could not write the manifest line of window %s-%s in %s", job.who,
+                         record.steps[0], record.steps[1], keep_dir)
+        where = "no manifest: writing it failed"
+    logger.error("distprof: %s could not upload window %s-%s (%s); its files are kept at %s (recorded in %s)",
+                 job.who, record.steps[0], record.steps[1], error, record.local_path, where)
+    _call_done(job, record)
+    if settled is not None:
+        settled()
     if try_store:
         try:
             job.run.append_manifest(job.rel_dir, record)
-            where = "the manifest on " + job.run.url(job.rel_dir)
-        except Exception:  # the object store is still down: the line goes beside the files
+            logger.info("distprof: %s: the line of window %s-%s (kept at %s) is in the manifest on %s too",
+                        job.who, record.steps[0], record.steps[1], record.local_path, job.run.url(job.rel_dir))
+        except Exception:  # the object store is still down: the local line is the record
             pass
-    if where is None:
-        job.run.append_local_manifest(keep_dir, record)
-        where = "a local manifest there"
-    logger.error("distprof: %s could not upload window %s-%s (%s); its files are kept at %s (recorded in %s)",
-                 job.who, record.steps[0], record.steps[1], error, keep_dir, where)
-    _call_done(job, record)
 
 
 _lock = threading.Lock()
