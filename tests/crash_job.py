@@ -8,8 +8,15 @@ write the steps it captured, and the process must end exactly as it would withou
 HOW: raise | exit | sigterm_wait (print "ready" at step 4, then block on stdin until SIGTERM) | ok |
 sigterm_in_step (SIGTERM arrives inside the profiler's step that starts step 4) |
 peer_dies (under torchrun, 2 ranks: rank 1 raises at step 4 while rank 0 is still busy in it, until torchrun
-tears rank 0 down with SIGTERM).
+tears rank 0 down with SIGTERM) |
+short (the loop ends after step 4: stop() / the end of the with block cuts the window short) |
+fork (a raw os.fork() at step 4 inside the window; the child runs the rest of the loop and leaves the with block,
+then runs the atexit handlers and ends; the parent prints "child exit N").
 STYLE: startstop (default) | with | callback.
+
+With HOLD_EXPORT=1 in the environment, every window export stops once torch has written its temporary trace: the
+job prints "exporting" and reads stdin: "more" prints "again" and reads on (the test sends one more signal before
+each), "go" lets the export finish. The test signals the job exactly while it exports, with no sleep.
 """
 
 import os
@@ -42,7 +49,10 @@ class Callback:
 
 
 def step_body(step: int) -> None:
+    global child
     with distprof.annotate("train/compute"):
+        if child == 0:  # a forked child does no torch math: libgomp's thread pool hangs after a fork (not distprof)
+            return
         x = torch.randn(32, 32) @ torch.randn(32, 32)
     if dist_on and step != 4:
         torch.distributed.all_reduce(x)
@@ -54,6 +64,8 @@ def step_body(step: int) -> None:
         threading.Event().wait()  # a long step (interruptible, as Python code is); torchrun's SIGTERM ends it
     if HOW == "exit":
         sys.exit(3)
+    if HOW == "fork":
+        child = os.fork()
     if HOW == "sigterm_wait":
         print("ready", flush=True)
         sys.stdin.readline()  # the parent sends SIGTERM now; nothing ever arrives on stdin
@@ -75,6 +87,25 @@ if HOW == "sigterm_in_step":
 
     torch_backend.TorchBackend.advance = advance
 
+if os.environ.get("HOLD_EXPORT"):
+    from distprof.backends import torch_backend
+
+    _check_trace = torch_backend.check_trace
+
+    def _tick():
+        pass  # a Python call: the handler of a signal that came during the read has run by its return
+
+    def check_trace(path):
+        print("exporting", flush=True)  # torch's temporary trace is on disk; the window is not published yet
+        while sys.stdin.readline().strip() == "more":
+            _tick()
+            print("again", flush=True)
+        _check_trace(path)
+
+    torch_backend.check_trace = check_trace
+
+child = None
+STEPS = 5 if HOW == "short" else 8
 dist_on = "RANK" in os.environ
 if dist_on:
     torch.distributed.init_process_group("gloo")
@@ -83,23 +114,39 @@ config = distprof.ProfilerConfig(enable=True, save_path=SAVE, steps="3-5", ranks
 
 if STYLE == "with":
     with distprof.Profiler(config, role="main") as prof:
-        for step in range(8):
+        for step in range(STEPS):
             step_body(step)
             prof.step()
 elif STYLE == "callback":
     cb = Callback(config)
     cb.on_train_begin()
-    for step in range(8):
+    for step in range(STEPS):
         step_body(step)
         cb.on_step_end()
     cb.on_train_end()
 else:
     prof = distprof.Profiler(config, role="main")
     prof.start()
-    for step in range(8):
+    for step in range(STEPS):
         step_body(step)
         prof.step()
     prof.stop()
+
+if HOW == "fork":
+    if child == 0:
+        # Python's exit path (atexit: distprof's handler runs in the child too), without C++'s static destructors:
+        # a child forked while torch's profiler ran hangs in Kineto's ConfigLoader destructor (torch 2.13, with or
+        # without distprof), so it ends by os._exit, as multiprocessing's children do.
+        import atexit
+        import logging
+
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    print(f"child exit {os.waitstatus_to_exitcode(status)}", flush=True)
 
 if HOW == "ok" and dist_on:
     # torch 2.13 (CPU) aborts about one gloo process exit in fifteen, profiler on or off ("terminate called

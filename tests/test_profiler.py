@@ -4,6 +4,7 @@ import gzip
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -154,6 +155,18 @@ def test_role_in_code_is_sanitized_or_refused(tmp_path):
     for bad in ("../x", "/abs", "a/../../b", ""):
         with pytest.raises(ValueError):
             Profiler(cfg(tmp_path), role=bad)
+
+
+def test_role_with_control_characters_is_refused_when_the_profiler_is_built(tmp_path):
+    """README: control characters are refused in role names. A role holding one used to be accepted in code and
+    fault later inside Kineto's rename of the trace; it is a ValueError naming the role, the character and the fix
+    before anything is written."""
+    for bad in ("actor\nx", "a\x00b", "rollout\x1b[31m", "ref\x7f", "x\u0085y"):
+        char = next(c for c in bad if not c.isprintable())
+        with pytest.raises(ValueError, match=rf"^role {re.escape(repr(bad))} contains the control character "
+                                             rf"{re.escape(repr(char))}; use a printable name"):
+            Profiler(cfg(tmp_path), role=bad)
+    assert not (tmp_path / "run").exists()
 
 
 def test_rank_from_environment(tmp_path, monkeypatch):

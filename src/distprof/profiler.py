@@ -193,8 +193,10 @@ class Profiler:
         if self._poll_timer is not None:
             self._poll_timer.cancel()
             self._poll_timer = None
-        shutdown.unregister(self)
-        self._guard("stop", lambda: self._stop(crashed, cause))
+        try:
+            self._guard("stop", lambda: self._stop(crashed, cause))
+        finally:  # only now: a signal during the last export waits for it (shutdown.py), then stops the process
+            shutdown.unregister(self)
 
     def __enter__(self) -> "Profiler":
         return self.start()
@@ -240,6 +242,15 @@ class Profiler:
 
     def _inert_step(self, export: bool = True) -> None:
         self.global_step += 1
+
+    def _forked(self) -> None:
+        """In a forked child (shutdown.py): the parent's windows are not this process's to write. Inert, without
+        touching torch's profiler (the parent's) or the step lock (another parent thread may have held it)."""
+        window_closed(self)
+        self._started, self._stopped, self.enabled, self._armed, self._discrete = False, True, False, False, False
+        self._backend = self._open = self._next = self._held = self._stage = self._pending = None
+        self._open_trigger = self._requests = self._poll_timer = self._mem_guard = None
+        self.__dict__["step"] = self._inert_step
 
     # ---- state machine ----------------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -465,6 +476,7 @@ class Profiler:
         finally:
             if requested is not None:
                 self._backend = requested[1]
+        stopped_by = shutdown.held(stopped_by)  # a signal came during the export: it is what ends the process
         self._last_summary = result.summary
         staged = [(tmp, name) for name, tmp in sorted(result.files.items())]
         if staged or (numbers is not None and requested is None):  # every window the guard closed gets its line
@@ -735,7 +747,7 @@ class Profiler:
 
     # ---- fault isolation -----------------------------------------------------------------------------------
     def _guard(self, where: str, fn) -> None:
-        shutdown.enter()  # a SIGTERM now unwinds after this state change, never from the middle of it
+        shutdown.enter(self, where)  # a SIGTERM / SIGINT now stops after this state change, never in its middle
         try:
             fn()
         except Exception:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+import unicodedata
 
-__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role",
+__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role", "control_char",
            "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
            "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output"]
 
@@ -42,10 +43,20 @@ def sanitize_role(role: str) -> str:
     """Normalise a role given in code; refuse one that would leave the run directory."""
     if not isinstance(role, str) or not role.strip():
         raise ValueError(f"role must be a non-empty string, got {role!r}")
+    bad = control_char(role)
+    if bad is not None:  # Kineto's rename of the trace faults on them, and no folder name should hold them
+        shown = repr(role[:80]) + ("..." if len(role) > 80 else "")
+        raise ValueError(f"role {shown} contains the control character {bad!r}; use a printable name such as "
+                         "'actor/micro_step'")
     parts = [p for p in role.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or role.startswith(("/", "~")) or ".." in parts:
         raise ValueError(f"role {role!r} would write outside save_path; use a relative name such as 'actor/micro_step'")
     return "/".join(parts)
+
+
+def control_char(text: str) -> str | None:
+    """The first control character (NUL, newline, escape, DEL, C1 ...) in ``text``, else None."""
+    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
 
 
 def rank_dir(role: str, rank: int) -> str:
