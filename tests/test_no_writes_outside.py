@@ -170,6 +170,9 @@ def test_collect_copy_and_note_never_write_through_links_at_their_temporaries(tm
     for rel, data in files.items():
         assert (dest / rel).read_bytes() == data and not (dest / rel).is_symlink()
     assert msgspec.json.decode((dest / "collect.json").read_bytes())["unreachable_nodes"][0]["node_id"] == "n1"
+    fresh = tmp_path / "new" / "dest"  # a dest that does not exist yet is made, as before
+    _fetch(reader(node / "run.json"), 8, str(fresh), "actor/rank00000/x.json")
+    assert (fresh / "actor" / "rank00000" / "x.json").read_bytes() == files["run.json"]
 
 
 def test_the_writer_refuses_leaving_its_root_and_keeps_the_first_writer(tmp_path):
@@ -185,4 +188,6 @@ def test_the_writer_refuses_leaving_its_root_and_keeps_the_first_writer(tmp_path
     assert not write_bytes(str(root), "a/c.json", b"3", exclusive=True)  # a link there counts as taken
     write_bytes(str(root), "a/c.json", b"4")  # a replace renames over the link itself
     assert (root / "a" / "b.json").read_bytes() == b"1" and (root / "a" / "c.json").read_bytes() == b"4"
+    write_bytes(str(root), "a\\b.json", b"5")  # a backslash is part of a POSIX name, not a separator
+    assert (root / "a\\b.json").read_bytes() == b"5"
     assert snapshot(outside) == before

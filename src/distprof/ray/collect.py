@@ -307,6 +307,7 @@ def _fetch(read: Callable[[int, int], bytes], size: int, dest: str, rel: str) ->
     """Write ``dest/rel`` from ``read(offset, length)`` (chunks of the node's file) through a temporary that
     :class:`~distprof.rundir.safefile.AtomicWriter` creates exclusively, renamed when all ``size`` bytes came; a
     folder on the way that is a symbolic link is refused (UnsafePath), nothing written outside ``dest``."""
+    os.makedirs(dest, exist_ok=True)  # the caller's folder (it may be a link); nothing below it may be
     with AtomicWriter(dest, rel) as out:
         offset = 0
         while offset < size:

@@ -44,8 +44,8 @@ class UnsafePath(ValueError):
 
 
 def _parts(rel: str) -> list[str]:
-    parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
-    if rel.startswith(("/", "\\")) or ".." in parts:
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if rel.startswith("/") or ".." in parts:
         raise UnsafePath(f"{rel}: would leave the folder it must be written in; distprof does not write there")
     return parts
 
