@@ -410,4 +410,4 @@ def test_hostile_files_through_every_verb(tmp_path):
     code, doc, err = cli("merge", src, "-o", tmp_path / "m.json.gz", "--json")
     assert code == 1 and doc["files"] == 4 and "Traceback" not in err
     assert len(load(tmp_path / "m.json.gz")["traceEvents"]) >= 4  # a whole, loadable output
-    assert not list(tmp_path.glob(".m.json.gz.tmp-*"))
+    assert not list(tmp_path.glob(".tmp-*"))  # no temporary output left behind

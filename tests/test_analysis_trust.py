@@ -203,7 +203,7 @@ def test_merge_errors(tmp_path, mixed):
     code, doc, _ = cli("merge", mixed, "-o", tmp_path / "m.json", "--json")
     assert code == 1 and [e["path"] for e in doc["errors"]] == [str(mixed / "rank-8.json")]
     assert [s["path"] for s in doc["salvaged"]] == [str(mixed / "rank-9.json")]
-    assert not list(tmp_path.glob(".m.json.tmp-*"))  # no temporary output left behind
+    assert not list(tmp_path.glob(".tmp-*"))  # no temporary output left behind
     assert doc["skipped"] == 0 and doc["scope"]["ranks"] is None and doc["warnings"] == [] and doc["conflicts"] == []
 
 

@@ -22,6 +22,7 @@ from .backends.process import WrapSpec, tool_command
 from .envvars import WRAPPED_BY
 from .procfs import alive, first_child, wait_for_handler
 from .rundir.layout import temp_name
+from .rundir.safefile import touch
 
 logger = logging.getLogger("distprof.wrap")
 
@@ -72,7 +73,7 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
                                   str(child.pid), str(int(KICK_SIGNAL.get(spec.backend, 0)))],
                                  start_new_session=True, stdin=subprocess.DEVNULL)
     # The marker exists from now on (the finalizer needs a moment to start); the finalizer removes it.
-    open(_marker(spec.out_dir, finalizer.pid), "w").close()
+    touch(_marker(spec.out_dir, finalizer.pid))  # never through a link planted at its (predictable) name
 
     def forward(signum, _frame):
         sig = FINALIZE_SIGNAL[spec.backend]
@@ -100,7 +101,7 @@ def finalize_later(out_dir: str, wrapper_pid: int, tool_pid: int, finalize_signa
     runs, the tool gets that signal.
     """
     marker = _marker(out_dir, os.getpid())
-    open(marker, "a").close()
+    touch(marker)
     try:
         worker = None
         signalled = not finalize_signal  # nothing to send: just wait

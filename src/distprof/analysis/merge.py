@@ -532,30 +532,29 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     events_out = json_bytes = 0
     written: list[_Scan] = []
     salvaged: list[dict | None] = []
-    with atomic_output(out) as tmp:
+    with atomic_output(out) as f:
         with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(out)}.parts-",
                                          dir=os.path.dirname(os.path.abspath(out))) as folder:
             parts = map_files(functools.partial(_write, base_us=base, folder=folder, gz=gz, by_step=by_step),
                               scans, workers, report(len(files)))
-            with open(tmp, "wb") as f:
-                w = Joiner(f, gz)
-                w.add(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
-                    {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
-                head = w.length
-                for scan, got in zip(scans, parts):
-                    if isinstance(got, FileError):  # changed or gone since pass 1
-                        errors.append(got.to_dict())
-                        continue
-                    if got.part.length:
-                        if events_out:
-                            w.add(b",")
-                        w.add_part(got.part)
-                        events_out += got.events
-                    written.append(scan)
-                    salvaged.append({"path": scan.file.path, **got.salvaged} if got.salvaged else None)
-                json_bytes = w.length - head
-                w.add(b"]}")
-                w.close()
+            w = Joiner(f, gz)
+            w.add(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
+                {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
+            head = w.length
+            for scan, got in zip(scans, parts):
+                if isinstance(got, FileError):  # changed or gone since pass 1
+                    errors.append(got.to_dict())
+                    continue
+                if got.part.length:
+                    if events_out:
+                        w.add(b",")
+                    w.add_part(got.part)
+                    events_out += got.events
+                written.append(scan)
+                salvaged.append({"path": scan.file.path, **got.salvaged} if got.salvaged else None)
+            json_bytes = w.length - head
+            w.add(b"]}")
+            w.close()
     return {"out": out, "files": len(written), "events": events_out, "base_time_us": base,
             "moved_to_lanes": sum(s.moved for s in written),
             "errors": errors, "salvaged": [s for s in salvaged if s],

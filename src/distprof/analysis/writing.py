@@ -3,7 +3,8 @@ written, never a torn file.
 
 :func:`check_output` runs before anything is read, so a bad ``-o`` costs nothing and touches nothing: as
 root, a rename onto the output replaced a read-only input trace and ``/dev/full`` before this check existed.
-:func:`atomic_output` writes to a hidden temporary file beside the output and renames it when complete.
+:func:`atomic_output` writes to a hidden temporary file beside the output, created exclusively (never through a
+link planted at its name), and renames it when complete.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 from .source import TraceError, file_kind
 from ..rundir.layout import is_url
+from ..rundir.safefile import AtomicWriter, UnsafePath
 
 __all__ = ["check_output", "atomic_output"]
 
@@ -46,15 +48,13 @@ def check_output(out: str, inputs: Iterable[str], verb: str, example: str) -> No
 
 
 @contextlib.contextmanager
-def atomic_output(out: str) -> Iterator[str]:
-    """A hidden temporary path beside ``out`` to write to; renamed over ``out`` when the block ends without an
-    error, removed otherwise. A write the file system refuses (full disk, read-only) is a TraceError."""
-    tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.tmp-{os.getpid()}")
+def atomic_output(out: str) -> Iterator[BinaryIO]:
+    """A file to write ``out``'s contents to: a hidden temporary beside ``out``, created exclusively under a name
+    nobody can predict (:class:`~distprof.rundir.safefile.AtomicWriter`: a link planted there is never written
+    through), renamed over ``out`` when the block ends without an error, removed otherwise. A write the file
+    system refuses (full disk, read-only) is a TraceError."""
     try:
-        yield tmp
-        os.replace(tmp, out)
-    except OSError as e:
-        raise TraceError(f"{out}: cannot write ({e.strerror or e}); nothing was written") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        with AtomicWriter(os.path.dirname(os.path.abspath(out)), os.path.basename(out)) as f:
+            yield f
+    except (OSError, UnsafePath) as e:
+        raise TraceError(f"{out}: cannot write ({getattr(e, 'strerror', None) or e}); nothing was written") from None

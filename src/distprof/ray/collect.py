@@ -27,11 +27,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..procfs import alive
-from ..rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp, temp_name
+from ..rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp
 from ..rundir.manifest import MANIFEST_LIMIT
+from ..rundir.safefile import AtomicWriter, no_links, write_bytes
 from ..rundir.store import list_files
 from .nodes import cancel_quietly, node_lost, node_name, node_table, one_line, pinned
 
@@ -192,12 +193,11 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
                     report.conflicts.append({"path": rel, "node_id": src.node, "bytes": size, "kept_from": first_node})
                 continue
             kept[rel] = (src.node, f.get("ident"))
-            target = os.path.join(dest, rel)
-            if same_place or _unchanged(target, size, digest):
+            if same_place or _unchanged(dest, rel, size, digest):
                 report.unchanged.append(rel)
                 continue
             try:
-                _fetch(pin, os.path.join(src.root, rel), size, target)
+                _fetch(_remote_reader(pin, os.path.join(src.root, rel)), size, dest, rel)
                 report.copied.append({"path": rel, "bytes": size, "node_id": src.node})
             except Exception as e:
                 if node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError):  # nor can the rest of its files
@@ -266,21 +266,18 @@ def _write_note(dest: str, report: CollectReport) -> None:
                                   for u in report.unreachable_nodes],
             "unreachable_workers": report.unreachable, "time": time.time()}
     path = os.path.join(dest, COLLECT_JSON)
-    tmp = os.path.join(dest, temp_name(os.getpid(), COLLECT_JSON))
     try:
         os.makedirs(dest, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(msgspec.json.encode(note))
-        os.replace(tmp, path)
-    except (OSError, TypeError, msgspec.EncodeError) as e:  # the copies stand; only check's explanation is lost
+        write_bytes(dest, COLLECT_JSON, msgspec.json.encode(note))
+    except (OSError, ValueError, TypeError, msgspec.EncodeError) as e:  # the copies stand; only check's reason is lost
         logger.warning("distprof: collect: cannot write %s (%s)", path, e)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
-def _unchanged(target: str, size: int, digest: str | None) -> bool:
-    """Is ``target`` already what the node holds? Run and role files: present is enough (first writer wins)."""
-    if not os.path.isfile(target):
+def _unchanged(dest: str, rel: str, size: int, digest: str | None) -> bool:
+    """Is ``dest/rel`` already what the node holds? Run and role files: present is enough (first writer wins).
+    Never judged through a link (``_fetch`` then refuses it)."""
+    target = os.path.join(dest, rel)
+    if not no_links(dest, rel) or not os.path.isfile(target):
         return False
     if os.path.basename(target) in _FIRST_WRITER_WINS:
         return True
@@ -299,24 +296,26 @@ def finalize_timeout(workers: Sequence[Any]) -> float:
     return max(found, default=DEFAULT_FINALIZE_TIMEOUT_S)
 
 
-def _fetch(read_task: Any, src: str, size: int, target: str) -> None:
+def _remote_reader(task: Any, path: str) -> Callable[[int, int], bytes]:
+    """``read(offset, length)`` of ``path`` on its node, through the pinned read ``task`` (bounded per chunk)."""
     import ray
 
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(target), temp_name(os.getpid(), os.path.basename(target)))
-    try:
-        with open(tmp, "wb") as out:
-            offset = 0
-            while offset < size:
-                chunk = ray.get(read_task.remote(src, offset, min(CHUNK, size - offset)), timeout=CHUNK_TIMEOUT_S)
-                if not chunk:
-                    raise OSError(f"file shrank while copying ({offset} of {size} bytes)")
-                out.write(chunk)
-                offset += len(chunk)
-        got = os.path.getsize(tmp)
+    return lambda offset, length: ray.get(task.remote(path, offset, length), timeout=CHUNK_TIMEOUT_S)
+
+
+def _fetch(read: Callable[[int, int], bytes], size: int, dest: str, rel: str) -> None:
+    """Write ``dest/rel`` from ``read(offset, length)`` (chunks of the node's file) through a temporary that
+    :class:`~distprof.rundir.safefile.AtomicWriter` creates exclusively, renamed when all ``size`` bytes came; a
+    folder on the way that is a symbolic link is refused (UnsafePath), nothing written outside ``dest``."""
+    os.makedirs(dest, exist_ok=True)  # the caller's folder (it may be a link); nothing below it may be
+    with AtomicWriter(dest, rel) as out:
+        offset = 0
+        while offset < size:
+            chunk = read(offset, min(CHUNK, size - offset))
+            if not chunk:
+                raise OSError(f"file shrank while copying ({offset} of {size} bytes)")
+            out.write(chunk)
+            offset += len(chunk)
+        got = out.tell()
         if got != size:
             raise OSError(f"copied {got} bytes, expected {size}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

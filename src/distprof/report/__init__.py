@@ -72,7 +72,7 @@ def build_report(inv: Any, findings: list[Finding], out: str, compare: dict[str,
     relative to it."""
     text, sections, ev = _page(inv, findings, compare, compare_path, envelope, out)
     data = text.encode()
-    with atomic_output(out) as tmp, open(tmp, "wb") as f:
+    with atomic_output(out) as f:
         f.write(data)
     logger.info("report: %s (%d bytes)", out, len(data))
     return {"out": out, "bytes": len(data),

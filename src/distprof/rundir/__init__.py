@@ -5,6 +5,8 @@ Every writer (the profiler, the process wrapper) and every reader (``check``, ``
 
 - :mod:`.layout`: names and layout rules (pure; no I/O);
 - :mod:`.manifest`: the typed manifest record and its tolerant reader;
+- :mod:`.safefile`: the one writer of every file created where others may write too (exclusive temporaries,
+  no link followed below the root);
 - :mod:`.store`: writing (atomic publication, never overwriting another writer; local or fsspec URL) and
   listing a node's files;
 - :mod:`.upload`: the background uploader of windows bound for an fsspec URL (retries; keeps what fails);

@@ -1,16 +1,15 @@
 """Writing a run directory: atomic publication, manifest lines, run.json; listing what a node holds.
 
-Files only ever appear complete: they are written under a hidden temporary name (:func:`layout.temp_name`)
-in the same directory and published by a hard link (which, unlike a rename, never replaces another writer's
-file: see :meth:`RunDir.publish`). A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
+Files only ever appear complete: they are written under a hidden temporary name (:func:`layout.temp_name`;
+created exclusively, under a name nobody can predict, never through a link: :mod:`.safefile`) in the same
+directory and published by a hard link (which, unlike a rename, never replaces another writer's file: see
+:meth:`RunDir.publish`). A ``save_path`` that is an fsspec URL (``s3://``, ``gs://``,
 ``memory://``) is staged on local disk and uploaded object by object (an object store publishes an object
 atomically). No step needs a collective: every writer owns its own files.
 """
 
 from __future__ import annotations
 
-import errno
-import itertools
 import logging
 import os
 import posixpath
@@ -23,16 +22,16 @@ from typing import Any
 
 import msgspec
 
-from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name, is_url, temp_name
+from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name, is_url
 from .manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
+from .safefile import make_folder, place, write_bytes
+from .safefile import temp_path as safe_temp_path
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunDir", "Published", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
-_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS}
-_temp_seq = itertools.count(1)  # makes every temporary name of this process unique
 
 
 # Room left under PATH_MAX for what the profiler adds below save_path (role/rank00000/.tmp-PID-step...-....pid....).
@@ -118,15 +117,16 @@ class RunDir:
             if self._staging is None:
                 self._staging = tempfile.mkdtemp(prefix="distprof-stage-")
             d = os.path.join(self._staging, rel_dir)
-        else:
-            d = os.path.join(self.root, rel_dir)
-        os.makedirs(d, exist_ok=True)
-        return d
+            os.makedirs(d, exist_ok=True)
+            return d
+        os.makedirs(self.root, exist_ok=True)
+        return make_folder(self.root, rel_dir)  # a folder below save_path that is a link is refused (UnsafePath)
 
     def temp_path(self, rel_dir: str, name: str) -> str:
-        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix), never used twice
-        by this process: a window staged for upload is still there while the next one is exported."""
-        return os.path.join(self.local_dir(rel_dir), temp_name(os.getpid(), f"{next(_temp_seq)}-{name}"))
+        """A hidden temporary path beside the final one, ending like it (torch gzips by suffix), created empty and
+        exclusively under a name nobody can predict (:func:`safefile.temp_path`): a link planted in the rank folder
+        is never written through, and a window staged for upload is still there while the next one is exported."""
+        return safe_temp_path(self.local_dir(rel_dir), name)
 
     def url(self, rel: str) -> str:
         return posixpath.join(self.save_path.rstrip("/"), rel) if self.remote else os.path.join(self.root, rel)
@@ -213,18 +213,10 @@ class RunDir:
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
             fs.pipe_file(path, data)
             return True
-        final = os.path.join(self.root, rel)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        if os.path.exists(final):
+        os.makedirs(self.root, exist_ok=True)
+        if os.path.lexists(os.path.join(self.root, rel)):
             return False
-        tmp = os.path.join(os.path.dirname(final), temp_name(os.getpid(), os.path.basename(final)))
-        with open(tmp, "wb") as f:
-            f.write(data)
-        try:
-            return _place(tmp, final)  # atomic first-writer-wins
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        return write_bytes(self.root, rel, data, exclusive=True)  # atomic first-writer-wins, never through a link
 
     def cleanup(self) -> None:
         if self._staging:
@@ -259,28 +251,16 @@ def warn_conflict(run: RunDir, rel_dir: str, names: list[str], published: list[P
 
 
 def _place(tmp: str, final: str) -> bool:
-    """Give ``tmp`` the name ``final`` unless that name exists (then False, ``tmp`` untouched). ``tmp`` is gone
-    on success. A hard link is atomic and never replaces a file, unlike a rename; a file system without hard
-    links (some FUSE mounts of object stores, SMB) gets a check, then a rename."""
-    try:
-        os.link(tmp, final)
-    except FileExistsError:
-        return False
-    except OSError as e:
-        if e.errno not in _NO_HARD_LINKS:
-            raise
-        if os.path.exists(final):
-            return False
-        os.replace(tmp, final)
-        return True
-    os.unlink(tmp)
-    return True
+    """Give ``tmp`` the name ``final`` unless that name exists (then False, ``tmp`` untouched): :func:`safefile.place`
+    (a hard link, atomic and never replacing a file, unlike a rename; a check, then a rename, without hard links)."""
+    return place(tmp, final)
 
 
 def _append_line(path: str, line: bytes) -> None:
     # One write() on an O_APPEND file: a reader never sees half a line, and writers sharing the file
     # (two processes of one rank) never overwrite each other's lines.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # Never through a link planted at the manifest's name (O_NOFOLLOW).
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, line)
     finally:

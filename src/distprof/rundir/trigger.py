@@ -31,7 +31,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from .layout import RUN_JSON, is_url, rank_dir, temp_name
+from .layout import RUN_JSON, is_url, rank_dir
+from .safefile import write_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -209,28 +210,14 @@ class RequestStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def _no_link(self, path: str) -> None:
-        """ValueError when a folder between the requests folder and ``path`` is a symbolic link: the folder is
-        untrusted, and a link placed there would make this process write outside the run directory."""
-        d, top = os.path.dirname(path), os.path.dirname(self._path())
-        while len(d) > len(top):
-            if os.path.islink(d):
-                raise ValueError(f"{d} is a symbolic link; distprof does not write through it (it could point outside "
-                                 "the run directory): remove it")
-            d = os.path.dirname(d)
-
     def _replace(self, path: str, data: bytes) -> None:
         """Write ``path`` whole, replacing it atomically (a reader sees the old or the new content)."""
         if self.remote:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return
-        self._no_link(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        # The requests folder is untrusted: an exclusive temporary, no link followed on the way (safefile).
+        write_bytes(self.root, os.path.relpath(path, self.root), data)
 
     def _create(self, path: str, data: bytes) -> bool:
         """Write ``path`` unless it exists (first writer wins); True if we wrote it."""
@@ -244,18 +231,7 @@ class RequestStore:
             self.fs.makedirs(posixpath.dirname(path), exist_ok=True)
             self.fs.pipe_file(path, data)
             return True
-        self._no_link(path)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = os.path.join(os.path.dirname(path), temp_name(os.getpid(), os.path.basename(path)))
-        with open(tmp, "wb") as f:
-            f.write(data)
-        try:
-            os.link(tmp, path)  # fails if it exists: atomic first-writer-wins
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
+        return write_bytes(self.root, os.path.relpath(path, self.root), data, exclusive=True)
 
     # ---- the run directory ---------------------------------------------------------------------------------
     def is_run_dir(self) -> bool:
