@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .manifest import WindowRecord
+from .netfs import describe
 from .store import Published, RunDir, warn_conflict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadJob", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT_S", "QUEUE_WINDOWS"]
+__all__ = ["UploadJob", "StoreWrite", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT_S", "QUEUE_WINDOWS"]
 
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
@@ -44,6 +45,21 @@ class UploadJob:
     done: Callable[[WindowRecord], None] | None = None
     """Called on the upload thread with the window's manifest line once it is written (uploaded or kept locally):
     a requested window is acknowledged only when its files are where they stay."""
+
+
+@dataclass
+class StoreWrite:
+    """A small file (``run.json``, ``role.json``) written on the upload thread, in order with the windows and
+    retried like them, so ``Profiler.start()`` never waits on the network. ``write`` does the store calls (each
+    bounded: :mod:`.netfs`). It has no staged files: a give-up path (queue full, ``drain()`` timing out) finds
+    nothing to keep locally; the write in flight then stops retrying and warns."""
+
+    run: RunDir
+    rel: str
+    write: Callable[[], object]
+    who: str = "distprof"
+    rel_dir: str = ""
+    files: tuple = ()
 
 
 def _call_done(job: UploadJob, record: WindowRecord) -> None:
@@ -117,7 +133,10 @@ class Uploader:
         while True:
             job = self._q.get()
             try:
-                self._upload(job)
+                if isinstance(job, StoreWrite):
+                    self._write(job)
+                else:
+                    self._upload(job)
             except BaseException:  # never let the thread die: the next window must still go out
                 logger.exception("distprof: %s: upload of a window failed unexpectedly", job.who)
             finally:
@@ -127,6 +146,31 @@ class Uploader:
         with self._cv:
             self._pending -= 1
             self._cv.notify_all()
+
+    def _write(self, job: StoreWrite) -> None:
+        """One small file, retried with backoff for at most RETRY_BUDGET_S; on failure one warning per run."""
+        deadline = time.monotonic() + RETRY_BUDGET_S
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                job.write()
+                job.run.store_failed = None
+                return
+            except Exception as e:
+                error = describe(e)
+                if self._abandon or time.monotonic() + backoff > deadline:
+                    break
+                logger.debug("distprof: writing %s failed (%s); retrying in %.1f s", job.run.url(job.rel), error,
+                             backoff)
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        if job.run.store_failed is not None:  # the store is still down: said once for this run already
+            logger.info("distprof: could not write %s either (%s)", job.run.url(job.rel), error)
+        else:
+            logger.warning("distprof: could not write %s (%s); the run directory lacks it until a process writes "
+                           "it (`distprof check` needs run.json); training and capture go on", job.run.url(job.rel),
+                           error)
+        job.run.store_failed = error
 
     def _upload(self, job: UploadJob) -> None:
         published: list[Published] = []
@@ -151,7 +195,7 @@ class Uploader:
                 _call_done(job, record)
                 return
             except Exception as e:  # network, auth, throttling: retry until the window's budget is spent
-                error = f"{type(e).__name__}: {e}"
+                error = describe(e)  # a timeout names DISTPROF_STORE_TIMEOUT_S
                 if self._abandon or time.monotonic() + backoff > deadline:
                     break
                 logger.debug("distprof: %s upload attempt %d failed (%s); retrying in %.1f s", job.who, attempt,
