@@ -190,6 +190,9 @@ def test_memory_url_storage_and_profiler():
     url = "memory://trigger-test/run"
     p = Profiler(cfg(url), role="train", rank=0, world_size=2).start()
     p1 = Profiler(cfg(url), role="train", rank=1, world_size=2).start()
+    from distprof.rundir.upload import uploader
+
+    assert uploader().drain(60)  # run.json at a URL is written by the upload thread, not by start()
     rid = distprof.trigger(url, steps=1, ranks=[0], align=1, lead_steps=1)
     assert distprof.trigger(url, steps=1, ranks=[0], align=1, lead_steps=1) == rid
     run_to(p, 4), run_to(p1, 4)

@@ -171,6 +171,7 @@ def test_stop_keeps_what_the_dead_store_did_not_take_within_its_wait(moto, tmp_p
                                    torch={"activities": ["cpu"]}), rank=0, world_size=1)
     trainer = Trainer()
     prof.start()
+    assert upload.uploader().drain(60)  # run.json and role.json: written by the upload thread, not by start()
     moto.kill()
     for _ in range(7):  # three windows close while the store is down
         trainer.train_step()

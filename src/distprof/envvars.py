@@ -13,8 +13,10 @@ WRAPPED_BY = "DISTPROF_WRAPPED_BY"
 # The level of distprof's own loggers ("DEBUG", "INFO", "WARNING", "ERROR" or a number), in every process that
 # builds a Profiler or runs the CLI: the one knob that reaches Ray workers and torchrun children without code.
 LOG_LEVEL = "DISTPROF_LOG_LEVEL"
+# Seconds one object-store request may wait for an answer (rundir/netfs.py): profiler and CLI alike.
+STORE_TIMEOUT = "DISTPROF_STORE_TIMEOUT_S"
 
-NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL})
+NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL, STORE_TIMEOUT})
 
 _applied: list[str | None] = []
 

@@ -122,17 +122,21 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
 
     if not is_url(path):
         return _find_local(path, problem)
-    import fsspec
+    from ..rundir.netfs import describe, is_timeout, url_to_fs
 
     try:
-        fs, root = fsspec.core.url_to_fs(path)
-        is_file, is_dir = fs.isfile(root), (not fs.isfile(root)) and fs.isdir(root)
+        fs, root = url_to_fs(path)  # bounded waits: a store that never answers fails (netfs.py)
+        # One call (isfile would swallow a store's error, then isdir wait as long again).
+        kind = fs.info(root).get("type")
+        is_file, is_dir = kind == "file", kind == "directory"
+    except FileNotFoundError:
+        is_file = is_dir = False
     except ImportError as e:  # e.g. s3:// without s3fs
         raise TraceError(f"{path}: cannot be read ({e})") from None
     except (OSError, ValueError) as e:
-        raise TraceError(f"{path}: cannot be listed ({e})") from None
+        raise TraceError(f"{path}: cannot be listed ({describe(e) if is_timeout(e) else e})") from None
     except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
-        raise TraceError(f"{path}: cannot be listed ({type(e).__name__}: {e})") from None
+        raise TraceError(f"{path}: cannot be listed ({describe(e)})") from None
     if is_file:
         return [TraceFile(path)]
     if not is_dir:
@@ -140,7 +144,7 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
     found = []
 
     def unlisted(e: Exception) -> None:
-        problem(getattr(e, "filename", None) or path, f"cannot be listed ({e})")
+        problem(getattr(e, "filename", None) or path, f"cannot be listed ({describe(e) if is_timeout(e) else e})")
 
     for d, dirs, names in fs.walk(root, on_error=unlisted):
         rel = posixpath.relpath(d, root) if d != root else ""
@@ -152,7 +156,8 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
                 with fs.open(posixpath.join(d, MANIFEST), "rb") as f:
                     windows = _manifest_windows(f.read(MANIFEST_LIMIT))
             except OSError as e:
-                problem(fs.unstrip_protocol(posixpath.join(d, MANIFEST)), f"cannot be read ({e})")
+                problem(fs.unstrip_protocol(posixpath.join(d, MANIFEST)),
+                        f"cannot be read ({describe(e) if is_timeout(e) else e})")
             role = _role(d, windows)
             run_root = _run_root(d, role, root)
         for n in sorted(names):

@@ -100,9 +100,9 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
 def _size(path: str) -> int:
     try:
         if is_url(path):
-            import fsspec
+            from ..rundir.netfs import url_to_fs
 
-            fs, p = fsspec.core.url_to_fs(path)
+            fs, p = url_to_fs(path)
             return int(fs.size(p) or 0)
         return os.path.getsize(path.removeprefix("file://"))
     except (OSError, ValueError):

@@ -53,13 +53,16 @@ def open_local(path: str):
 
 def _open(path: str):
     if is_url(path):
-        import fsspec
+        from ..rundir.netfs import describe, is_timeout, open_url
 
         try:
-            return fsspec.open(path, "rb").open()
-        except (TraceError, OSError, ValueError):
-            raise
-        except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
+            return open_url(path)  # bounded waits: a store that never answers fails (rundir/netfs.py)
+        except Exception as e:
+            if is_timeout(e):
+                raise TraceError(f"{path}: cannot be read ({describe(e)})") from None
+            if isinstance(e, (TraceError, OSError, ValueError)):
+                raise
+            # a storage library's own errors (botocore's NoCredentialsError ...): the input's
             raise TraceError(f"{path}: cannot be read ({type(e).__name__}: {e})") from None
     return open_local(path.removeprefix("file://"))
 

@@ -10,6 +10,7 @@ Every writer (the profiler, the process wrapper) and every reader (``check``, ``
 - :mod:`.store`: writing (atomic publication, never overwriting another writer; local or fsspec URL) and
   listing a node's files;
 - :mod:`.upload`: the background uploader of windows bound for an fsspec URL (retries; keeps what fails);
+- :mod:`.netfs`: every fsspec filesystem distprof opens, with bounded waits (a hung store fails, never hangs);
 - :mod:`.trigger`: on-demand capture requests and their acknowledgements (``distprof trigger``);
 - :mod:`.view`: reading one (local or fsspec URL) without reading or following anything outside it;
 - :mod:`.check`: is a run directory complete and readable.

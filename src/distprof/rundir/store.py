@@ -56,6 +56,7 @@ class RunDir:
         self.root = save_path if self.remote else os.path.abspath(os.path.expanduser(save_path))
         self._fs = None
         self._staging: str | None = None
+        self.store_failed: str | None = None  # why the last small-file write to the object store failed (upload.py)
 
     # ---- checks ---------------------------------------------------------------------------------
     def check_writable(self) -> None:
@@ -106,9 +107,9 @@ class RunDir:
     @property
     def fs(self):
         if self._fs is None:
-            import fsspec
+            from .netfs import url_to_fs
 
-            self._fs, self.root = fsspec.core.url_to_fs(self.save_path)
+            self._fs, self.root = url_to_fs(self.save_path)  # bounded waits: a hung store fails, never hangs
         return self._fs
 
     def local_dir(self, rel_dir: str) -> str:
@@ -199,24 +200,33 @@ class RunDir:
             return
         _append_line(os.path.join(self.local_dir(rel_dir), MANIFEST), line)
 
-    def write_run_json(self, info: dict[str, Any], rel: str = RUN_JSON) -> bool:
+    def write_run_json(self, info: dict[str, Any], rel: str = RUN_JSON) -> bool | None:
         """Write run.json (or another small JSON file) unless another process already did (first writer wins).
 
-        True if we wrote it.
+        True if we wrote it. To an fsspec URL it is written on the upload thread, in order with the windows and
+        retried like them (:class:`.upload.StoreWrite`): the caller (``Profiler.start()``, on the training thread)
+        never waits on the network, and None is returned.
         """
         data = msgspec.json.format(_json.encode(info), indent=2) + b"\n"
         if self.remote:
-            path = posixpath.join(self.root, rel)
-            fs = self.fs
-            if fs.exists(path):
-                return False
-            fs.makedirs(posixpath.dirname(path), exist_ok=True)
-            fs.pipe_file(path, data)
-            return True
+            from .upload import StoreWrite, uploader
+
+            uploader().submit(StoreWrite(self, rel, lambda: self._put_if_absent(rel, data)))
+            return None
         os.makedirs(self.root, exist_ok=True)
         if os.path.lexists(os.path.join(self.root, rel)):
             return False
         return write_bytes(self.root, rel, data, exclusive=True)  # atomic first-writer-wins, never through a link
+
+    def _put_if_absent(self, rel: str, data: bytes) -> bool:
+        """On an object store: put ``rel`` unless it exists (a check before the put: best effort)."""
+        path = posixpath.join(self.root, rel)
+        fs = self.fs
+        if fs.exists(path):
+            return False
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        fs.pipe_file(path, data)
+        return True
 
     def cleanup(self) -> None:
         if self._staging:

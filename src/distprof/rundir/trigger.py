@@ -181,9 +181,9 @@ class RequestStore:
     @property
     def fs(self):
         if self._fs is None:
-            import fsspec
+            from .netfs import url_to_fs
 
-            self._fs, self.root = fsspec.core.url_to_fs(self.save_path)
+            self._fs, self.root = url_to_fs(self.save_path)  # bounded waits (netfs.py)
         return self._fs
 
     def _path(self, *parts: str) -> str:

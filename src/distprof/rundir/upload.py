@@ -23,11 +23,12 @@ from typing import Callable
 
 from .layout import MANIFEST
 from .manifest import WindowRecord
+from .netfs import describe
 from .store import Published, RunDir, warn_conflict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadJob", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT_S", "QUEUE_WINDOWS"]
+__all__ = ["UploadJob", "StoreWrite", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT_S", "QUEUE_WINDOWS"]
 
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
@@ -48,6 +49,21 @@ class UploadJob:
     done: Callable[[WindowRecord], None] | None = None
     """Called on the upload thread with the window's manifest line once it is written (uploaded or kept locally):
     a requested window is acknowledged only when its files are where they stay."""
+
+
+@dataclass
+class StoreWrite:
+    """A small file (``run.json``, ``role.json``) written on the upload thread, in order with the windows and
+    retried like them, so ``Profiler.start()`` never waits on the network. ``write`` does the store calls (each
+    bounded: :mod:`.netfs`). It has no staged files: a give-up path (queue full, ``drain()`` timing out) finds
+    nothing to keep locally; the write in flight then stops retrying and warns."""
+
+    run: RunDir
+    rel: str
+    write: Callable[[], object]
+    who: str = "distprof"
+    rel_dir: str = ""
+    files: tuple = ()
 
 
 def _call_done(job: UploadJob, record: WindowRecord) -> None:
@@ -137,8 +153,9 @@ class Uploader:
             if flight is not None:
                 try:
                     job = flight.job
-                    _keep_local(UploadJob(job.run, job.rel_dir, flight.todo, job.record, job.who, job.done),
-                                why + " (its upload was still in flight)", flight.published)
+                    if not isinstance(job, StoreWrite):  # run.json: nothing to keep; its write stops retrying
+                        _keep_local(UploadJob(job.run, job.rel_dir, flight.todo, job.record, job.who, job.done),
+                                    why + " (its upload was still in flight)", flight.published)
                 finally:
                     self._count(flight)
             with self._cv:  # a window the thread took off the queue meanwhile: it keeps it locally (local disk only)
@@ -159,7 +176,10 @@ class Uploader:
                 flight = None if self._abandon else _Flight(job)
                 self._flight = flight
             try:
-                if flight is None:  # drain() gave up just as this window left the queue
+                if isinstance(job, StoreWrite):
+                    if flight is not None:  # not while drain() gives up: the store is slow now
+                        self._write(job)
+                elif flight is None:  # drain() gave up just as this window left the queue
                     _keep_local(job, "not uploaded: stop() gave up waiting for the object store")
                 else:
                     self._upload(flight)
@@ -195,6 +215,31 @@ class Uploader:
             flight.claimed = True
             return True
 
+    def _write(self, job: StoreWrite) -> None:
+        """One small file, retried with backoff for at most RETRY_BUDGET_S; on failure one warning per run."""
+        deadline = time.monotonic() + RETRY_BUDGET_S
+        backoff = FIRST_BACKOFF_S
+        while True:
+            try:
+                job.write()
+                job.run.store_failed = None
+                return
+            except Exception as e:
+                error = describe(e)
+                if self._abandon or time.monotonic() + backoff > deadline:
+                    break
+                logger.debug("distprof: writing %s failed (%s); retrying in %.1f s", job.run.url(job.rel), error,
+                             backoff)
+                self._wake.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+        if job.run.store_failed is not None:  # the store is still down: said once for this run already
+            logger.info("distprof: could not write %s either (%s)", job.run.url(job.rel), error)
+        else:
+            logger.warning("distprof: could not write %s (%s); the run directory lacks it until a process writes "
+                           "it (`distprof check` needs run.json); training and capture go on", job.run.url(job.rel),
+                           error)
+        job.run.store_failed = error
+
     def _upload(self, flight: _Flight) -> None:
         job = flight.job
         deadline = time.monotonic() + RETRY_BUDGET_S
@@ -227,7 +272,7 @@ class Uploader:
                 _call_done(job, record)
                 return
             except Exception as e:  # network, auth, throttling: retry until the window's budget is spent
-                error = f"{type(e).__name__}: {e}"
+                error = describe(e)  # a timeout names DISTPROF_STORE_TIMEOUT_S
                 with self._cv:
                     if flight.claimed:
                         return  # drain() took it (its put then failed, or its staged file moved away)
@@ -247,7 +292,14 @@ def _keep_local(job: UploadJob, error: str, published: list[Published] = (), set
                 try_store: bool = False) -> None:
     """Keep a window's files that did not reach the object store in the run's unsent folder with its manifest line
     beside them, and say where; then (``try_store``) put the line in the object store's manifest too, if it
-    answers. ``settled`` is called once the window is safe on this host, before that network call."""
+    answers. ``settled`` is called once the window is safe on this host, before that network call. A
+    :class:`StoreWrite` has no files to keep: it is said once and dropped (``run.json`` is written by the next
+    process that starts, or is missing; ``distprof check`` says so)."""
+    if isinstance(job, StoreWrite):
+        logger.warning("distprof: %s was not written (%s)", job.run.url(job.rel), error)
+        if settled is not None:
+            settled()
+        return
     keep_dir = job.run.unsent_dir(job.rel_dir)
     kept = list(published)
     for tmp, name in job.files:

@@ -62,18 +62,19 @@ class RunView:
             if stat.S_ISDIR(mode):
                 return "dir"
             return "file" if stat.S_ISREG(mode) else _kind(mode)
-        try:
-            import fsspec
+        from .netfs import describe, url_to_fs
 
-            self._fs, self._root = fsspec.core.url_to_fs(self.path)
-            fs = self._fs
-            if fs.isfile(self._root):
-                return "file"
-            return "dir" if fs.isdir(self._root) else "missing"
+        try:
+            self._fs, self._root = url_to_fs(self.path)  # bounded waits: a store that never answers fails
+            # One call (isfile would swallow a store's error, then isdir wait as long again).
+            kind = self._fs.info(self._root).get("type")
+        except FileNotFoundError:
+            return "missing"
         except ImportError as e:  # s3:// without s3fs
             raise ViewError(f"{self.where}: cannot be read ({e})") from None
         except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
-            raise ViewError(f"{self.where}: cannot be read ({type(e).__name__}: {e})") from None
+            raise ViewError(f"{self.where}: cannot be read ({describe(e)})") from None
+        return "file" if kind == "file" else "dir" if kind == "directory" else "missing"
 
     # ---- listing ----------------------------------------------------------------------------------------
     def listdir(self, rel: str) -> list[Entry]:
