@@ -241,4 +241,5 @@ def test_a_guard_closed_window_whose_export_fails_still_gets_its_line(tmp_path, 
     g = rec["guard"]
     assert g["limit"] == "max_trace_mb" and g["exported"] is False and g["export_error"]
     assert 3 < g["trace_estimate_mb"] <= 12  # within the export bound: it was tried
-    assert g["export_error"].startswith("TraceExportError: torch wrote no trace")
+    # torch's write was cut off: no trace, or the empty temporary distprof created for it (rundir/safefile.py)
+    assert g["export_error"].startswith(("TraceExportError: torch wrote no trace", "TraceExportError: torch wrote an empty trace"))

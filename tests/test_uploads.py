@@ -205,7 +205,8 @@ def test_window_in_flight_when_stop_gives_up_is_kept_locally_with_its_line(moto,
     prof = Profiler(ProfilerConfig(enable=True, save_path="s3://bkt4/run", steps=[2], torch={"activities": ["cpu"]}),
                     rank=0, world_size=1)
     trainer = Trainer()
-    prof.start()  # run.json and role.json written while the store answers
+    prof.start()
+    assert upload.uploader().drain(60)  # run.json and role.json (the upload thread's) written while the store answers
     staging = prof._run.local_dir("")
     moto.proc.send_signal(signal.SIGSTOP)
     try:
