@@ -720,7 +720,7 @@ class TraceStream:
         plain = plain_file(self.path) if self._defer else None
         read = [0]
         chunks = byte_chunks(self.path, self._batch, self._counted(read) if plain else self._on_read, problem,
-                             ident=plain and plain[1])
+                             ident=plain and plain[1], end=plain and plain[0])
         buf, is_object = self._start(chunks)
         self._is_object = is_object
         if plain is not None:
@@ -731,7 +731,8 @@ class TraceStream:
                 yield last
             if last is not None:
                 chunks.close()
-                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end, ident=plain[1])
+                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end, ident=plain[1],
+                                     end=plain[0])
                 buf = b""
         pending, size = ([buf], len(buf)) if buf else ([], 0)
         need = self._batch
