@@ -76,3 +76,47 @@ def test_a_file_growing_while_read_is_read_up_to_its_size_at_open(tmp_path, how)
     assert s.report.truncated  # it ended inside the events list, at its size when opened
     grew = [x for x in s.report.notes if "grew" in x]
     assert grew == [f"the file grew while it was read: only the {size_at_open:,} bytes it had when opened were read"]
+
+
+@pytest.mark.parametrize("junk", ["random", "zeros"])
+def test_a_corrupt_region_says_how_many_bytes_and_events_it_cost(tmp_path, junk):
+    import random
+
+    events = [json.dumps(X(f"k{i}", i * 10, 5, cat="kernel", pid=0, tid=7)).encode() for i in range(60_000)]
+    body = b", ".join(events)
+    # Over 2 MB of events in the middle overwritten (a disk or copy gone wrong), the file's length unchanged.
+    a, b = len(body) * 3 // 10, len(body) * 7 // 10
+    rng = random.Random(19)
+    bad = rng.randbytes(b - a) if junk == "random" else b"\0" * (b - a)
+    p = tmp_path / "rank-0.json"
+    p.write_bytes(b'{"traceEvents": [' + body[:a] + bad + body[b:] + b"]}")
+    # The events lost: those not whole on either side of the region.
+    starts = [0]
+    for e in events:
+        starts.append(starts[-1] + len(e) + 2)
+    kept = [i for i, e in enumerate(events) if starts[i] + len(e) <= a or starts[i] >= b]
+    lost = len(events) - len(kept)
+    assert lost > 20_000 and len(bad) > (2 << 20)
+    s = TraceStream(str(p), batch_bytes=1 << 16, lean=True)
+    names = [e.name for batch in s.batches() for e in batch]
+    assert names == [f"k{i}" for i in kept]  # every whole event on either side is kept
+    r = s.report.to_dict()
+    # The bytes jumped over: the region and the broken events at its edges (less than one event more each side).
+    assert len(bad) <= r["bytes_skipped"] < len(bad) + 2 * max(map(len, events)) + 4
+    # The events they held, estimated from the mean event size: within 2% of the truth, and said to be an estimate.
+    assert abs(r["events_lost_estimate"] - lost) <= lost // 50, (r["events_lost_estimate"], lost)
+    assert r["events_skipped"] == 1 and not r["truncated"]  # one place
+    (note,) = r["notes"]
+    assert note.startswith(f"{r['bytes_skipped']:,} bytes that are not valid JSON skipped (1 place): "
+                           f"about {r['events_lost_estimate']:,} events lost (an estimate, at ")
+    if junk != "random":
+        return
+    # The CLI: --json lists both figures, and the text output's salvage line says them.
+    code, doc, _ = cli("summary", p, "--json")
+    assert code == 0 and [(x["bytes_skipped"], x["events_lost_estimate"]) for x in doc["salvaged"]] == [
+        (r["bytes_skipped"], r["events_lost_estimate"])]
+    code, _, err = cli("summary", p)
+    line = " ".join(err.split())  # one salvage line, folded to the terminal's width
+    assert code == 0 and f"about {r['events_lost_estimate']:,} events lost (an estimate" in line
+    assert f"{r['bytes_skipped']:,} bytes that are not valid JSON skipped" in line
+
