@@ -180,7 +180,10 @@ def test_events_that_do_not_fit_are_skipped_and_counted_and_the_rest_kept(tmp_pa
         r = s.report
         assert (r.truncated, r.events_skipped, r.bytes_unread, r.salvaged) == (False, len(BAD_FIELDS), 0, True)
         assert "1 event skipped: `ts`: expected `float`, got `str`" in r.notes
-        assert r.to_dict() == {"truncated": False, "events_skipped": 10, "bytes_unread": 0, "notes": r.notes}
+        # NaN and Infinity are not JSON: two places jumped over, one event each (their bytes counted).
+        assert r.to_dict() == {"truncated": False, "events_skipped": 10, "bytes_unread": 0, "notes": r.notes,
+                               "bytes_skipped": r.bytes_skipped, "events_lost_estimate": 2}
+        assert 0 < r.bytes_skipped < 200 and any("skipped (2 places): about 2 events lost" in n for n in r.notes)
     # A time whose ns overflow int64 used to stop merge with an OverflowError.
     code, doc, err = cli("merge", p, "-o", tmp_path / "m.json", "--json")
     assert code == 0 and doc["events"] > 3000 and doc["salvaged"][0]["events_skipped"] == 10, err

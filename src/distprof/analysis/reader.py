@@ -38,6 +38,7 @@ from typing import Annotated, Any, Callable, Iterator, NamedTuple, Union
 import msgspec
 
 from .listing import rank_from_name
+from .salvage import Skipped
 from ..rundir.manifest import WindowRecord
 from .source import TraceError, byte_chunks, plain_file, read_span
 
@@ -160,6 +161,8 @@ class ReadReport:
     events_skipped: int = 0  # elements of traceEvents that are not events (see the module docstring)
     bytes_unread: int = 0  # decoded bytes after the last usable element that could not be used (truncated files)
     notes: list[str] = field(default_factory=list)  # one short line per problem
+    bytes_skipped: int = 0  # malformed JSON jumped over to the next event (each place one of events_skipped)
+    events_lost_estimate: int = 0  # the events those bytes held, estimated from the mean event size (see .salvage)
 
     @property
     def salvaged(self) -> bool:
@@ -167,8 +170,9 @@ class ReadReport:
         return self.truncated or self.events_skipped > 0 or self.bytes_unread > 0 or bool(self.notes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"truncated": self.truncated, "events_skipped": self.events_skipped,
-                "bytes_unread": self.bytes_unread, "notes": list(self.notes)}
+        return {"truncated": self.truncated, "events_skipped": self.events_skipped, "bytes_unread": self.bytes_unread,
+                "notes": list(self.notes), "bytes_skipped": self.bytes_skipped,
+                "events_lost_estimate": self.events_lost_estimate}
 
 
 # ---- scanning JSON without trusting it -------------------------------------------------------------------
@@ -512,6 +516,7 @@ class TraceStream:
         stream has ended (what was read past the runs depends on how many events they hold).
         """
         self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
+        self._jumped = Skipped()  # the stretches of malformed JSON jumped over, and the bytes their estimate uses
         # What the document's keys said is read again too: a pass given up (a split read sent back to one
         # process) may have read keys that this pass ignores.
         self.offset_us, self.distributed_info, self.device_properties, self.role = 0.0, None, [], self._given_role
@@ -529,14 +534,17 @@ class TraceStream:
         r.notes[:0] = self._source_problems
         for reason, n in self._skips.most_common(3):
             r.notes.append(f"{n:,} event{'s' if n != 1 else ''} skipped: {reason}")
-        other = r.events_skipped - sum(n for _, n in self._skips.most_common(3))
+        other = r.events_skipped - self._jumped.places - sum(n for _, n in self._skips.most_common(3))
+        if (lost := self._jumped.summary(self.event_count + r.events_skipped - self._jumped.places)):
+            r.bytes_skipped, (r.events_lost_estimate, note) = self._jumped.bytes, lost
+            r.notes.append(note)
         if other > 0:
             r.notes.append(f"{other:,} more skipped for other reasons")
         if self._deferred:
             return  # the runs decoded elsewhere hold events: a file that fails them is read again, and judged then
         if self.event_count == 0 and r.events_skipped:
             raise TraceError(f"{self.path}: not a Chrome/Kineto trace (none of the {r.events_skipped:,} elements of "
-                             f"its event list is an event: {self._skips.most_common(1)[0][0]})")
+                             f"its event list is an event: {(self._skips.most_common(1) or [('not valid JSON',)])[0][0]})")
         if self.event_count == 0 and r.truncated:
             why = f" ({self._source_problems[0]})" if self._source_problems else ""
             raise TraceError(f"{self.path}: cut off before its first complete event{why}; nothing could be salvaged")
@@ -681,7 +689,8 @@ class TraceStream:
             nxt = self._resync(buf, max(bad, i + 1))
             if nxt is None:
                 return out, i, False, False
-            self._skip(_Malformed(i))
+            self.report.events_skipped += 1  # a place of malformed JSON: its bytes say what it held (see _close)
+            self._jumped.add(nxt - i)
             i = nxt
 
     def _take(self, buf: bytes, final: bool) -> tuple[list[Event], int, bool]:
@@ -719,8 +728,8 @@ class TraceStream:
         problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
         plain = plain_file(self.path) if self._defer else None
         read = [0]
-        chunks = byte_chunks(self.path, self._batch, self._counted(read) if plain else self._on_read, problem,
-                             ident=plain and plain[1])
+        chunks = self._jumped.counted(byte_chunks(self.path, self._batch, self._counted(read) if plain else
+                                                  self._on_read, problem, ident=plain and plain[1], end=plain and plain[0]))
         buf, is_object = self._start(chunks)
         self._is_object = is_object
         if plain is not None:
@@ -731,7 +740,8 @@ class TraceStream:
                 yield last
             if last is not None:
                 chunks.close()
-                chunks = byte_chunks(self.path, self._batch, self._on_read, problem, offset=last.end, ident=plain[1])
+                chunks = self._jumped.counted(byte_chunks(self.path, self._batch, self._on_read, problem,
+                                                          offset=last.end, ident=plain[1], end=plain[0]))
                 buf = b""
         pending, size = ([buf], len(buf)) if buf else ([], 0)
         need = self._batch

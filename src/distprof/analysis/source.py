@@ -9,6 +9,7 @@ and says why.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import stat
@@ -21,7 +22,7 @@ from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks", "plain_file", "read_span"]
+__all__ = ["TraceError", "file_kind", "open_local", "byte_chunks", "plain_file", "read_span", "size_at_open"]
 
 _GZIP_FEED = 1 << 16  # compressed bytes per inflate call
 
@@ -112,9 +113,12 @@ def read_span(path: str, start: int, end: int, brackets: bool = False,
 
 
 def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str],
-                offset: int = 0, ident: tuple[int, int] | None = None) -> Iterator[bytes]:
+                offset: int = 0, ident: tuple[int, int] | None = None, end: int | None = None) -> Iterator[bytes]:
     """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
 
+    Only the bytes the file had when it was opened are read (``end``: that size, when known from an earlier
+    open, see :func:`plain_file`): a file that keeps growing is never followed, and one that grew while it
+    was read gets one line in ``problem`` saying so (its events after that size are not read).
     ``offset``: start there (plain files only: see :func:`plain_file`, whose ``ident`` is then checked).
     ``on_read`` is told how many bytes of the file (compressed, for gzip) each read took. A gzip stream
     that is cut off or corrupt yields what it holds and appends why to ``problem`` (the JSON is then
@@ -124,8 +128,16 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
     f = _open_or_fail(path)
     note = on_read or (lambda n: None)
     pos, counted = [0], [0]  # where the file is read, and how far its bytes were told to on_read
+    stop = [size_at_open(f) if end is None else end, False]  # the size when opened; whether its growth was told
 
     def read(n: int) -> bytes:
+        if stop[0] is not None:
+            n = min(n, stop[0] - pos[0])
+            if n <= 0:
+                if not stop[1]:
+                    stop[1] = True
+                    _grew(f, path, stop[0], problem)
+                return b""
         try:
             data = f.read(n)
         except OSError as e:
@@ -176,6 +188,26 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
                     if not out:
                         continue
                 yield out
+
+
+def size_at_open(f) -> int | None:
+    """The size of an open file (a local one's, or what an fsspec file says), None when unknown."""
+    try:
+        return os.fstat(f.fileno()).st_size
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        size = getattr(f, "size", None)
+        return size if isinstance(size, int) and size >= 0 else None
+
+
+def _grew(f, path: str, size: int, problem: list[str]) -> None:
+    """After reading the ``size`` bytes a file had when opened: one line in ``problem`` if it holds more now."""
+    try:
+        grown = os.fstat(f.fileno()).st_size > size
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return  # an object in a store does not grow in place
+    if grown:
+        logger.info("%s: the file grew while it was read; read up to its size when opened", path)
+        problem.append(f"the file grew while it was read: only the {size:,} bytes it had when opened were read")
 
 
 def _open_or_fail(path: str):

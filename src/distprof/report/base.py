@@ -17,10 +17,16 @@ import plotly.graph_objects as go
 
 from ..analysis.ranks import role_of, runs, unranked_label
 from ..safetext import visible
+from ..termfit import cut_middle
 
-__all__ = ["Section", "label", "short", "fig", "rank_name", "by_role", "height", "role_labels", "LABEL_CHARS"]
+__all__ = ["Section", "label", "short", "fig", "rank_name", "by_role", "height", "role_labels", "LABEL_CHARS",
+           "NAME_CHARS"]
 
 LABEL_CHARS = 70  # a kernel's templated name can be thousands of characters: the axis shows its start
+# The most characters of one string from a trace the page holds (hovers included): a longer one is cut in the middle
+# (termfit's cutter, head…tail). With each name stored once per figure, not per rank, the page grows with ranks,
+# steps and distinct names, never with name length x ranks (README: "Diagnosis and the HTML report").
+NAME_CHARS = 1000
 
 _ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 
@@ -36,8 +42,9 @@ TEMPLATE = go.layout.Template(layout={
 
 
 def label(s: Any) -> str:
-    """``s`` as text for plotly (titles, ticks, legends, hovers): markup characters become entities."""
-    return visible(s).translate(_ENTITIES)
+    """``s`` as text for plotly (titles, ticks, legends, hovers): markup characters become entities; cut to
+    :data:`NAME_CHARS` characters."""
+    return cut_middle(visible(s), NAME_CHARS).translate(_ENTITIES)
 
 
 def short(s: str) -> str:

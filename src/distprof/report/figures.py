@@ -159,8 +159,9 @@ def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple
         for name in top:
             fig.add_trace(go.Bar(
                 x=x, y=[round(self_us[k].get(name, 0.0) / 1000, 3) for k in keys], name=label(_short(name)),
-                customdata=[[label(name), round(wall_us[k].get(name, 0.0) / 1000, 3)] for k in keys],
-                hovertemplate="%{customdata[0]}<br>rank %{x}<br>self %{y:.2f} ms, wall %{customdata[1]:.2f} ms"
+                # The name once per figure (meta), not once per rank: the page must not grow as name length x ranks.
+                meta=label(name), customdata=[round(wall_us[k].get(name, 0.0) / 1000, 3) for k in keys],
+                hovertemplate="%{meta}<br>rank %{x}<br>self %{y:.2f} ms, wall %{customdata:.2f} ms"
                               "<extra></extra>"))
         rest = [sum(v for n, v in self_us[k].items() if n not in top) / 1000 for k in keys]
         if any(rest):

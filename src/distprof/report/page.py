@@ -126,7 +126,7 @@ def _finding(i: int, f: Finding, plots: set[str], ev: Evidence | None = None) ->
     if f.steps:
         evidence.append("steps " + ", ".join(map(str, f.steps[:16])) + (" ..." if len(f.steps) > 16 else ""))
     if f.names:
-        # C++ kernel names run to thousands of characters; the plots' hovers and --json keep them whole.
+        # C++ kernel names run to thousands of characters; the hovers keep base.NAME_CHARS of them, --json all.
         evidence.append("names: " + "; ".join(n if len(n) <= 300 else n[:299] + "…" for n in map(str, f.names[:8])))
     if evidence:
         rows.append(("evidence", _e(" · ".join(evidence))))
