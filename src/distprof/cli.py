@@ -468,12 +468,12 @@ def trigger(
     """Capture steps of a running job on demand: every process that opted in (trigger: true, or DISTPROF_TRIGGER=1)
     picks the request up at a step boundary, and all selected ranks record the same global steps.
 
-    Exit code 0 sent (or, with --status, shown); 1 --wait ended before every answer was final; 2 bad arguments or
-    not a run directory.
+    Exit code 0 sent (or, with --status, shown); 1 --wait ended before every answer was final; 2 bad arguments,
+    not a run directory, or the requests folder cannot be read or written (one line naming it and why).
     """
     import time
 
-    from .rundir.trigger import RequestStore, send, status
+    from .rundir.trigger import send, status
 
     def fail(e: Exception) -> None:
         raise BadArgument(str(e)) from None  # one line, exit 2 (with --json, one object with errors)
@@ -485,16 +485,14 @@ def trigger(
         try:
             req, new = send(run_dir, steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags,
                             lead_steps=lead_steps, align=align, start_step=start_step, tag=tag)
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # OSError: the store failed; the message names the path and cause
             fail(e)
         rid = req.id
-    elif not RequestStore(run_dir).is_run_dir():
-        fail(ValueError(f"{run_dir} is not a distprof run directory (run.json is missing)"))
 
     def current() -> dict:
         try:
-            return status(run_dir, rid)
-        except ValueError as e:
+            return status(run_dir, rid, require_run=True)
+        except (ValueError, OSError) as e:
             fail(e)
 
     got = current()

@@ -137,9 +137,10 @@ class Profiler:
 
             self._mem_guard = MemoryGuard.from_config(config)
         if config.trigger:
-            from .rundir.trigger import RequestStore
+            from .rundir.trigger import RequestScanner, RequestStore
 
             self._requests = RequestStore(config.save_path)
+            self._scanner = RequestScanner(self._requests, self._who())
         self.enabled = True
 
     # ---- public API -----------------------------------------------------------------------------------
@@ -610,43 +611,47 @@ class Profiler:
                 self.__dict__.pop("step", None)
 
     def _poll(self) -> None:
+        """Answer the requests found (rundir/trigger.py RequestScanner): the poll thread reads the folder; this
+        thread reads it only at the first poll and with trigger_poll_s 0, a bounded number of files."""
+        from .rundir.trigger import READS_PER_POLL
+
         interval = self.config.trigger_poll_s
         self._poll_due = interval == 0  # 0: at every step
+        if interval == 0 or self._poll_timer is None:
+            self._scanner.scan(limit=READS_PER_POLL)
         if interval > 0 and self._poll_timer is None:
             self._poll_timer = _PollTimer(self, interval)
-        store = self._requests
-        try:
-            ids = store.ids()
-        except Exception as e:  # storage trouble (a network blip on a URL) must not end profiling: try again later
-            logger.warning("distprof: %s could not list capture requests: %s: %s", self._who(), type(e).__name__, e)
-            return
-        for rid in ids:
-            if rid in self._seen:
-                continue
-            req = store.get(rid)
-            self._seen.add(rid)
-            if req is not None:
+        for req in self._scanner.take():
+            if req.id not in self._seen:
                 self._take(req, stored=True)
 
     def _take(self, req: Any, stored: bool) -> Any:
         """Answer one request: accepted (with its steps), refused, skipped, or None when it is not for us."""
-        from .rundir.trigger import FINAL_STATES, aligned_start
+        from .rundir.trigger import FINAL_STATES, aligned_start, too_far
 
         store = self._requests
         self._seen.add(req.id)
         if (req.ranks is not None and self.rank not in req.ranks) or not role_selected(req.roles, self.role):
             return None
-        if not stored:
-            store.put(req)
-        prev = store.my_ack(req.id, self.role, self.rank)
-        if prev is not None and prev.state in FINAL_STATES:
-            return prev  # answered by an earlier process of this rank (a restarted job)
         g = self.global_step  # the step about to run
-        why = self._refusal(req)
+        try:
+            if not stored:
+                store.put(req)
+            prev = store.my_ack(req.id, self.role, self.rank)
+            if prev is not None and prev.state in FINAL_STATES:
+                return prev  # answered by an earlier process of this rank (a restarted job)
+            why = self._refusal(req)
+            if why:
+                return self._ack(req, "refused", why, seen_step=g)
+            start = req.start_step if req.start_step is not None else store.claim_start(
+                req.id, aligned_start(g, req.lead_steps, req.align))
+        except (OSError, ValueError) as e:  # a folder it may read, not write: this request only, not profiling
+            logger.warning("distprof: %s skips request %s: it cannot write its claim in %s: %s", self._who(),
+                           req.id, store.save_path, e)
+            return None
+        why = too_far(start, g)
         if why:
             return self._ack(req, "refused", why, seen_step=g)
-        start = req.start_step if req.start_step is not None else store.claim_start(
-            req.id, aligned_start(g, req.lead_steps, req.align))
         end = start + req.steps - 1
         if g > start:
             detail = f"saw the request at step {g}, after the agreed start {start}"
@@ -836,6 +841,10 @@ class _PollTimer:
         p = self._ref()
         if p is None:
             return False
+        if p._requests is not None:
+            from .rundir.trigger import READS_PER_SCAN
+
+            p._scanner.scan(READS_PER_SCAN)  # on this thread: the folder is read here, never in a step
         p._poll_due = True
         p._use_full_step(if_idle=True)
         return True

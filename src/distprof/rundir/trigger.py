@@ -19,12 +19,14 @@ then no claim is needed.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import logging
 import os
 import posixpath
 import re
 import stat
+import threading
 import time
 import urllib.parse
 from typing import Any, Literal
@@ -37,7 +39,7 @@ from .safefile import write_bytes
 logger = logging.getLogger(__name__)
 
 __all__ = ["REQUESTS_DIR", "FLAGS", "TRIGGER_BACKENDS", "ACK_STATES", "TriggerRequest", "TriggerAck", "trigger", "trigger_status",
-           "make_request", "RequestStore", "aligned_start", "send", "status"]
+           "make_request", "RequestStore", "RequestScanner", "aligned_start", "too_far", "send", "status"]
 
 REQUESTS_DIR = ".requests"
 FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules")  # torch.profiler's options
@@ -45,7 +47,11 @@ TRIGGER_BACKENDS = ("torch", "cuda_memory")  # in-process backends: a window can
 ACK_STATES = ("accepted", "captured", "refused", "skipped")
 FINAL_STATES = ("captured", "refused", "skipped")
 MAX_LEAD = 10_000  # steps; a request waiting longer than this is a typo
+MAX_AHEAD = 2 * MAX_LEAD  # steps: the furthest a start may be past the step a process sees it at (lead + align)
 _MAX_REQUEST_BYTES = 64 << 10  # a request is a few hundred bytes; the folder is untrusted input
+READS_PER_POLL = 64  # request files a poll on the training thread reads at most; the others wait for later polls
+READS_PER_SCAN = 1024  # the same on the poll thread (it shares the interpreter lock with training: bounded too)
+TAKE_PER_POLL = 8  # new requests a poll answers at most (each answer writes files); the others wait
 _ID = re.compile(r"[0-9a-f]{16}")  # what make_request names a request; any other name in the folder is ignored
 
 
@@ -135,10 +141,24 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
     req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags, lead_steps=lead_steps,
                          align=align, start_step=start_step, tag=tag)
     rid = hashlib.sha256(_content(req)).hexdigest()[:16]
-    return msgspec.structs.replace(req, id=rid, created=time.time())
+    req = msgspec.structs.replace(req, id=rid, created=time.time())
+    size = len(msgspec.json.encode(req))
+    if size > _MAX_REQUEST_BYTES:  # a job reads no more than this: it would take the request for a corrupt file
+        raise ValueError(f"trigger request is {size} bytes, over the {_MAX_REQUEST_BYTES} a job reads "
+                         f"({len(ranks or [])} ranks, {len(roles or [])} roles); give fewer ranks or roles, "
+                         "or globs such as rollout*")
+    return req
 
 
-def _read_regular(path: str) -> bytes | None:
+def _ignoring(problems: list[str] | None, path: str, why: Any) -> None:
+    """Say why ``path`` is ignored: logged now, or added to ``problems`` (a poll says them in one warning)."""
+    if problems is None:
+        logger.warning("distprof: ignoring %s: %s", path, why)
+    else:
+        problems.append(f"{path}: {why}")
+
+
+def _read_regular(path: str, problems: list[str] | None = None) -> bytes | None:
     """At most _MAX_REQUEST_BYTES of ``path`` if it is a regular file, not a link (None otherwise, logged): a FIFO
     there would block a training step or `--status` forever, a link could point anywhere, a folder raises."""
     try:
@@ -146,11 +166,11 @@ def _read_regular(path: str) -> bytes | None:
     except OSError as e:
         if isinstance(e, FileNotFoundError):
             raise
-        logger.warning("distprof: ignoring %s: %s", path, e.strerror or e)
+        _ignoring(problems, path, e.strerror or e)
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            logger.warning("distprof: ignoring %s: not a regular file", path)
+            _ignoring(problems, path, "not a regular file")
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read(_MAX_REQUEST_BYTES)
@@ -158,9 +178,25 @@ def _read_regular(path: str) -> bytes | None:
         os.close(fd)
 
 
+def _failed(what: str, e: OSError) -> OSError:
+    """A storage error as one line naming what failed, where, and why (the CLI prints it and exits 2)."""
+    why = e.strerror or str(e) or type(e).__name__
+    return OSError(f"{what}: {why}" + (f" ({e.filename})" if e.filename and str(e.filename) not in what else ""))
+
+
 def aligned_start(step: int, lead_steps: int, align: int) -> int:
     """The smallest multiple of ``align`` that is >= ``step + lead_steps``."""
     return -(-(step + lead_steps) // align) * align
+
+
+def too_far(start: int, step: int) -> str | None:
+    """Why a process at ``step`` refuses a request starting at ``start`` (its ``start_step``, or the agreed start
+    someone wrote in ``{id}.start``): more than MAX_AHEAD steps ahead is a typo or a forgery, and accepting it
+    would keep the process busy (every later request refused as pending) for the rest of the job."""
+    if start - step <= MAX_AHEAD:
+        return None
+    return (f"its start step {start} is more than {MAX_AHEAD} steps after step {step}, where this process saw it; "
+            "send a start_step closer to the job's current step (or none: the processes agree on one)")
 
 
 def _ack_name(role: str, rank: int) -> str:
@@ -190,13 +226,24 @@ class RequestStore:
         return posixpath.join(self.root, REQUESTS_DIR, *parts) if self.remote else os.path.join(self.root, REQUESTS_DIR, *parts)
 
     # ---- small I/O primitives: one place for local vs fsspec ------------------------------------------------
-    def _read(self, path: str) -> bytes | None:
+    def _read(self, path: str, problems: list[str] | None = None) -> bytes | None:
         try:
             if self.remote:
                 return self.fs.cat_file(path, start=0, end=_MAX_REQUEST_BYTES)
-            return _read_regular(path)
+            return _read_regular(path, problems)
         except (FileNotFoundError, NotADirectoryError):
             return None
+
+    def folder_problem(self) -> str | None:
+        """Why the requests folder cannot hold requests (a file or a link in its place); None when it can."""
+        if self.remote:
+            return None
+        path = self._path()
+        if os.path.islink(path):
+            return f"{path} is a symbolic link; distprof neither reads nor writes through it: remove it"
+        if os.path.lexists(path) and not os.path.isdir(path):
+            return f"{path} is not a folder; no job can read requests there: remove it"
+        return None
 
     def _list(self, path: str) -> list[str]:
         """Entry names in ``path`` ([] when it does not exist)."""
@@ -234,14 +281,20 @@ class RequestStore:
         return write_bytes(self.root, os.path.relpath(path, self.root), data, exclusive=True)
 
     # ---- the run directory ---------------------------------------------------------------------------------
-    def is_run_dir(self) -> bool:
+    def _run_json(self) -> bytes | None:
         path = posixpath.join(self.root, RUN_JSON) if self.remote else os.path.join(self.root, RUN_JSON)
-        return self._read(path) is not None
+        try:
+            return self._read(path)
+        except OSError as e:  # the store answered with an error (an S3 500, a permission): not "no run.json"
+            raise _failed(f"cannot read {path}", e) from None
+
+    def is_run_dir(self) -> bool:
+        """True when run.json is there; OSError naming it when the store cannot say."""
+        return self._run_json() is not None
 
     def run_config(self) -> dict[str, Any] | None:
-        """The config recorded in run.json (None when it cannot be read)."""
-        path = posixpath.join(self.root, RUN_JSON) if self.remote else os.path.join(self.root, RUN_JSON)
-        data = self._read(path)
+        """The config recorded in run.json (None when it is missing or malformed; OSError when unreadable)."""
+        data = self._run_json()
         try:
             cfg = msgspec.json.decode(data or b"").get("config")
         except (msgspec.DecodeError, AttributeError):
@@ -256,11 +309,12 @@ class RequestStore:
     def ids(self) -> list[str]:
         return [n[:-5] for n in self._list(self._path()) if n.endswith(".json") and _ID.fullmatch(n[:-5])]
 
-    def get(self, rid: str) -> TriggerRequest | None:
-        """The request ``rid``; None when missing or malformed (logged: the folder is untrusted input)."""
+    def get(self, rid: str, problems: list[str] | None = None) -> TriggerRequest | None:
+        """The request ``rid``; None when missing or malformed (logged, or added to ``problems``: the folder is
+        untrusted input)."""
         if not _ID.fullmatch(rid):
             return None
-        data = self._read(self._path(f"{rid}.json"))
+        data = self._read(self._path(f"{rid}.json"), problems)
         if data is None:
             return None
         try:
@@ -271,7 +325,7 @@ class RequestStore:
             make_request(req.steps, req.ranks, req.roles, req.backend, req.flags, req.lead_steps, req.align,
                          req.start_step, req.tag)
         except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
-            logger.warning("distprof: ignoring trigger request %s: %s", self._path(f"{rid}.json"), e)
+            _ignoring(problems, self._path(f"{rid}.json"), f"not a trigger request: {e}")
             return None
         return req
 
@@ -320,6 +374,88 @@ class RequestStore:
         return sorted(out, key=lambda a: (a.role, a.rank))
 
 
+class RequestScanner:
+    """The requests a process has not looked at yet, found without stalling its training thread.
+
+    The folder is untrusted input: anyone who can write it can fill it with junk (50,000 files). ``scan`` lists
+    it and reads each new request file once, at most ``limit`` per scan (the others wait for the next), and says
+    what it ignored in one warning per scan, however many files that is. The profiler scans from its poll
+    thread (``trigger_poll_s`` > 0: READS_PER_SCAN), so a step never reads the folder; on the training thread
+    (the first poll at start(), and every step with ``trigger_poll_s: 0``) READS_PER_POLL. ``take`` hands the
+    valid requests found to the training thread, a few per poll, where they are answered.
+    """
+
+    def __init__(self, store: RequestStore, who: str):
+        self.store, self.who = store, who
+        self._examined: set[str] = set()  # ids read (valid or not): never read again
+        self._found: collections.deque[TriggerRequest] = collections.deque()
+        self._scanning = threading.Lock()  # one scan at a time; ``take`` never waits for it (deque ops are atomic)
+        self._unchanged: tuple[int, int] | None = None  # the folder's (inode, mtime) at the last listing, if trusted
+        self._listed = 0.0  # time.monotonic() of the last listing
+        self._unread: list[str] = []  # ids that listing found and no scan has read yet
+
+    def _same_folder(self) -> bool:
+        """True when the local folder is as it was at the last listing: then a scan reads on from what that
+        listing found, and a poll costs one stat, not a listing (50,000 names). The folder's mtime changes with
+        every file added; it is trusted when over 2 s older than the listing (a file added in the same clock
+        tick leaves it alone), and for 60 s (a shared filesystem's clock may differ from ours)."""
+        if self.store.remote or self._unchanged is None or time.monotonic() - self._listed > 60:
+            return False
+        try:
+            st = os.stat(self.store._path())
+        except OSError:
+            return False
+        return (st.st_ino, st.st_mtime_ns) == self._unchanged
+
+    def scan(self, limit: int) -> None:
+        """Read at most ``limit`` new request files; none if a scan is running (it never waits for one)."""
+        if not self._scanning.acquire(blocking=False):
+            return
+        try:
+            self._scan(limit)
+        finally:
+            self._scanning.release()
+
+    def _scan(self, limit: int) -> None:
+        if not self._same_folder():
+            self._unchanged, self._listed = None, time.monotonic()
+            try:
+                st = None if self.store.remote else os.stat(self.store._path())
+                ids = self.store.ids()
+            except FileNotFoundError:
+                return
+            except Exception as e:  # storage trouble (a network blip on a URL): try again at the next poll
+                logger.warning("distprof: %s could not list capture requests in %s: %s: %s", self.who,
+                               self.store._path(), type(e).__name__, e)
+                return
+            self._unread = [rid for rid in ids if rid not in self._examined]
+            if st is not None and time.time() - st.st_mtime > 2:
+                self._unchanged = (st.st_ino, st.st_mtime_ns)
+        batch, self._unread = self._unread[:limit], self._unread[limit:]
+        problems: list[str] = []
+        for rid in batch:
+            try:
+                req = self.store.get(rid, problems)
+            except Exception as e:  # storage trouble: read it again at a later scan
+                problems.append(f"{self.store._path(rid + '.json')}: {type(e).__name__}: {e}")
+                self._unread.append(rid)
+                continue
+            self._examined.add(rid)
+            if req is not None:
+                self._found.append(req)
+        if problems:
+            logger.warning("distprof: %s ignored %d file(s) in %s that are not trigger requests (first: %s)%s",
+                           self.who, len(problems), self.store._path(), problems[0],
+                           f"; {len(self._unread)} to read at the next polls" if self._unread else "")
+
+    def take(self, n: int = TAKE_PER_POLL) -> list[TriggerRequest]:
+        """Up to ``n`` of the requests found, oldest first; the others stay for the next poll."""
+        out = []
+        while len(out) < n and self._found:
+            out.append(self._found.popleft())  # only this thread pops: the deque is not empty here
+        return out
+
+
 def send(run_dir: str, require_run: bool = True, **fields: Any) -> tuple[TriggerRequest, bool]:
     """Validate and store a request under ``run_dir``; (request, True if new). ValueError when refused."""
     store = RequestStore(run_dir)
@@ -335,15 +471,35 @@ def send(run_dir: str, require_run: bool = True, **fields: Any) -> tuple[Trigger
         m = cfg.get("trigger_max_steps")
         max_steps = m if isinstance(m, int) and not isinstance(m, bool) and m > 0 else None
     req = make_request(max_steps=max_steps, **fields)
-    existing = store.get(req.id)
-    if existing is not None:
-        return existing, False
-    return req, store.put(req)
+    problem = store.folder_problem()
+    if problem:
+        raise ValueError(problem)
+    try:
+        existing = store.get(req.id)
+        if existing is not None:
+            return existing, False
+        return req, store.put(req)
+    except OSError as e:
+        raise _failed(f"cannot write trigger request {req.id} in {store._path()}", e) from None
 
 
-def status(run_dir: str, rid: str | None = None) -> dict[str, Any]:
-    """Every request (or request ``rid``) with its agreed start and each (role, rank)'s acknowledgement."""
+def status(run_dir: str, rid: str | None = None, require_run: bool = False) -> dict[str, Any]:
+    """Every request (or request ``rid``) with its agreed start and each (role, rank)'s acknowledgement.
+    ValueError when ``require_run`` and ``run_dir`` has no run.json, or the requests folder is not a folder;
+    OSError naming the path when the store cannot be read."""
     store = RequestStore(run_dir)
+    if require_run and not store.is_run_dir():
+        raise ValueError(f"{run_dir} is not a distprof run directory ({RUN_JSON} is missing)")
+    problem = store.folder_problem()
+    if problem:
+        raise ValueError(problem)
+    try:
+        return _status(store, run_dir, rid)
+    except OSError as e:
+        raise _failed(f"cannot read the trigger requests in {store._path()}", e) from None
+
+
+def _status(store: RequestStore, run_dir: str, rid: str | None) -> dict[str, Any]:
     ids = [rid] if rid is not None else store.ids()
     out = []
     for i in ids:
