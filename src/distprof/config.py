@@ -21,7 +21,6 @@ import fnmatch
 import os
 import re
 import typing
-import unicodedata
 from pathlib import PurePosixPath
 from typing import Any, Literal, Mapping, NamedTuple
 
@@ -43,6 +42,7 @@ from .config_errors import show as _show
 from .config_limits import check_roles
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
+from .rundir.layout import control_char as _control_char  # one rule for roles, paths and URLs
 from .plan import Plan, Schedule
 from .rundir.layout import PROCESS_BACKENDS
 
@@ -423,11 +423,6 @@ def _parse_steps(v: Any) -> list[int]:
     if not out:
         raise ValueError(f"steps is empty, so nothing would be captured; {fix}, or remove steps to use a schedule")
     return sorted(out)
-
-
-def _control_char(text: str) -> str | None:
-    """The first control character (NUL, newline, escape ...) in ``text``: never part of a path, role or URL."""
-    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
 
 
 def _check_role_name(field: str, role: Any) -> str:

@@ -50,7 +50,7 @@ from .fragments import Joiner, Part, PartWriter
 from .listing import TraceFile, find_traces
 from .parallel import FileError, Progress, map_files
 from .writing import atomic_output, check_output
-from .reader import Int64, TraceError, TraceStream, Duration, Time
+from .reader import Int64, TraceStream, Duration, Time
 from .selection import Selection
 from .vocab import profiler_step
 

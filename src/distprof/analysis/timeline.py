@@ -30,7 +30,6 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import intervals as iv
 from .ranks import role_of, runs
 from .stragglers import blocked_until, queues
 from .table import TraceTable
