@@ -42,7 +42,7 @@ from .config_errors import show as _show
 from .config_limits import check_roles
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
-from .rundir.layout import control_char as _control_char  # one rule for roles, paths and URLs
+from .safetext import control_char as _control_char  # one rule for roles, paths and URLs
 from .plan import Plan, Schedule
 from .rundir.layout import PROCESS_BACKENDS
 

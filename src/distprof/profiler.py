@@ -27,7 +27,7 @@ from .config import ProfilerConfig
 from .envvars import apply_log_level
 from .rundir.layout import ROLE_JSON, rank_dir, sanitize_role, stage_label
 from .rundir.manifest import WindowRecord
-from .rundir.publish import publish
+from .rundir.publish import publish, write_json
 from .rundir.store import RunDir
 from .rundir.upload import active as upload_active
 from .plan import Window, role_selected
@@ -257,12 +257,12 @@ class Profiler:
     def _start(self) -> None:
         self._clock.started(self.global_step)
         info = self._run_info()
-        self._run.write_run_json(info)
-        self._run.write_run_json({"role": self.role, "world_size": self.world_size, "plan": info["plan"],
-                                  "backend": self.config.backend, "config": info["config"],
-                                  **({"mesh": {"names": list(self._mesh.names), "shape": list(self._mesh.shape),
-                                               "ranks": list(self._mesh.ranks)}} if self._mesh else {})},
-                                 rel=f"{self.role}/{ROLE_JSON}")
+        write_json(self._run, info)
+        write_json(self._run, {"role": self.role, "world_size": self.world_size, "plan": info["plan"],
+                               "backend": self.config.backend, "config": info["config"],
+                               **({"mesh": {"names": list(self._mesh.names), "shape": list(self._mesh.shape),
+                                            "ranks": list(self._mesh.ranks)}} if self._mesh else {})},
+                   rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         self._plan_timing()
         if self._next is None and not self.config.trigger:

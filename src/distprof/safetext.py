@@ -9,9 +9,10 @@ report both apply :func:`visible` before anything else (HTML escaping comes afte
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
-__all__ = ["visible"]
+__all__ = ["visible", "control_char"]
 
 _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 _ESCAPES.update({0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"})
@@ -23,3 +24,9 @@ _ESCAPES.update({c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202
 def visible(s: Any) -> str:
     """``s`` as a string with every control and bidirectional character escaped."""
     return ("" if s is None else str(s)).translate(_ESCAPES)
+
+
+def control_char(text: str) -> str | None:
+    """The first control character (NUL, newline, escape, DEL, C1 ...) in ``text``, else None: never part of a
+    role, a path or a URL (the config and the run directory's layout refuse them by this one rule)."""
+    return next((c for c in text if unicodedata.category(c) == "Cc"), None)

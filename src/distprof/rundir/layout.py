@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import posixpath
 import re
-import unicodedata
+
+from ..safetext import control_char
 
 __all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role", "control_char",
            "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
@@ -52,11 +53,6 @@ def sanitize_role(role: str) -> str:
     if not parts or role.startswith(("/", "~")) or ".." in parts:
         raise ValueError(f"role {role!r} would write outside save_path; use a relative name such as 'actor/micro_step'")
     return "/".join(parts)
-
-
-def control_char(text: str) -> str | None:
-    """The first control character (NUL, newline, escape, DEL, C1 ...) in ``text``, else None."""
-    return next((c for c in text if unicodedata.category(c) == "Cc"), None)
 
 
 def rank_dir(role: str, rank: int) -> str:

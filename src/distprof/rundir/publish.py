@@ -14,11 +14,12 @@ from typing import Any, Callable
 
 from .manifest import FileEntry, WindowRecord
 from .store import Published, RunDir, warn_conflict
-from .upload import UploadJob, uploader
+from .layout import RUN_JSON
+from .upload import StoreWrite, UploadJob, uploader
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["publish"]
+__all__ = ["publish", "write_json"]
 
 
 def publish(run: RunDir, rel_dir: str, staged: list[tuple[str, str]], fields: dict[str, Any], who: str,
@@ -57,3 +58,14 @@ def publish(run: RunDir, rel_dir: str, staged: list[tuple[str, str]], fields: di
     if done is not None:
         done(line)
     return line
+
+
+def write_json(run: RunDir, info: dict[str, Any], rel: str = RUN_JSON) -> bool | None:
+    """``run.json`` (or ``role.json``) unless another process wrote it first: locally at once (True if we wrote
+    it); to an fsspec URL on the upload thread, in order with the windows and retried like them
+    (:class:`.upload.StoreWrite`), so the caller (``Profiler.start()``, on the training thread) never waits on the
+    network, and None is returned."""
+    if run.remote:
+        uploader().submit(StoreWrite(run, rel, lambda: run.write_run_json(info, rel)))
+        return None
+    return run.write_run_json(info, rel)

@@ -203,16 +203,12 @@ class RunDir:
     def write_run_json(self, info: dict[str, Any], rel: str = RUN_JSON) -> bool | None:
         """Write run.json (or another small JSON file) unless another process already did (first writer wins).
 
-        True if we wrote it. To an fsspec URL it is written on the upload thread, in order with the windows and
-        retried like them (:class:`.upload.StoreWrite`): the caller (``Profiler.start()``, on the training thread)
-        never waits on the network, and None is returned.
+        True if we wrote it. To an fsspec URL: the store calls, made where this is called (a Profiler goes through
+        :func:`.publish.write_json`, which runs this on the upload thread: ``start()`` never waits on the network).
         """
         data = msgspec.json.format(_json.encode(info), indent=2) + b"\n"
         if self.remote:
-            from .upload import StoreWrite, uploader
-
-            uploader().submit(StoreWrite(self, rel, lambda: self._put_if_absent(rel, data)))
-            return None
+            return self._put_if_absent(rel, data)
         os.makedirs(self.root, exist_ok=True)
         if os.path.lexists(os.path.join(self.root, rel)):
             return False
