@@ -120,18 +120,3 @@ def pytest_xdist_node_collection_finished(node, ids):
     if node.config.getvalue("dist") == "loadgroup" and ray and not any("@" in i for i in ray):
         pytest.exit(f"pytest-xdist's xdist_group marks are not applied (pytest {pytest.__version__} with this "
                     f"pytest-xdist); install pytest<9, as pyproject.toml pins", returncode=3)
-
-
-# The xdist groups' tests, longest chain first: under ``--dist loadgroup`` each group is one unit of work, handed
-# out in the order of its first test. The Ray group (about 500 s on 2 cores, one test after another) would
-# otherwise start only once the analysis tests before it alphabetically were handed out, and end the run alone.
-FIRST = ("ray", "browser", "fsdp_offload")
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        mark = item.get_closest_marker("xdist_group")
-        name = mark.args[0] if mark and mark.args else None
-        return FIRST.index(name) if name in FIRST else len(FIRST)
-
-    items.sort(key=rank)  # stable: each group's and the rest's order is kept
