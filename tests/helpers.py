@@ -4,6 +4,11 @@ import torch
 
 import distprof
 
+# A child's peak RSS in MB, printed as its last line. VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec
+# from the forking parent, so a child of a big pytest worker (1 GB late in a CI run) would report the worker's.
+PEAK_MB = ('print(next(int(line.split()[1]) // 1024 for line in open("/proc/self/status") '
+           'if line.startswith("VmHWM:")))')
+
 
 class Trainer:
     def __init__(self):

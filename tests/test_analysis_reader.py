@@ -74,6 +74,7 @@ import pytest  # noqa: E402
 from distprof.analysis import find_traces  # noqa: E402
 from distprof.analysis.reader import TraceError, open_trace  # noqa: E402
 
+from helpers import PEAK_MB  # noqa: E402
 from tracekit import DLRM, TRACES, X, cli, load, write  # noqa: E402
 
 CPU_ONLY = os.path.join(TRACES, "hta", "cpu_only_rank-34.pt.trace.json.gz")  # a real trace with keys after its events
@@ -245,9 +246,7 @@ try:
     print("events", sum(len(b) for b in s.batches()), s.report.to_dict())
 except TraceError as e:
     print("error", e)
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (a big pytest worker).
-print(next(int(line.split()[1]) // 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:")))
-"""
+""" + PEAK_MB
 
 
 def _bomb(path, head, filler, mb, tail=b""):
