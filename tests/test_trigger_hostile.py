@@ -107,6 +107,19 @@ def test_junk_requests_are_read_on_the_poll_thread_not_in_steps(tmp_path, caplog
 
 
 # ---- item 11: a start far ahead kept the process busy for the rest of the job --------------------------------------
+def test_status_over_junk_requests_warns_once_and_lists_the_real_one(tmp_path, caplog):
+    d = run_dir(tmp_path)
+    junk(d, 300)
+    RequestStore(str(d)).put(real := make_request(steps=1, align=1, lead_steps=1))
+    caplog.set_level(logging.WARNING)
+    st = distprof.trigger_status(str(d))
+    assert [r["id"] for r in st["requests"]] == [real.id]
+    (said,) = trigger_warnings(caplog)  # one line for the 300 junk files, not one each
+    assert "ignored 300 file(s)" in said.getMessage()
+    code, _, err = cli("trigger", d, "--status")
+    assert code == 0 and err.count("not trigger requests") == 1
+
+
 def test_starts_beyond_the_lead_bound_are_refused_and_later_requests_still_capture(tmp_path):
     store = RequestStore(str(tmp_path))
     store.put(far := make_request(steps=1, start_step=2**62))  # accepted by make_request: it cannot know the step

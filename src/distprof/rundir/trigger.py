@@ -502,8 +502,9 @@ def status(run_dir: str, rid: str | None = None, require_run: bool = False) -> d
 def _status(store: RequestStore, run_dir: str, rid: str | None) -> dict[str, Any]:
     ids = [rid] if rid is not None else store.ids()
     out = []
+    problems: list[str] = []  # files that are not requests: said once, not once per file
     for i in ids:
-        req = store.get(i)
+        req = store.get(i, problems)
         if req is None:
             if rid is not None:
                 raise ValueError(f"no trigger request {rid!r} in {run_dir}; `distprof trigger {run_dir} --status` "
@@ -513,6 +514,9 @@ def _status(store: RequestStore, run_dir: str, rid: str | None) -> dict[str, Any
         out.append({"id": i, "request": msgspec.to_builtins(req), "start_step": req.start_step if req.start_step is not None else store.agreed_start(i),
                     "acks": [msgspec.to_builtins(a) for a in acks],
                     "done": bool(acks) and all(a.state in FINAL_STATES for a in acks)})
+    if problems:
+        logger.warning("distprof: ignored %d file(s) in %s that are not trigger requests (first: %s)",
+                       len(problems), store._path(), problems[0])
     out.sort(key=lambda r: r["request"].get("created", 0.0))
     return {"run_dir": run_dir, "requests": out}
 
