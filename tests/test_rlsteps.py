@@ -49,7 +49,7 @@ def _sync(root):
     _rank(root, "rollout", 0, {s: [("rollout/generate", 0, gen[s]), ("rollout/load_weights", 6000, 200)]
                                for s in gen}, 6300)
     _rank(root, "ref", 0, {s: [("ref/log_probs", 3100, 1000)] for s in gen}, 6300)
-    _rank(root, "actor", 0, {s: [("actor/update", 4200, 1600), ("actor/sync_weights", 5850, 100)] for s in gen}, 6300)
+    _rank(root, "actor", 0, {s: [("actor/update", 4200, 1400), ("actor/sync_weights", 5850, 100)] for s in gen}, 6300)
 
 
 def _by(items, key="role"):
@@ -66,7 +66,7 @@ def test_synchronous_steps_path_and_what_if(tmp_path):
     roles = _by(s1["roles"])
     assert set(roles) == {"rollout", "ref", "actor"}
     assert roles["rollout"]["busy_us"] == pytest.approx(3200.0) and roles["rollout"]["idle_us"] == pytest.approx(3100.0)
-    assert roles["ref"]["busy_us"] == pytest.approx(1000.0) and roles["actor"]["busy_us"] == pytest.approx(1700.0)
+    assert roles["ref"]["busy_us"] == pytest.approx(1000.0) and roles["actor"]["busy_us"] == pytest.approx(1500.0)
     for r in roles.values():
         assert r["busy_us"] + r["idle_us"] == pytest.approx(s1["duration_us"])
         assert r["overlapped_us"] == 0.0  # one role after another
@@ -150,6 +150,13 @@ def test_engine_role_iterations_and_stages(tmp_path):
     eng = _by(s1["engine"])["rollout/engine"]
     assert eng["engine_iterations"] == 6
     assert eng["prefill_us"] == pytest.approx(200.0) and eng["decode_us"] == pytest.approx(5 * 200.0)
+    # diagnose names the engine-level cause of the bounding role.
+    f = next(f for f in analyze.diagnose(str(tmp_path), workers=1)["findings"] if f["id"] == "bounding_role")
+    assert f["evidence"]["role"] == "rollout"
+    assert f["what_if"]["engine"] == {"role": "rollout/engine", "iterations_per_step": 6.0,
+                                      "prefill_us_per_step": pytest.approx(200.0),
+                                      "decode_us_per_step": pytest.approx(1000.0)}
+    assert "rollout/engine" in f["claim"] and "decode bounds the generation" in f["claim"]
 
 
 def test_busy_intervals_from_outside_the_traces(tmp_path):
@@ -171,17 +178,22 @@ def test_busy_intervals_from_outside_the_traces(tmp_path):
     assert [p[0] for p in lane["phases"]] == ["driver/prepare", "driver/log"]
 
 
-def test_cli_table_diagnose_and_report(tmp_path):
+def test_terminal_table_json_and_diagnose(tmp_path):
+    from test_terminal_width import cli_in_pty
+
     _sync(tmp_path)
-    code, text, _ = cli("steps", str(tmp_path))
-    assert code == 0 and "RL steps" in text
-    assert "rollout > ref > actor > rollout" in text
-    assert all(len(line) <= 80 for line in text.splitlines())
+    code, lines = cli_in_pty(80, "steps", tmp_path)
+    assert code == 0 and any(line.startswith("RL steps") for line in lines)
+    assert any("step 1: path rollout > ref > actor > rollout" in line for line in lines)
+    assert max(len(line) for line in lines) <= 80
     code, d, _ = cli("steps", str(tmp_path), "--json")
     assert code == 0 and {"step", "duration_us", "critical_path", "roles", "what_if"} <= set(d["rl_steps"][0])
-    code, d, _ = cli("diagnose", str(tmp_path), "--json")
+    assert {"role", "busy_us", "idle_us", "on_path_us", "overlapped_us"} <= set(d["rl_steps"][0]["roles"][0])
+    d = analyze.diagnose(str(tmp_path), workers=1)
     f = next(f for f in d["findings"] if f["id"] == "bounding_role")
-    assert f["what_if"]["critical_path"] == ["rollout", "ref", "actor", "rollout"]
-    assert f["what_if"]["rl_saves_us"] == pytest.approx(1000.0)
-    assert f["what_if"]["rl_steps"][0] == {"step": 1, "critical_path": ["rollout", "ref", "actor", "rollout"],
-                                           "saves_us": pytest.approx(1000.0)}
+    w = f["what_if"]
+    assert f["evidence"]["role"] == "rollout" and w["roles_then_bounding"] == "actor"  # the keys it had stay
+    assert w["critical_path"] == ["rollout", "ref", "actor", "rollout"]
+    assert w["rl_saves_us"] == pytest.approx(1000.0)  # step 1 only: steps 2 and 3 are the median
+    assert w["rl_steps"][0] == {"step": 1, "critical_path": ["rollout", "ref", "actor", "rollout"],
+                                "saves_us": pytest.approx(1000.0)}
