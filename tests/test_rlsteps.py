@@ -197,3 +197,56 @@ def test_terminal_table_json_and_diagnose(tmp_path):
     assert w["rl_saves_us"] == pytest.approx(1000.0)  # step 1 only: steps 2 and 3 are the median
     assert w["rl_steps"][0] == {"step": 1, "critical_path": ["rollout", "ref", "actor", "rollout"],
                                 "saves_us": pytest.approx(1000.0)}
+
+
+@pytest.mark.xdist_group("browser")
+def test_report_draws_the_worst_and_the_median_rl_step(tmp_path):
+    from distprof.analysis.diagnose import Plot
+    from distprof.report import write_report
+    from playwright.sync_api import sync_playwright
+    from test_report import ARGS, CHROMIUM, open_report
+    from test_report_views import PLOTS, _plots
+
+    _sync(tmp_path / "run")
+    r = write_report(str(tmp_path / "run"), str(tmp_path / "r.html"))
+    assert {p["id"]: p for p in r["plots"]}[Plot.RL_STEPS] == {"id": Plot.RL_STEPS, "figures": 2, "note": None}
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            got = open_report(b, tmp_path / "r.html", tmp_path / "r.png", extra=PLOTS)
+        finally:
+            b.close()
+    figs = {v["layout"]["title"]: v for v in _plots(got, Plot.RL_STEPS).values()}
+    worst = figs["RL step 1 (worst: 6.3 ms), path rollout &gt; ref &gt; actor &gt; rollout"]
+    assert any(t.startswith("RL step 2 (median") for t in figs)
+    traces = {t["name"]: t for t in worst["data"]}
+    # A lane per role and rank, the idle rest of the step shaded under the busy bars, phases on them, the path.
+    assert traces["waiting (idle)"]["y"] == ["actor 0", "ref 0", "rollout 0"]
+    assert sorted(zip(traces["busy"]["y"], traces["busy"]["base"], traces["busy"]["x"])) == [
+        ("actor 0", 4.2, 1.4), ("actor 0", 5.85, 0.1), ("ref 0", 3.1, 1.0), ("rollout 0", 0.0, 3.0),
+        ("rollout 0", 6.0, 0.2)]
+    assert traces["rollout/generate"]["x"] == [3.0]
+    # The path's segments: the actor's update and its weight sync are two (250 µs apart).
+    assert traces["critical path"]["customdata"] == ["rollout", "ref", "actor", "actor", "rollout"]
+    assert "rollout/generate" in worst["legend"]
+
+
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
+def test_the_demo_rl_step_view(tmp_path):
+    """The demo's real run (real Ray, rollout, ref and a 2-rank actor over gloo): its RL steps."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    from distprof.demo import rl_job
+
+    res = rl_job.run(str(tmp_path / "demo"), steps=4)
+    d = analyze.steps(res.run_dir, workers=1)
+    assert d["errors"] == [] and len(d["rl_steps"]) == 2  # the demo profiles two steps
+    for s in d["rl_steps"]:
+        roles = _by(s["roles"])
+        assert {"rollout", "ref", "actor"} <= set(roles)
+        assert roles["actor"]["ranks"] == [0, 1]
+        for r in roles.values():
+            assert r["busy_us"] > 0
+            assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
+        assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "ref", "actor"}
+        assert "actor" in s["critical_path"]  # the update (and its straggler) bounds every demo step
+        assert {w["role"] for w in s["what_if"]} == set(roles)
