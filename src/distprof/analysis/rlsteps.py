@@ -286,7 +286,6 @@ def combine(rows: list[dict[str, Any]], files: Iterable[tuple[Any, dict[str, Any
     files = list(files)
     labels, _ = runs(info for info, _ in files)
     own = {info.path: parts.get("rlsteps") for info, parts in files}
-    blocked = _blocked(files)
     # Keyed work: each (step, role, rank)'s rows. Unkeyed: engine files, multi-step windows, tasks.
     spans: dict[Any, list[tuple[str, Any, float, float, str | None]]] = defaultdict(list)
     keyed_paths: set[str] = set()
@@ -321,6 +320,7 @@ def combine(rows: list[dict[str, Any]], files: Iterable[tuple[Any, dict[str, Any
     roles_all = {r for sp in spans.values() for r, *_ in sp} | {r for r, *_ in unkeyed}
     if len(roles_all) < 2 or not spans:
         return []
+    blocked = _blocked(files)  # (after the one-role exit: it matches every collective again)
     window = {k: (min(s[2] for s in sp), max(s[3] for s in sp)) for k, sp in spans.items()}
     by_role_row: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
     for k, sp in spans.items():
