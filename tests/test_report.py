@@ -130,7 +130,9 @@ def test_dlrm_report_in_chromium(browser, tmp_path):
     assert code == 0, err
     assert r["out"] == str(out) and r["bytes"] == out.stat().st_size and r["files_read"] == 8 and r["errors"] == []
     assert [p["id"] for p in r["plots"]] == [p for p in Plot.ALL if p != Plot.DIFF]
-    assert all(p["figures"] >= 1 and p["note"] is None for p in r["plots"])  # 8 GPU ranks: every plot applies
+    # 8 GPU ranks of one role: every plot applies but the RL step timeline (it needs several roles), which says so.
+    assert all(p["figures"] >= 1 and p["note"] is None for p in r["plots"] if p["id"] != Plot.RL_STEPS)
+    assert {p["id"]: p for p in r["plots"]}[Plot.RL_STEPS]["note"].startswith("One role only")
     # The wait matrix as plotly.js drew it: culprit columns and each column's summed waiting.
     matrix = """(() => { const t = document.getElementById('waits-0').data[0];
         return t.x.map((x, j) => [x, t.z.reduce((s, row) => s + (row[j] || 0), 0)]); })()"""

@@ -315,6 +315,8 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         t.add_section()
     console.print(t)
     _step_breakdown_table(console, d)
+    from .render_rl import rl_steps  # the RL step view (a module of its own: this one is long)
+    rl_steps(console, d)
     profiling_cost(console, d.get("profiling_cost"))
     bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
     if bound:

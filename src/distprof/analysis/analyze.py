@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import diagnose as diagnose_mod, idle, launch, step_names, temporal, timeline
+from . import diagnose as diagnose_mod, idle, launch, rlsteps, step_names, temporal, timeline
 from .parallel import FileError, Progress, SplitPool, map_files
 from .ranks import assign_runs, file_facts, resolve
 from .listing import TraceFile, find_traces
@@ -38,7 +38,7 @@ __all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", 
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
-            "timeline": timeline}
+            "timeline": timeline, "rlsteps": rlsteps}
 
 
 @dataclass
@@ -190,7 +190,7 @@ def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
 
 # What each verb's figures are made of: the per-file extracts its read runs.
 SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch")
-STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch")
+STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 
 
@@ -224,8 +224,10 @@ def _stragglers_of(run: Run, top: int | None) -> dict[str, Any]:
     return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
 
 
-def _steps_of(run: Run, waits: list[dict[str, Any]]) -> dict[str, Any]:
+def _steps_of(run: Run, waits: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
+    # The RL step view (jobs with several roles; [] for one): ``tasks`` are busy intervals from outside the traces.
+    out["rl_steps"] = rlsteps.to_json(rlsteps.combine(out["steps"], [(r.info, r.parts) for r in run.files], tasks))
     # Each rank's device idle by cause and launch figures for the step; the ranks whose step is launch-bound.
     parts = {r.info.path: r.parts for r in run.files}
     for row in out["steps"]:
@@ -247,10 +249,11 @@ def summary(path: str, selection: Selection | None = None, top: int | None = Non
 
 
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
-          progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back."""
+          progress: Callable[[Progress], None] | None = None, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back; the
+    RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
     run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
-    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"])
+    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"], tasks)
 
 
 def stragglers(path: str, selection: Selection | None = None, top: int | None = 10, workers: int | None = None,

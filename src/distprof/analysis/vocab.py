@@ -17,7 +17,7 @@ __all__ = [
     "profiler_step", "STEP_PREFIX", "is_comm_kernel", "is_comm_host_event", "is_collective_op",
     "collective_kind", "thread_kind", "ThreadKind", "is_sync_runtime", "is_dataloader",
     "DEVICE_CATEGORY_NAMES", "is_sync_op", "memcpy_endpoints", "collective_source", "ON_DEVICE", "ON_HOST",
-    "is_sync",
+    "is_sync", "ENGINE_SUFFIX", "is_engine_role", "engine_parent", "is_engine_iteration", "engine_stage",
 ]
 
 
@@ -225,4 +225,41 @@ def thread_kind(thread_name: str | None) -> str | None:
         return ThreadKind.COMMUNICATION
     if "autograd" in low:
         return ThreadKind.AUTOGRAD
+    return None
+
+
+# ---- inference engines (rollout) ------------------------------------------------------------------------
+ENGINE_SUFFIX = "/engine"  # an engine's traces are the role "<role>/engine" (e.g. rollout/engine: DESIGN.md)
+
+
+def is_engine_role(role: str | None) -> bool:
+    return bool(role) and role.endswith(ENGINE_SUFFIX)
+
+
+def engine_parent(role: str) -> str:
+    """The role an engine serves: ``rollout/engine`` -> ``rollout``."""
+    return role[: -len(ENGINE_SUFFIX)] if is_engine_role(role) else role
+
+
+# One engine iteration (a scheduler step: one forward over the running batch). vLLM v1's GPU model runner wraps
+# its forward in ``record_function("gpu_model_runner: forward")`` (vllm/v1/worker/gpu_model_runner.py); older
+# vLLM and the stand-ins name the call ``execute_model``; ``engine/step`` is distprof's own spelling.
+_ENGINE_ITERATION = re.compile(r"^(?:gpu_model_runner: forward|execute_model|engine/step|engine_step)\b")
+# Prefill vs decode: SGLang names its stages EXTEND (prefill) and DECODE (ForwardMode; with profile_by_stage its
+# files end in -EXTEND / -DECODE: python/sglang/srt/managers/scheduler_profiler_mixin.py); annotations that say
+# prefill or decode count as that stage.
+_PREFILL = re.compile(r"prefill|(?:^|[^a-z])extend(?:[^a-z]|$)", re.I)
+_DECODE = re.compile(r"decode", re.I)
+
+
+def is_engine_iteration(name: str) -> bool:
+    return bool(_ENGINE_ITERATION.match(name))
+
+
+def engine_stage(name: str) -> str | None:
+    """``"prefill"``, ``"decode"`` or None: the stage an annotation's (or an SGLang stage file's) name says."""
+    if _DECODE.search(name):
+        return "decode"
+    if _PREFILL.search(name):
+        return "prefill"
     return None

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import plotly.graph_objects as go
 
 from ..analysis.diagnose import Plot
-from . import tops
+from . import rltimeline, tops
 from .base import Section, by_role as _roles, fig as _fig, height as _height, label, rank_name as _rank_name
 from .base import short as _short
 
@@ -439,7 +439,7 @@ def sections(inv: Any, diff: dict[str, Any] | None = None, a: str = "", b: str =
     out = [step_time(inv.steps),
            phases(inv.summary, inv.steps, [(r.info, r.parts["summary"]) for r in inv.run.files]),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
-           tops.kernels(inv), tops.ops(inv), idle(inv.summary)]
+           tops.kernels(inv), tops.ops(inv), idle(inv.summary), rltimeline.rl_timeline(inv.steps)]
     if diff is not None:
         out.append(diff_section(diff, a, b))
     return out

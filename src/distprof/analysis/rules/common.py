@@ -65,8 +65,9 @@ class Plot:
     KERNELS = "kernels"  # top kernels
     OPS = "ops"  # top CPU ops
     IDLE = "idle"  # device idle by cause per rank, launch statistics
+    RL_STEPS = "rl-steps"  # timeline of the worst and the median RL step: a lane per role and rank (rlsteps)
     DIFF = "diff"  # run-to-run diff (report --compare)
-    ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, DIFF)
+    ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, RL_STEPS, DIFF)
 
 
 @dataclass

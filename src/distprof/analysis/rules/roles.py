@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..vocab import ENGINE_SUFFIX
 from .common import ROLE_BOUND_RATIO, ROLE_BOUND_SHARE, Finding, Job, Plot, fmt_dur, rank_name, step_key, steps_text
 
 __all__ = ["bounding_role"]
@@ -72,6 +73,8 @@ def bounding_role(job: Job) -> list[Finding]:
              + (", not counting the straggler's excess, a finding of its own" if straggler else "")
              + f") against {others}; the other roles' ranks sit idle {fmt_dur(idle / n)} per "
              f"step in all waiting for it.")
+    rl_if, cause = _rl_what_if(job, bound)
+    claim += cause
     return [Finding(
         id="bounding_role", claim=claim, cost_us=saving, role=bound, ranks=[rank], steps=[k for k, *_ in steps],
         names=names,
@@ -82,5 +85,36 @@ def bounding_role(job: Job) -> list[Finding]:
         cost_share=saving / walls,
         what_if={"change": f"{bound}'s work takes as long as {nxt}'s", "saves_us": saving, "saves_per_step_us": saving / n,
                  "naive_us": saving, "steps": n, "then_last_rank": None, "upper_bound": False,
-                 "roles_then_bounding": nxt},
+                 "roles_then_bounding": nxt, **rl_if},
         plot=Plot.PHASES)]
+
+
+def _rl_what_if(job: Job, bound: Any) -> tuple[dict[str, Any], str]:
+    """The RL step view's what-if for the bounding role (``steps``' ``rl_steps``, :mod:`..rlsteps`): per step its
+    critical path and the saving were the role at its median step's time, replayed on the path; and the engine's
+    cause (iterations, prefill vs decode) where the role's engine traces say it (text for the claim)."""
+    rl = job.inv.steps.get("rl_steps") or []
+    if not rl:
+        return {}, ""
+    per = []
+    for s in rl:
+        w = next((x for x in s["what_if"] if x["role"] == bound), None)
+        per.append({"step": s["step"], "critical_path": s["critical_path"], "saves_us": w["saves_us"] if w else 0.0})
+    paths = Counter(tuple(p["critical_path"]) for p in per)
+    out = {"critical_path": list(paths.most_common(1)[0][0]), "rl_saves_us": sum(p["saves_us"] for p in per),
+           "rl_steps": per}
+    engines = [e for s in rl for e in s.get("engine") or []
+               if e["role"] in (bound, f"{bound}{ENGINE_SUFFIX}")]
+    if not engines:
+        return out, ""
+    n = len({id(s) for s in rl})
+    it = sum(e["engine_iterations"] for e in engines) / n
+    pre, dec = (sum(e[k] for e in engines) / n for k in ("prefill_us", "decode_us"))
+    out["engine"] = {"role": engines[0]["role"], "iterations_per_step": it, "prefill_us_per_step": pre,
+                     "decode_us_per_step": dec}
+    text = f" Its engine ({engines[0]['role']}) runs {it:,.0f} iterations per step"
+    if pre + dec > 0:
+        stage, other = ("decode", "prefill") if dec >= pre else ("prefill", "decode")
+        text += (f", {fmt_dur(max(pre, dec))} of it in {stage} against {fmt_dur(min(pre, dec))} in {other}: "
+                 f"{stage} bounds the generation")
+    return out, text + "."
