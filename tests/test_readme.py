@@ -62,6 +62,18 @@ assert not report.unreachable, report
 ray.shutdown()
 """,
     ),
+    "distprof.engines.attach(prof, llm": (
+        "",
+        """
+import glob
+assert prof._engine.wait(60)
+got = sorted(glob.glob("runs/rl/profile/rollout/engine/rank*/step00000002-00000002.pt.trace.json.gz"))
+assert len(got) == 2, got
+from distprof.rundir.check import check_run
+assert check_run("runs/rl/profile").ok
+llm.close()
+""",
+    ),
     "from distprof.integrations.hf import DistprofCallback": (
         "",
         """

@@ -40,6 +40,7 @@ from .config_errors import error as _error
 from .config_errors import problem as _problem
 from .config_errors import show as _show
 from .config_limits import check_roles
+from .engines.config import EngineConfig
 from .envvars import NOT_SETTINGS as _ENV_NOT_SETTINGS
 from .envvars import PREFIX as ENV_PREFIX
 from .safetext import control_char as _control_char  # one rule for roles, paths and URLs
@@ -493,6 +494,8 @@ class ProfilerConfig(_Strict):
     trigger: bool = False
     trigger_poll_s: float = 2.0
     trigger_max_steps: int = 20  # a request for more steps is refused (acknowledged "refused")
+    engine: EngineConfig | None = None
+    """The rollout engine (vLLM, SGLang) whose own profiler this role drives at its windows (engines/config.py)."""
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")

@@ -110,6 +110,7 @@ class Profiler:
         self._seen: set[str] = set()  # request ids this process has answered (or that are not for it)
         self._pending: tuple[Any, Window] | None = None  # an accepted request and its window, not open yet
         self._open_trigger: tuple[Any, Any] | None = None  # (request, its backend) of the open requested window
+        self._engine: Any = None  # the rollout engine this role drives (engines/capture.py), if any
 
         if not (config.enable or config.trigger):
             self._make_inert()
@@ -142,6 +143,10 @@ class Profiler:
             self._requests = RequestStore(config.save_path)
             self._scanner = RequestScanner(self._requests, self._who())
         self.enabled = True
+        if config.engine is not None:
+            from .engines.capture import for_profiler
+
+            self._engine = for_profiler(self)
 
     # ---- public API -----------------------------------------------------------------------------------
     def start(self) -> "Profiler":
@@ -265,6 +270,8 @@ class Profiler:
                    rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         self._plan_timing()
+        if self._engine is not None:
+            self._engine.at(self.global_step)
         if self._next is None and not self.config.trigger:
             logger.warning("distprof: %s starts at step %d, after every capture window (%s); nothing will be captured",
                            self._who(), self.global_step, self._plan.describe())
@@ -278,6 +285,8 @@ class Profiler:
                 self._idle_if_nothing_planned()
 
     def _step(self, hold: bool = False) -> None:
+        if self._engine is not None:
+            self._engine.at(self.global_step + 1)
         if self._discrete:
             self._step_discrete()
             return
@@ -398,6 +407,8 @@ class Profiler:
             window_opened(self)  # _close() stopped the listening; the step goes on
 
     def _stop(self, crashed: bool, cause: str) -> None:
+        if self._engine is not None:
+            self._engine.close(cause)
         if self._discrete:
             if self._stage is not None:
                 self._close_stage(stopped_by=cause)

@@ -414,6 +414,9 @@ def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord]
                 why = g.get("export_error") or g.get("reason") or "no file"
                 res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
                     f"stopped by the memory guard after step {g.get('step', rec.last)}; no trace file: {why}")))
+            elif not rec.files and rec.engine is not None:  # a rollout engine's failed or slow flush (engines/)
+                res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
+                    f"the engine's traces were not taken ({rec.stopped_by}): {rec.engine.get('error')}")))
     for rec in recs:  # lines for no window of the plan (the plan changed?): their files are still checked
         if id(rec) not in used:
             for f, status, why in _files(view, rank_rel, rec, seen):

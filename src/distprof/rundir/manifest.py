@@ -84,6 +84,10 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     writer_conflict: bool = False
     """Another process already published this window's name for this (role, rank): both were kept, this one
     under a name carrying its pid (two writers claimed the same rank, e.g. rank detection fell back to 0)."""
+    engine: dict[str, Any] | None = None
+    """A rollout engine's trace (role ``{role}/engine``): ``engine`` (vllm, sglang), ``version``, ``replica``,
+    ``ranks`` (from the engine's file name: vLLM ``rank``; SGLang ``tp``, ``dp``, ``pp``, ``ep``), ``files`` (the
+    engine's own names); ``error`` when the engine failed and no file was taken."""
     annotations: dict[str, Any] = {}
     summary: dict[str, Any] | None = None
     # The first file again, for readers of the first manifest version (kept on write).
