@@ -85,6 +85,27 @@ def test_sglang_http_windows_land_in_rollout_engine(tmp_path):
     assert {"role": "rollout/engine", "world_size": 2, "backend": "torch"} in res.roles
 
 
+def test_rl_step_view_counts_engine_iterations_once_over_its_tensor_parallel_ranks(tmp_path):
+    """The engine's traces join the RL step view as the role rollout/engine: its iterations are those of one
+    step's generation, not multiplied by its 2 TP ranks, with prefill and decode time from the engine's work."""
+    from distprof.analysis import analyze
+
+    with StandinServer("sglang", ranks=2) as srv:
+        cfg = _config(tmp_path, [2, 2], {"kind": "sglang", "url": srv.url, "trace_dir": str(tmp_path / "eng")})
+        prof = distprof.Profiler(cfg, role="rollout", rank=0, world_size=1)
+
+        def step():
+            with distprof.annotate("rollout/generate"):
+                _generate(srv.url, n=3)
+
+        _train(prof, 4, step)
+    (rl,) = analyze.steps(str(tmp_path / "run"), workers=1)["rl_steps"]
+    assert rl["step"] == 2 and {r["role"] for r in rl["roles"]} == {"rollout", "rollout/engine"}
+    (eng,) = rl["engine"]
+    assert eng["role"] == "rollout/engine" and eng["engine_iterations"] == 3
+    assert eng["prefill_us"] > 0 and eng["decode_us"] > 0
+
+
 def test_vllm_http_window_from_server_trace_dir(tmp_path):
     tdir = tmp_path / "vllm-traces"
     with StandinServer("vllm", ranks=2, trace_dir=str(tdir)) as srv:

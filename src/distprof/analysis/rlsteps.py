@@ -40,7 +40,8 @@ the old last end less the new one, so when another chain then bounds the step, t
 
 Engine roles also get ``engine``: per engine role its iterations in the step (``engine_iterations``: its
 ``ProfilerStep`` ranges or iteration annotations, :func:`.vocab.is_engine_iteration`) and its ``prefill_us``
-and ``decode_us`` (annotations or SGLang stage files that say so, :func:`.vocab.engine_stage`).
+and ``decode_us`` (annotations or SGLang stage files that say so, :func:`.vocab.engine_stage`), as the engine
+rank with the most iterations saw them (tensor-parallel ranks run every iteration together: never summed).
 """
 
 from __future__ import annotations
@@ -404,22 +405,21 @@ def _one_step(k: Any, span: tuple[float, float], busy: dict[str, iv.IntervalSet]
     ifs.sort(key=lambda w: (-w.saves_us, w.role))
     eng = []
     for role in sorted({r for r, _ in engines}):
-        n, pre, dec = 0, 0.0, 0.0
+        # Per engine rank (TP ranks run every iteration in lockstep, so a sum would count each once per rank);
+        # the rank with the most iterations (then the most stage time) speaks for the engine.
+        per_rank = []
         win = (np.array([t0]), np.array([t1]))
         mine = busy.get(role, iv.empty())
         for r, p in engines:
             if r != role:
                 continue
-            n += sum(1 for a, b in p["iterations"] if iv.length(iv.intersect(mine, (np.array([a]), np.array([b])))) > 0
-                     or (not mine[0].size and t0 <= (a + b) / 2 <= t1))
-            for name, acc in (("prefill", "pre"), ("decode", "dec")):
-                st = p["stages"][name]
-                got = iv.length(iv.intersect(iv.merge([a for a, _ in st], [b for _, b in st]),
-                                             mine if mine[0].size else win))
-                if acc == "pre":
-                    pre += got
-                else:
-                    dec += got
+            n = sum(1 for a, b in p["iterations"] if iv.length(iv.intersect(mine, (np.array([a]), np.array([b])))) > 0
+                    or (not mine[0].size and t0 <= (a + b) / 2 <= t1))
+            pre, dec = (iv.length(iv.intersect(iv.merge([a for a, _ in p["stages"][name]],
+                                                         [b for _, b in p["stages"][name]]),
+                                                mine if mine[0].size else win)) for name in ("prefill", "decode"))
+            per_rank.append((n, pre + dec, pre, dec))
+        n, _, pre, dec = max(per_rank, default=(0, 0.0, 0.0, 0.0))
         if role in busy:
             eng.append(EngineTime(role, n, pre, dec))
     lane_rows = []

@@ -64,7 +64,9 @@ def _worker(rank: int, conn: Any, parent: int) -> None:
             x = torch.randn(8, 64)
             with torch.no_grad():
                 for i in range(arg):
-                    with torch.profiler.record_function("prefill" if i == 0 else "decode"):
+                    # One engine iteration (vLLM's worker names it execute_model), its first a prefill.
+                    with torch.profiler.record_function("execute_model"), \
+                            torch.profiler.record_function("prefill" if i == 0 else "decode"):
                         x = torch.tanh(model(x))
                     if left is not None:
                         left -= 1
