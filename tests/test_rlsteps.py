@@ -159,6 +159,25 @@ def test_engine_role_iterations_and_stages(tmp_path):
     assert "rollout/engine" in f["claim"] and "decode bounds the generation" in f["claim"]
 
 
+def test_engine_iterations_numbered_as_profiler_steps_are_kept_and_are_not_global_steps(tmp_path):
+    """An engine that steps its own torch.profiler once per iteration (vLLM's iteration-bounded profiling)
+    numbers its ProfilerStep ranges by iteration (1-18 here), not by the trainer's global steps (1-3): none is
+    dropped as "past the window", and ``steps`` gives the engine one row for its window, not 18 steps."""
+    _sync(tmp_path)
+    events, n = [], 0
+    for step in (1, 2, 3):
+        t0 = step * T + 100
+        for i in range(6):
+            n += 1
+            events.append(X(f"ProfilerStep#{n}", t0 + i * 300, 250, cat="user_annotation"))
+            events.append(X("prefill" if i == 0 else "decode", t0 + i * 300, 200, cat="user_annotation"))
+    _publish(tmp_path, "rollout/engine", 0, "step00000001-00000003.pt.trace.json", events, [1, 3])
+    d = analyze.steps(str(tmp_path), workers=1)
+    assert [_by(s["engine"])["rollout/engine"]["engine_iterations"] for s in d["rl_steps"]] == [6, 6, 6]
+    (row,) = [r for r in d["steps"] if r["role"] == "rollout/engine"]
+    assert row["window"] == [1, 3]
+
+
 def test_busy_intervals_from_outside_the_traces(tmp_path):
     _sync(tmp_path)
     # The driver has no trace: Ray's task timeline says it was busy 300 µs at the start and 400 µs at the end,

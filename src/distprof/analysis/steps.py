@@ -28,7 +28,7 @@ from .. import intervals as iv
 from .ranks import role_of, runs
 from .summary import CATEGORIES, profiling_cost, window_cost
 from .table import TraceTable
-from .vocab import Kind
+from .vocab import Kind, is_engine_role
 
 __all__ = ["extract", "combine"]
 
@@ -40,7 +40,8 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     index = tb.step_index()
     ann = (k == Kind.ANNOTATION) & ~tb.comm
     dev_kind = {Kind.KERNEL: None, Kind.MEMCPY: "memcpy", Kind.MEMSET: "memset"}
-    for i, (start, end, num) in enumerate(tb.steps.tolist()):
+    # An engine's ProfilerSteps are its iterations, not global steps: its window is its row (see rlsteps).
+    for i, (start, end, num) in enumerate([] if is_engine_role(tb.info.role) else tb.steps.tolist()):
         idx = index.get(i)
         if idx is None or not idx.size:
             continue  # a step outside the selection

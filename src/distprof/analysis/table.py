@@ -29,7 +29,7 @@ import numpy as np
 from .. import intervals as iv
 from .reader import Complete, Int64, Meta, decode_run
 from .selection import Selection
-from .vocab import (KIND_OF_CATEGORY, ON_DEVICE, Kind, ThreadKind, collective_kind, collective_source, is_comm_host_event,
+from .vocab import (KIND_OF_CATEGORY, is_engine_role, ON_DEVICE, Kind, ThreadKind, collective_kind, collective_source, is_comm_host_event,
                     is_comm_kernel, is_dataloader, looks_like_device, profiler_step, thread_kind)
 
 if TYPE_CHECKING:
@@ -228,8 +228,9 @@ class TraceTable:
         # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range). When the
         # manifest lists the window's steps, a ProfilerStep past them is not a step: a window cut short by stop()
         # or exit holds one more range, from the last step's end to the profiler's teardown.
+        # An engine's ProfilerSteps number its iterations, not global steps (vocab.is_engine_role): all kept.
         listed = getattr(t, "window", None)  # a WindowRecord (typed: its steps are two ints)
-        last_listed = listed.last if listed is not None else None
+        last_listed = listed.last if listed is not None and not is_engine_role(getattr(t, "role", None)) else None
         rows, seen = [], Counter()
         for j, num in step_rows:
             if last_listed is not None and num > last_listed:
