@@ -336,8 +336,11 @@ def test_demo_end_to_end(tmp_path):
     assert "distprof check passed" in proc.stdout and f"distprof check {out}" in proc.stdout
     assert f"distprof stragglers {out}" in proc.stdout
     res = check_run(str(out))
-    assert res.ok and {r["role"] for r in res.roles} == {"rollout", "ref", "actor"}
-    assert sorted((i.role, i.rank) for i in res.items) == [("actor", 0), ("actor", 1), ("ref", 0), ("rollout", 0)]
+    assert res.ok and {r["role"] for r in res.roles} == {"driver", "rollout", "ref", "actor"}
+    # The driver (the RL loop's process) holds its own trace and Ray's task timeline of the window.
+    assert sorted((i.role, i.rank, (i.file or "").split(".", 1)[-1]) for i in res.items) == [
+        ("actor", 0, "pt.trace.json.gz"), ("actor", 1, "pt.trace.json.gz"), ("driver", 0, "pt.trace.json.gz"),
+        ("driver", 0, "ray_timeline.json.gz"), ("ref", 0, "pt.trace.json.gz"), ("rollout", 0, "pt.trace.json.gz")]
     from conftest import trace_names
 
     names = set(trace_names(out / "actor" / "rank00001" / "step00000001-00000002.pt.trace.json.gz"))
@@ -355,7 +358,8 @@ def test_demo_end_to_end(tmp_path):
     steps = subprocess.run([sys.executable, "-m", "distprof.cli", "steps", str(out), "--json", "--workers", "1"],
                            capture_output=True, text=True, check=True)
     rows = json.loads(steps.stdout)["steps"]
-    assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "ref", "rollout") for s in (1, 2)}
+    assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "driver", "ref", "rollout")
+                                                      for s in (1, 2)}
     actor = next(r for r in rows if r["role"] == "actor")
     assert len(actor["ranks"]) == 2 and "actor/update" in actor["mean_phases"]
     # The groups are stepped together: no group's last profiled step holds another group's export.

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from . import render
 from .termfit import FitConsole
-from .cli_support import BadArgument, default_report_path, failure_doc, input_error, print_json, progress_bar
+from .cli_support import BadArgument, bad_argument_if_invalid, default_report_path, failure_doc, input_error, print_json, progress_bar
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -96,16 +96,20 @@ def _guarded(fn: Callable) -> Callable:
 def demo(
     out: Optional[str] = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
     steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
-    slow_ms: float = typer.Option(150.0, "--slow-ms", min=0.0,
-                                  help="Extra batch preparation of actor rank 1 per step (the straggler to find; 0: none)."),
+    slow: Optional[list[str]] = typer.Option(None, "--slow", metavar="ROLE/PHASE:MS", help="Sleep MS in that phase "
+        "every step (repeatable; actor phases: rank 1), e.g. rollout/generate:300. Default: actor/prepare:150."),
+    slow_ms: Optional[float] = typer.Option(None, "--slow-ms", min=0.0, help="--slow actor/prepare:MS"),
+    async_rollout: bool = typer.Option(False, "--async", help="Rollout generates step N+1 during step N's update"),
 ) -> None:
-    """Run a small RL job (rollout, reference, 2-rank actor) on a local Ray cluster under the profiler,
+    """Run a small RL job (driver, rollout, reference, 2-rank actor) on a local Ray cluster under the profiler,
     then diagnose it and write the HTML report next to the traces."""
     from .demo import rl_job
 
+    planned = bad_argument_if_invalid(rl_job.parse_slow, slow or [])  # a bad ROLE/PHASE: exit 2 before Ray starts
     out = out or tempfile.mkdtemp(prefix="distprof-demo-")
     with console.status("starting...") as status:
-        result = rl_job.run(out, steps=steps, progress=lambda msg: status.update(msg), slow_ms=slow_ms)
+        result = rl_job.run(out, steps=steps, progress=status.update, slow_ms=slow_ms, slow=planned if slow else None,
+                            async_rollout=async_rollout)
     console.print(render.files_table(result.run_dir, result.files))
     console.print(f"mean reward per step: {', '.join(f'{r:.3f}' for r in result.rewards)}")
     if not result.check.ok:
@@ -122,12 +126,10 @@ def demo(
         console.print(Text(f"  {k}. {render.plain(f['claim'])}"), soft_wrap=True)
     console.print(Text(f"Report: {rep['out']} (open it in a browser; it works offline)"), soft_wrap=True)
     console.print("Next:")
-    for verb in ("diagnose", "summary", "steps", "stragglers"):
-        console.print(f"  distprof {verb} {result.run_dir}", soft_wrap=True)
-    console.print(f"  distprof merge {result.run_dir} -o merged.json.gz", soft_wrap=True)
-    console.print(f"  distprof check {result.run_dir}", soft_wrap=True)
-    console.print("  open any trace in https://ui.perfetto.dev (phases: rollout/generate, ref/log_probs, "
-                  "actor/update, actor/sync_weights)", soft_wrap=True)
+    for cmd in ("diagnose {}", "summary {}", "steps {}", "stragglers {}", "merge {} -o merged.json.gz", "check {}"):
+        console.print(f"  distprof {cmd.format(result.run_dir)}", soft_wrap=True)
+    console.print("  open any trace in https://ui.perfetto.dev (phases: driver/generate, rollout/generate, "
+                  "ref/log_probs, actor/update, actor/sync_weights)", soft_wrap=True)
 
 
 @app.command()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 import typer
 from rich.console import Console
@@ -18,6 +18,14 @@ __all__ = ["BadArgument", "input_error", "failure_doc", "print_json", "progress_
 
 class BadArgument(Exception):
     """An argument the verb cannot use (a bad selection, a missing option): one line, exit 2."""
+
+
+def bad_argument_if_invalid(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, its ValueError (an argument the library refuses) turned into :class:`BadArgument`."""
+    try:
+        return fn(*args)
+    except ValueError as e:
+        raise BadArgument(str(e)) from None
 
 
 def input_error(e: Exception) -> bool:

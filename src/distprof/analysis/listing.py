@@ -16,7 +16,7 @@ import stat
 from typing import Callable, NamedTuple
 
 from .source import TraceError, file_kind, open_local
-from ..rundir.layout import MANIFEST, RUN_FILES, is_url, rank_of_dir, stage_of_file
+from ..rundir.layout import MANIFEST, RUN_FILES, is_ray_timeline, is_url, rank_of_dir, stage_of_file
 from ..rundir.manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
 
 logger = logging.getLogger(__name__)
@@ -64,9 +64,10 @@ _TRACE_NAME = re.compile(r"\.json(\.gz)?$")
 
 
 def _is_trace_name(n: str) -> bool:
-    """A file worth reading: hidden files, distprof's own JSON files and py-spy's outputs are not traces."""
+    """A file worth reading: hidden files, distprof's own JSON files, py-spy's outputs and Ray timelines are not
+    traces."""
     return not (n.startswith(".") or n in RUN_FILES or not _TRACE_NAME.search(n)
-                or n.endswith((".speedscope.json", ".chrometrace.json")))
+                or n.endswith((".speedscope.json", ".chrometrace.json")) or is_ray_timeline(n))
 
 
 def _manifest_windows(data: bytes) -> dict[str, WindowRecord]:

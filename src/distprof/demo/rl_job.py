@@ -8,10 +8,17 @@ on loopback, in well under a minute. Workers write traces to node-local
 scratch space; ``collect`` brings them to the run directory through Ray, and
 ``check`` proves it complete.
 
-One component is deliberately slow (``slow_ms``, default :data:`SLOW_MS`): actor
-rank 1 spends that long preparing its batch (phase ``actor/prepare``) before the
-update, so the other actor rank waits for it in every gradient all-reduce: a real
-straggler for ``distprof diagnose`` to find. ``slow_ms=0`` makes every rank equal.
+One component is deliberately slow (``slow``, ``{"ROLE/PHASE": ms}``; by default
+``{"actor/prepare": SLOW_MS}``): a sleep inside that annotated phase of that role (of
+actor rank 1 for an actor phase, so the other actor rank waits for it in every gradient
+all-reduce: a real straggler). ``distprof diagnose`` has a real cause to find wherever it
+is put; :data:`PHASES` lists where it can go. ``slow={}`` makes every worker equal.
+
+The driver (this process) is profiled as role ``driver`` (``profiling(groups, driver=True)``), its phases
+``driver/generate``, ``driver/reference``, ``driver/update`` and ``driver/sync_weights`` the RL loop's stages
+(verl's ``gen``, ``ref``, ``update_actor``, weight sync), and Ray's task timeline of each window is kept beside
+its trace. ``async_rollout=True`` runs the job one step off-policy (verl's and slime's asynchronous modes): the
+rollout generates step N+1 while the actor trains on step N.
 """
 
 from __future__ import annotations
@@ -32,6 +39,25 @@ logger = logging.getLogger(__name__)
 VOCAB, HIDDEN, SEQ, BATCH = 64, 64, 24, 32
 SLOW_MS = 150.0  # actor rank 1's extra batch preparation per step (the demo's straggler)
 SLOW_RANK = 1
+# Where ``slow`` may put a sleep: each role's annotated phases (an actor phase on rank SLOW_RANK only).
+PHASES = ("rollout/generate", "rollout/load_weights", "ref/log_probs", "actor/prepare", "actor/update",
+          "actor/sync_weights")
+
+
+def parse_slow(specs: list[str]) -> dict[str, float]:
+    """``["rollout/generate:300", ...]`` -> ``{"rollout/generate": 300.0}``; ValueError naming the valid phases."""
+    out: dict[str, float] = {}
+    for spec in specs:
+        phase, sep, ms = str(spec).rpartition(":")
+        try:
+            value = float(ms) if sep else -1.0
+        except ValueError:
+            value = -1.0
+        if phase not in PHASES or not value >= 0 or value > 600_000:
+            raise ValueError(f"--slow {spec!r}: use ROLE/PHASE:MS (0 to 600000 ms) with ROLE/PHASE one of "
+                             f"{', '.join(PHASES)}")
+        out[phase] = value
+    return out
 
 
 @dataclass
@@ -60,14 +86,23 @@ def _log_probs(model, seqs):
     return torch.log_softmax(logits, -1).gather(-1, seqs[:, 1:, None]).squeeze(-1)
 
 
+def _slow(worker: Any, phase: str) -> None:
+    """The injected slowness of ``phase`` on this worker (``run(slow=...)``), inside the phase's annotation."""
+    s = worker.slow.get(phase, 0.0)
+    if s > 0:
+        time.sleep(s)  # the demo's deliberate cause, for the diagnosis to find
+
+
 class Rollout(ProfiledWorker):
-    def __init__(self):
+    def __init__(self, slow: dict[str, float] | None = None):
         self.model = _policy()
+        self.slow = slow or {}
 
     @distprof.annotate("rollout/generate")
     def generate(self, seed: int):
         import torch
 
+        _slow(self, "rollout/generate")
         g = torch.Generator().manual_seed(seed)
         tok = torch.randint(0, VOCAB, (BATCH, 1), generator=g)
         with torch.no_grad():
@@ -78,28 +113,31 @@ class Rollout(ProfiledWorker):
 
     @distprof.annotate("rollout/load_weights")
     def load_weights(self, state):
+        _slow(self, "rollout/load_weights")
         self.model.load_state_dict(state)
 
 
 class Reference(ProfiledWorker):
-    def __init__(self):
+    def __init__(self, slow: dict[str, float] | None = None):
         self.model = _policy()
+        self.slow = slow or {}
 
     @distprof.annotate("ref/log_probs")
     def log_probs(self, seqs):
         import torch
 
+        _slow(self, "ref/log_probs")
         with torch.no_grad():
             return _log_probs(self.model, seqs)
 
 
 class Actor(ProfiledWorker):
-    def __init__(self, rank: int, world_size: int, init_file: str, prepare_s: float = 0.0):
+    def __init__(self, rank: int, world_size: int, init_file: str, slow: dict[str, float] | None = None):
         import torch
         import torch.distributed as dist
 
         self.init_file = init_file
-        self.prepare_s = prepare_s  # a slow data path on this rank (the demo's straggler)
+        self.slow = slow or {}  # a slow data path (or update) on this rank: the demo's straggler
         self.rank, self.world_size = rank, world_size
         self.model = _policy()
         self.opt = torch.optim.Adam(self.model.parameters(), lr=3e-3)
@@ -114,8 +152,9 @@ class Actor(ProfiledWorker):
         shard = slice(self.rank * len(seqs) // self.world_size, (self.rank + 1) * len(seqs) // self.world_size)
         seqs, ref_lp = seqs[shard], ref_lp[shard]
         with distprof.annotate("actor/prepare"):
-            time.sleep(self.prepare_s)  # slow data preparation: the other rank waits at the all-reduce
+            _slow(self, "actor/prepare")  # slow data preparation: the other rank waits at the all-reduce
         with distprof.annotate("actor/update"):
+            _slow(self, "actor/update")
             reward = (seqs[:, 1:] % 2 == 0).float().mean(1)  # the task: emit even tokens
             lp = _log_probs(self.model, seqs)
             adv = reward - reward.mean()
@@ -131,6 +170,7 @@ class Actor(ProfiledWorker):
 
     @distprof.annotate("actor/sync_weights")
     def sync_weights(self):
+        _slow(self, "actor/sync_weights")
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
 
     def shutdown(self):
@@ -166,10 +206,28 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
         time.sleep(0.05)  # other processes' exit: nothing to block on
 
 
+def _slow_plan(slow: dict[str, float] | None, slow_ms: float | None) -> dict[str, float]:
+    """The slowness to inject, in ms: ``slow`` over ``slow_ms`` (actor/prepare), default actor/prepare SLOW_MS."""
+    if slow is None and slow_ms is None:
+        return {"actor/prepare": SLOW_MS}
+    plan = {"actor/prepare": float(slow_ms)} if slow_ms is not None else {}
+    for phase, ms in (slow or {}).items():
+        if phase not in PHASES or not isinstance(ms, (int, float)) or not ms >= 0:
+            raise ValueError(f"slow {phase!r}: {ms!r}: use {{ROLE/PHASE: ms >= 0}} with ROLE/PHASE one of "
+                             f"{', '.join(PHASES)}")
+        plan[phase] = float(ms)
+    return plan
+
+
 def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
-        progress: Callable[[str], None] | None = None, slow_ms: float = SLOW_MS, on_demand: bool = False,
-        after_step: Callable[[int, list[ProfiledGroup]], Any] | None = None) -> RLDemoResult:
+        progress: Callable[[str], None] | None = None, slow_ms: float | None = None, on_demand: bool = False,
+        after_step: Callable[[int, list[ProfiledGroup]], Any] | None = None, slow: dict[str, float] | None = None,
+        async_rollout: bool = False) -> RLDemoResult:
     """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``.
+
+    ``slow``: ``{"ROLE/PHASE": ms}`` (see :data:`PHASES`; an actor phase slows rank 1 only); default
+    ``{"actor/prepare": SLOW_MS}``. ``slow_ms`` (older name) is ``slow={"actor/prepare": slow_ms}``, merged under
+    ``slow``. ``async_rollout``: generate step N+1 while the actor trains on step N (one step off-policy).
 
     ``on_demand``: the workers opt in to on-demand capture (``trigger: true``) and capture nothing else;
     ``after_step(step, groups)`` runs on the driver after every step (e.g. ``trigger_all(groups, steps=2)``).
@@ -185,6 +243,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     from .gloo_job import rendezvous_file
 
     say = progress or (lambda msg: logger.info("%s", msg))
+    slow_s = {k: v / 1e3 for k, v in _slow_plan(slow, slow_ms).items()}
+    actor_slow = {k: v for k, v in slow_s.items() if k.startswith("actor/")}
     profile_steps = profile_steps or [max(1, steps - 3), max(1, steps - 2)]
     scratch = tempfile.mkdtemp(prefix="distprof-scratch-")  # node-local: collect() moves files through Ray
     rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
@@ -199,21 +259,32 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         logger.warning("distprof demo: Ray bound to %s, not loopback only", ", ".join(sorted(addresses)))
     try:
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
-        rollout = [ray.remote(**opts)(Rollout).remote()]
-        ref = [ray.remote(**opts)(Reference).remote()]
-        actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv), slow_ms / 1e3 if r == SLOW_RANK else 0.0)
+        rollout = [ray.remote(**opts)(Rollout).remote(slow_s)]
+        ref = [ray.remote(**opts)(Reference).remote(slow_s)]
+        actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv), actor_slow if r == SLOW_RANK else {})
                   for r in range(2)]
         ray.get([a.init_process_group.remote() for a in actors])
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]
         rewards = []
-        with profiling(groups):
+        # The driver is a role of its own (its phases below), and keeps Ray's task timeline of every window.
+        with profiling(groups, driver=True) as groups:
+            nxt = None  # asynchronous: the batch generated during the previous step
             for step in range(steps):
-                say(f"step {step}: generate, score, update, sync")
-                seqs = rollout[0].generate.remote(step)
-                ref_lp = ref[0].log_probs.remote(seqs)
-                rewards.append(sum(ray.get([a.update.remote(seqs, ref_lp) for a in actors])) / len(actors))
-                ray.get(rollout[0].load_weights.remote(actors[0].sync_weights.remote()))
+                say(f"step {step}: generate, score, update, sync" + (" (rollout one step ahead)" if async_rollout else ""))
+                with distprof.annotate("driver/generate"):
+                    seqs = nxt if nxt is not None else rollout[0].generate.remote(step)
+                    ray.wait([seqs], fetch_local=False)
+                # One step off-policy: the next batch is generated (with the weights before this update) while
+                # this one trains.
+                nxt = rollout[0].generate.remote(step + 1) if async_rollout and step + 1 < steps else None
+                with distprof.annotate("driver/reference"):
+                    ref_lp = ref[0].log_probs.remote(seqs)
+                    ray.wait([ref_lp], fetch_local=False)
+                with distprof.annotate("driver/update"):
+                    rewards.append(sum(ray.get([a.update.remote(seqs, ref_lp) for a in actors])) / len(actors))
+                with distprof.annotate("driver/sync_weights"):
+                    ray.get(rollout[0].load_weights.remote(actors[0].sync_weights.remote()))
                 # All groups end the step together: one group's trace export (when a window
                 # closes here) runs while the others have already ended theirs, not inside them.
                 step_all(groups)

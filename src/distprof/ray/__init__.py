@@ -9,6 +9,8 @@
   ``with profiling(groups):``: drive several groups together, every RPC sent
   before any is waited for, so one group's trace export never lands inside
   another group's step.
+- ``DriverGroup(config, groups)`` / ``profiling(groups, driver=True)``: the driver process as role ``driver``,
+  stepped with the groups, keeping Ray's task timeline of every window (``ray/timeline.py``).
 - ``trigger_all(groups, steps=N)`` / ``group.trigger(steps=N)``: capture N steps
   on demand (workers configured with ``trigger: true``), the same global steps
   on every worker, through Ray: no shared filesystem needed.
@@ -24,8 +26,9 @@ Ray itself is imported lazily, by the functions that need it.
 """
 
 from .collect import CollectReport, collect
+from .driver import DriverGroup
 from .runtime_env import runtime_env
 from .workers import ProfiledGroup, ProfiledWorker, profiling, start_all, step_all, stop_all, trigger_all
 
-__all__ = ["ProfiledWorker", "ProfiledGroup", "step_all", "start_all", "stop_all", "profiling", "trigger_all", "runtime_env",
+__all__ = ["ProfiledWorker", "ProfiledGroup", "DriverGroup", "step_all", "start_all", "stop_all", "profiling", "trigger_all", "runtime_env",
            "collect", "CollectReport"]

@@ -12,7 +12,7 @@ from ..config import ProfilerConfig
 from ..envvars import WRAPPED_BY
 from ..plan import role_selected
 from ..profiler import Profiler
-from ..rundir.layout import is_url
+from ..rundir.layout import DRIVER_ROLE, is_url
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,10 @@ class ProfiledWorker:
         p = self._profiler()
         ppid = os.getppid()
         gppid = parent_pid(ppid)
-        return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(), "ppid": ppid,
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "ppid": ppid,
+                # Ray's names for this process (its task timeline's): distprof.ray.timeline maps them to role, rank.
+                "worker_id": ctx.get_worker_id(), "actor_id": ctx.get_actor_id(),
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
                 "save_root": None if is_url(p.config.save_path) else
@@ -125,7 +128,9 @@ class ProfiledGroup:
 
     def __init__(self, workers: Sequence[Any], config: ProfilerConfig | dict, role: str,
                  global_step: int = 0, timeout_s: float = 300.0, mesh: Any = None):
-        self.config = (config if isinstance(config, ProfilerConfig) else ProfilerConfig.from_dict(config)).for_role(role)
+        self.base_config = config if isinstance(config, ProfilerConfig) else ProfilerConfig.from_dict(config)
+        self.config = self.base_config.for_role(role)
+        self._start_step = global_step
         self.role = role
         self.workers = list(workers)
         self.timeout_s = timeout_s
@@ -265,12 +270,19 @@ def stop_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
 
 
 @contextmanager
-def profiling(groups: Iterable[ProfiledGroup]) -> Iterator[list[ProfiledGroup]]:
+def profiling(groups: Iterable[ProfiledGroup], driver: bool = False) -> Iterator[list[ProfiledGroup]]:
     """``with profiling(groups):`` runs ``start_all(groups)`` on entry and ``stop_all(groups)``
     on exit (an exception included); call ``step_all(groups)`` at the end of every step inside.
-    Yields the groups as a list.
+    Yields the groups as a list. ``driver=True``: the list yielded ends with a
+    :class:`~.driver.DriverGroup` (this process as role ``driver``, with the first group's config, and
+    Ray's task timeline of every window): step and collect that list (``with profiling(groups,
+    driver=True) as groups:``).
     """
     groups = _as_groups(groups)
+    if driver and groups and not any(g.role == DRIVER_ROLE for g in groups):
+        from .driver import DriverGroup
+
+        groups = _as_groups(groups + [DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
     start_all(groups)
     try:
         yield groups

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from ..plan import FOREVER, Window
-from .layout import (COLLECT_JSON, MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output,
+from .layout import (COLLECT_JSON, MANIFEST, PROCESS_BACKENDS, RAY_TIMELINE, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_process_output,
                      rank_dir, rank_of_dir, sanitize_role)
 from .manifest import MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
 from .filecheck import check_file, json_whole, short
@@ -345,7 +345,7 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         _writers(role.name, rank, recs, res)
         rank_rel = rank_dir(role.name, rank)
         seen: set[str] = set()
-        planned = [r for r in recs if r.trigger is None and r.stopped_by != OOM]
+        planned = [r for r in recs if r.trigger is None and r.stopped_by != OOM and r.backend != RAY_TIMELINE]
         if rank not in role.ranks:  # files from a rank the config does not select: checked, not expected
             for rec in planned:
                 for f, status, why in _files(view, rank_rel, rec, seen):
@@ -356,7 +356,10 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         else:
             _check_windows(view, role.name, rank, planned, expected, reached, seen, res)
         for rec in recs:
-            if rec.stopped_by == OOM:  # its own line beside its window's: the allocator's state when CUDA ran out
+            if rec.backend == RAY_TIMELINE:  # the driver's copy of Ray's task timeline, beside its window's trace
+                res.items += [Item(role.name, rank, list(rec.steps), st, f, why or "Ray's task timeline")
+                              for f, st, why in _files(view, rank_rel, rec, seen)]
+            elif rec.stopped_by == OOM:  # its own line beside its window's: the allocator's state when CUDA ran out
                 res.items += [Item(role.name, rank, list(rec.steps), st, f, why or f"CUDA out-of-memory snapshot, taken "
                                    f"in step {rec.last}") for f, st, why in _files(view, rank_rel, rec, seen)]
             elif rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from .layout import is_ray_timeline
 from .manifest import MANIFEST_LIMIT
 from .view import RunView, ViewError
 
@@ -23,6 +24,8 @@ def check_file(view: RunView, rel: str, size: int) -> tuple[str, str]:
         return "missing", "listed in the manifest but not on disk"
     if got != size:  # cheap, and catches most truncations before any decoding
         return "broken", f"{got} bytes on disk, manifest says {size}"
+    if is_ray_timeline(rel):  # not a trace: one JSON object (distprof.ray.timeline)
+        return _timeline_whole(view, rel)
     if rel.endswith((".json", ".json.gz")):
         return _decodes(view, rel)
     return "ok", ""
@@ -43,6 +46,19 @@ def _decodes(view: RunView, rel: str) -> tuple[str, str]:
         return "broken", f"does not decode: {short(str(e).split(': ', 1)[-1])}"
     if stream.report.truncated or stream.report.bytes_unread:
         return "broken", f"read only in part: {short('; '.join(stream.report.notes[:2]) or 'cut off')}"
+    return "ok", ""
+
+
+def _timeline_whole(view: RunView, rel: str) -> tuple[str, str]:
+    """A Ray timeline: decoded and checked by its one reader (bounded)."""
+    from ..analysis.ray_timeline import LIMIT, TimelineError, parse
+
+    try:
+        parse(view.read_small(rel, LIMIT + 1) or b"", rel)
+    except ViewError as e:
+        return "broken", str(e).split(": ", 1)[-1]
+    except TimelineError as e:
+        return "broken", short(str(e).split(": ", 1)[-1])
     return "ok", ""
 
 

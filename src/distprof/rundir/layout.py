@@ -6,6 +6,7 @@
     {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
     {save_path}/{role}/rank{R:05d}/manifest.jsonl
     {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
+    {save_path}/driver/rank00000/step{A:08d}-{B:08d}.ray_timeline.json.gz      (Ray's task timeline of a window)
 
 A file whose name starts with ``.tmp-{pid}-`` is a write in progress (or one that never finished).
 When two processes claim one (role, rank), the second to publish a name keeps its file as
@@ -22,7 +23,8 @@ from ..safetext import control_char
 
 __all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role", "control_char",
            "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
-           "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output"]
+           "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output", "DRIVER_ROLE", "RAY_TIMELINE",
+           "ray_timeline_name", "is_ray_timeline"]
 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
@@ -30,6 +32,9 @@ RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 COLLECT_JSON = "collect.json"  # what the last distprof.ray.collect into this folder could not reach (for check)
 RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
+DRIVER_ROLE = "driver"  # the process running an RL loop (distprof.ray.driver): its phases wait on the other roles
+RAY_TIMELINE = "ray_timeline"  # the manifest ``backend`` of a window's Ray task timeline (distprof.ray.timeline)
+_RAY_TIMELINE_SUFFIX = ".ray_timeline.json.gz"
 PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")  # tools that wrap the whole worker process
 
 _RANK_DIR = re.compile(r"^rank(\d{5})$")
@@ -119,3 +124,13 @@ def process_output_prefix(backend: str) -> str:
 
 def is_process_output(name: str, backend: str) -> bool:
     return name.startswith(process_output_prefix(backend))
+
+
+def ray_timeline_name(start: int, end: int) -> str:
+    """``step00000003-00000005.ray_timeline.json.gz``: Ray's task timeline of a window (the driver's rank folder)."""
+    return window_file_name(start, end, _RAY_TIMELINE_SUFFIX)
+
+
+def is_ray_timeline(name: str) -> bool:
+    """A Ray timeline file (not a trace: the analysis verbs skip it; ``check`` decodes it as JSON)."""
+    return posixpath.basename(name).endswith(_RAY_TIMELINE_SUFFIX)

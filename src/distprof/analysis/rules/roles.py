@@ -7,6 +7,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from ..vocab import ENGINE_SUFFIX
+from ...rundir.layout import DRIVER_ROLE
 from .common import ROLE_BOUND_RATIO, ROLE_BOUND_SHARE, Finding, Job, Plot, fmt_dur, rank_name, step_key, steps_text
 
 __all__ = ["bounding_role"]
@@ -24,10 +25,12 @@ def _work(x: dict[str, Any]) -> float:
 def bounding_role(job: Job) -> list[Finding]:
     """The role whose work bounds the steps of a multi-role job (thresholds: :data:`ROLE_BOUND_RATIO`,
     :data:`ROLE_BOUND_SHARE`)."""
-    if len(job.by_role) < 2:
+    # The driver's phases are its waits on the other roles (distprof.ray.driver): it orchestrates, never bounds.
+    by_role = {role: rows for role, rows in job.by_role.items() if role != DRIVER_ROLE}
+    if len(by_role) < 2:
         return []
     by_key: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(dict)
-    for role, rows in job.by_role.items():
+    for role, rows in by_role.items():
         for row in rows:
             k = step_key(row)
             by_key[tuple(k) if isinstance(k, list) else k][role] = row
