@@ -75,6 +75,7 @@ class Run:
     skipped: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # busy intervals from Ray's task timelines (rlsteps)
 
     def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
         return [(r.info, r.parts[name]) for r in self.files]
@@ -117,18 +118,20 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
     selection = selection or Selection()
     names = tuple(names)
     problems: list[tuple[str, str]] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
+    timelines: list[str] = []  # Ray's task timelines in a local run directory (the driver's): busy intervals
     if ray_address and not is_url(path):
         from ..ray.files import find_traces_on_nodes
 
         found = find_traces_on_nodes(path, problems)
     else:
-        found = find_traces(path, problems)
+        found = find_traces(path, problems, timelines)
     if not found:
         why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
         raise nothing_read(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) "
                            "found", [FileError(p, f"{p}: {m}") for p, m in problems])
     run = Run(path, selection)
     run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
+    run.tasks = _timeline_tasks(timelines)
     files = []
     for f in found:
         # What the run directory's manifest says rules a file out before it is opened.
@@ -224,10 +227,26 @@ def _stragglers_of(run: Run, top: int | None) -> dict[str, Any]:
     return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
 
 
+def _timeline_tasks(paths: list[str]) -> list[dict[str, Any]]:
+    """Busy intervals of every role from Ray's task timelines (:mod:`.ray_timeline`); one that cannot be used is
+    logged (``check`` names it) and left out."""
+    from .ray_timeline import TimelineError, busy_intervals
+
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            out += busy_intervals(p)
+        except TimelineError as e:
+            logger.warning("%s", e)
+    return out
+
+
 def _steps_of(run: Run, waits: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
     # The RL step view (jobs with several roles; [] for one): ``tasks`` are busy intervals from outside the traces.
-    out["rl_steps"] = rlsteps.to_json(rlsteps.combine(out["steps"], [(r.info, r.parts) for r in run.files], tasks))
+    # Given none, the run directory's own Ray task timelines (the driver's) are used.
+    out["rl_steps"] = rlsteps.to_json(rlsteps.combine(out["steps"], [(r.info, r.parts) for r in run.files],
+                                                      tasks if tasks is not None else run.tasks or None))
     # Each rank's device idle by cause and launch figures for the step; the ranks whose step is launch-bound.
     parts = {r.info.path: r.parts for r in run.files}
     for row in out["steps"]:

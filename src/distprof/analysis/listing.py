@@ -105,7 +105,8 @@ def _run_root(d: str, role: str, top: str) -> str:
     return root[len(top) + 1:] if root.startswith(top + "/") else root
 
 
-def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> list[TraceFile]:
+def find_traces(path: str, problems: list[tuple[str, str]] | None = None,
+                timelines: list[str] | None = None) -> list[TraceFile]:
     """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
 
     Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
@@ -113,7 +114,8 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
     trace is not returned but, when ``problems`` is given, appended to it as ``(path, message)``: a
     trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that points
     outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that
-    cannot be listed. Without ``problems`` they are logged.
+    cannot be listed. Without ``problems`` they are logged. ``timelines``: the Ray task timelines the walk meets
+    (regular local files, ``driver/rank*/*.ray_timeline.json.gz``) are appended to it (they are not traces).
     """
     def problem(p: str, message: str) -> None:
         if problems is not None:
@@ -122,7 +124,7 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None) -> lis
             logger.warning("%s: %s", p, message)
 
     if not is_url(path):
-        return _find_local(path, problem)
+        return _find_local(path, problem, timelines)
     from ..rundir.netfs import describe, is_timeout, url_to_fs
 
     try:
@@ -176,7 +178,7 @@ def _file_role(role: str | None, name: str) -> str | None:
     return f"{role}:{stage}" if stage and role else role
 
 
-def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFile]:
+def _find_local(path: str, problem: Callable[[str, str], None], timelines: list[str] | None = None) -> list[TraceFile]:
     """:func:`find_traces` on a local path: symlinks are followed only while they stay inside ``path``."""
     root = path.removeprefix("file://")
     try:
@@ -236,6 +238,8 @@ def _find_local(path: str, problem: Callable[[str, str], None]) -> list[TraceFil
                     continue
                 found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name),
                                        run_dir=run_root))
+            elif timelines is not None and is_ray_timeline(e.name) and stat.S_ISREG(est.st_mode):
+                timelines.append(p)
         stack.extend(reversed(subdirs))
     found.sort(key=lambda f: f.path)
     return found

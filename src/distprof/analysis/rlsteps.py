@@ -55,6 +55,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import intervals as iv
+from ..rundir.layout import DRIVER_ROLE
 from .ranks import role_of, runs
 from .stragglers import blocked_until, queues
 from .table import TraceTable
@@ -88,7 +89,14 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     """This file's traced work (absolute µs), phases, and for an engine role its iterations and stages."""
     off = tb.info.offset_us
     s = tb.sets()
-    busy = iv.union(s.compute, s.memory, s.comm, s.host_comm, s.runtime, s.dataloader, s.host_ops)
+    if tb.info.role == DRIVER_ROLE:
+        # The driver's phases are its waits on the other roles (distprof.ray.driver): its work is what it runs
+        # itself (ops, python), never its annotations.
+        m = ((tb.kind == Kind.CPU_OP) | (tb.kind == Kind.PYTHON)) & tb.scope & ~tb.comm
+        own = iv.merge(tb.ts[m], tb.end[m])
+        busy = iv.union(s.compute, s.memory, s.comm, s.runtime, s.dataloader, own)
+    else:
+        busy = iv.union(s.compute, s.memory, s.comm, s.host_comm, s.runtime, s.dataloader, s.host_ops)
     bs, be = _bounded(busy[0] + off, busy[1] + off, MAX_SPANS)
     k = tb.kind
     ann = np.flatnonzero((k == Kind.ANNOTATION) & ~tb.comm & tb.scope)
