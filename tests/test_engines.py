@@ -166,6 +166,31 @@ def test_flush_timeout_never_blocks_training(tmp_path, caplog):
         srv.close()
 
 
+def test_the_start_is_sent_a_step_ahead_and_a_slow_start_never_holds_a_step(tmp_path):
+    """An engine's profiler can take seconds to start: the request goes out at the step before the window, on a
+    thread, so the step boundaries never wait for it and the window's own steps are profiled whole."""
+    gate = threading.Event()
+    with StandinServer("sglang", ranks=2, start_gate=gate) as srv:
+        cfg = _config(tmp_path, [2, 3], {"kind": "sglang", "url": srv.url, "trace_dir": str(tmp_path / "eng")})
+        prof = distprof.Profiler(cfg, role="rollout", rank=0, world_size=1)
+        seen = []
+
+        def work():
+            step = prof.global_step
+            if step == 2:
+                gate.set()  # step 1 (the warm-up step) ran to its end with the start still held
+                assert prof._engine.wait_started(30) is True
+            seen.append((step, srv.engine.profiling))
+            _generate(srv.url)
+
+        _train(prof, 5, work)
+        order = [p for p, _ in srv.requests if p in ("/start_profile", "/generate", "/stop_profile")]
+    assert seen[:4] == [(0, False), (1, False), (2, True), (3, True)]  # (the stop, too, is sent off-thread)
+    assert order.index("/start_profile") < 3 and order.count("/generate") == 5  # sent during step 1 at the latest
+    (rec,) = _lines(str(tmp_path / "run"), 0)
+    assert rec.steps == [2, 3] and rec.complete
+
+
 def test_engine_dies_mid_window(tmp_path, caplog):
     srv = StandinServer("sglang", ranks=2)
     cfg = _config(tmp_path, [1, 2], {"kind": "sglang", "url": srv.url, "flush_timeout_s": 30})
@@ -175,6 +200,7 @@ def test_engine_dies_mid_window(tmp_path, caplog):
     def work():
         calls.append(1)
         if len(calls) == 2:  # step 1: the engine dies in the window's middle
+            assert prof._engine.wait_started(30) is True  # (its start was sent ahead, in step 0)
             srv.kill()
         elif len(calls) < 2:
             _generate(srv.url)

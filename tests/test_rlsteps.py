@@ -263,9 +263,11 @@ def test_the_demo_rl_step_view(tmp_path):
         roles = _by(s["roles"])
         assert {"rollout", "ref", "actor"} <= set(roles)
         assert roles["actor"]["ranks"] == [0, 1]
-        for r in roles.values():
-            assert r["busy_us"] > 0
+        for name, r in roles.items():
+            # The driver's phases are its waits on the others (distprof.ray.driver): it works little itself.
+            assert r["busy_us"] > 0 or name == "driver"
             assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
+        assert roles["driver"]["busy_us"] < roles["actor"]["busy_us"]
         assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "ref", "actor"}
         assert "actor" in s["critical_path"]  # the update (and its straggler) bounds every demo step
         assert {w["role"] for w in s["what_if"]} == set(roles)

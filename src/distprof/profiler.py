@@ -189,6 +189,11 @@ class Profiler:
         """
         self._finish(crashed=False)
 
+    def wait_engine(self, timeout_s: float | None = None) -> bool:
+        """Wait until the rollout engine's closed windows are flushed and published (``engine`` setting; each is
+        bounded by ``engine.flush_timeout_s``). True when none is pending (or no engine is driven)."""
+        return self._engine is None or self._engine.wait(timeout_s)
+
     def _finish(self, crashed: bool, cause: str = "stop") -> None:
         """Stop; ``crashed``: the step in progress was interrupted (keep it); ``cause`` goes in the manifest."""
         if not self.enabled or not self._started:

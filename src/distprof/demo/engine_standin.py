@@ -82,8 +82,10 @@ class StandinEngine:
     """The engine: ``ranks`` worker processes and the profiling state of one engine kind."""
 
     def __init__(self, kind: str = "sglang", ranks: int = 2, trace_dir: str | None = None,
-                 flush_delay_s: float = 0.0, flush_gate: threading.Event | None = None, version: str | None = None):
+                 flush_delay_s: float = 0.0, flush_gate: threading.Event | None = None, version: str | None = None,
+                 start_gate: threading.Event | None = None):
         self.contract = CONTRACTS[kind]
+        self.start_gate = start_gate  # a slow start: start_profile waits for it (an engine's profiler takes seconds)
         self.kind, self.trace_dir, self.flush_delay_s, self.flush_gate = kind, trace_dir, flush_delay_s, flush_gate
         self.version = version or f"{self.contract.version}.0-standin"
         self.instance_id = uuid.uuid4().hex[:8]
@@ -107,6 +109,8 @@ class StandinEngine:
             return [c.recv() for c in self._conns]
 
     def start_profile(self, output_dir: str | None = None, num_steps: int | None = None, **_: Any) -> None:
+        if self.start_gate is not None:
+            self.start_gate.wait()
         out = output_dir or self.trace_dir or os.environ.get(self.contract.dir_env) or "/tmp"
         pid = str(time.time())
         names = [vllm_file_name(self.instance_id, r, time.time_ns()) if self.kind == "vllm"

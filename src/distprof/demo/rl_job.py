@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 VOCAB, HIDDEN, SEQ, BATCH = 64, 64, 24, 32
 SLOW_MS = 150.0  # actor rank 1's extra batch preparation per step (the demo's straggler)
 SLOW_RANK = 1
+ENGINE_RANKS, ENGINE_ITERATIONS = 2, 4  # the stand-in engine's TP ranks; its iterations per generation
 # Where ``slow`` may put a sleep: each role's annotated phases (an actor phase on rank SLOW_RANK only).
 PHASES = ("rollout/generate", "rollout/load_weights", "ref/log_probs", "actor/prepare", "actor/update",
           "actor/sync_weights")
@@ -94,15 +95,35 @@ def _slow(worker: Any, phase: str) -> None:
 
 
 class Rollout(ProfiledWorker):
+    """Samples the batch from the policy, and drives an inference engine for each generation as verl's rollout
+    drives vLLM or SGLang: here the STAND-IN engine (:mod:`.engine_standin`: SGLang's profiling API over HTTP,
+    2 "TP rank" processes of its own running a tiny model), whose traces distprof takes as ``rollout/engine``."""
+
     def __init__(self, slow: dict[str, float] | None = None):
+        from .engine_standin import StandinServer
+
         self.model = _policy()
         self.slow = slow or {}
+        self.engine = StandinServer("sglang", ranks=ENGINE_RANKS)
+
+    def engine_url(self) -> str:
+        return self.engine.url
+
+    def close_engine(self) -> None:
+        self.engine.close()
 
     @distprof.annotate("rollout/generate")
     def generate(self, seed: int):
+        import json
+        import urllib.request
+
         import torch
 
         _slow(self, "rollout/generate")
+        req = urllib.request.Request(self.engine.url + "/generate", method="POST",
+                                     data=json.dumps({"iterations": ENGINE_ITERATIONS}).encode())
+        with urllib.request.urlopen(req, timeout=60) as r:  # the engine's forward passes for this batch
+            r.read()
         g = torch.Generator().manual_seed(seed)
         tok = torch.randint(0, VOCAB, (BATCH, 1), generator=g)
         with torch.no_grad():
@@ -249,8 +270,7 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     scratch = tempfile.mkdtemp(prefix="distprof-scratch-")  # node-local: collect() moves files through Ray
     rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
     # Default activities: CPU plus whichever accelerator this machine has.
-    config = (distprof.ProfilerConfig(trigger=True, save_path=scratch, ranks="all") if on_demand else
-              distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps))
+    engine_out = tempfile.mkdtemp(prefix="distprof-engine-")  # where the engine writes; distprof takes its traces
     say("starting a local Ray cluster on 127.0.0.1")
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)
@@ -264,6 +284,11 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv), actor_slow if r == SLOW_RANK else {})
                   for r in range(2)]
         ray.get([a.init_process_group.remote() for a in actors])
+        # The rollout role drives its engine's profiler at the same steps (the engine setting, per role).
+        engine = {"kind": "sglang", "url": ray.get(rollout[0].engine_url.remote()), "trace_dir": engine_out}
+        config = (distprof.ProfilerConfig(trigger=True, save_path=scratch, ranks="all") if on_demand else
+                  distprof.ProfilerConfig(enable=True, save_path=scratch, ranks="all", steps=profile_steps,
+                                          per_role={"rollout": {"engine": engine}}))
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]
         rewards = []
@@ -290,7 +315,7 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
                 step_all(groups)
                 if after_step is not None:
                     after_step(step, groups)
-        ray.get([a.shutdown.remote() for a in actors])
+        ray.get([a.shutdown.remote() for a in actors] + [rollout[0].close_engine.remote()])
         say("collecting traces through Ray")
         report = collect(groups, out)
     finally:
@@ -298,6 +323,7 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         ray.shutdown()
         _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(engine_out, ignore_errors=True)
         shutil.rmtree(rdzv, ignore_errors=True)
     result = RLDemoResult(run_dir=os.path.abspath(out), steps=steps, rewards=rewards, collect=report,
                           check=check_run(out))

@@ -1,10 +1,13 @@
 """The controller: a role's planned windows drive its rollout engine's own profiler, and the engine's traces
 become the role ``{role}/engine`` of the run directory.
 
-At the step that opens a planned window the engine is asked to start (all of the step's generation, or its first
-``engine.iterations`` engine iterations); at the step after the window's last, to stop. The stop, the engine's
-flush and the publication run on a thread of their own, bounded by ``engine.flush_timeout_s``: training never
-waits for them. Each engine rank's trace is published under ``{role}/engine/rank{R:05d}/`` (R from the file name:
+The engine is asked to start on a thread of its own at the step *before* a planned window (its warm-up step:
+an engine's profiler can take seconds to start, as torch.profiler's first start does, and that cost then lands
+outside the window and never on a step boundary), or, with ``engine.iterations`` (its first N engine iterations
+of the window), at the window's first step and before that step runs. At the step after the window's last it
+is asked to stop. The stop, the engine's flush and the publication run on a thread of their own, bounded by
+``engine.flush_timeout_s``: training never waits for them. A trace of a whole window may therefore begin with
+the end of its warm-up step's generation (the analyses place engine work by time). Each engine rank's trace is published under ``{role}/engine/rank{R:05d}/`` (R from the file name:
 engines/contract.py) with one manifest line carrying ``engine: {engine, version, replica, ranks, file}``, through
 the run directory's one writer (rundir/publish.py). A failed start, a failed or slow flush, an engine that died:
 one warning and a manifest line with ``complete: false`` (``stopped_by``: ``engine_error`` or
@@ -61,6 +64,8 @@ class EngineCapture:
         self._role_json = False
         self._threads: list[threading.Thread] = []
         self._stage_root: str | None = None
+        self._started: tuple[dict[str, Any], threading.Thread | None] = ({"ok": None}, None)  # the last window's start
+        self._given_up = -1  # the last step of a window whose start failed
         self.windows: list[dict[str, Any]] = []
         """One entry per closed window, once published: {steps, complete, stopped_by, ranks} (for tests and tools)."""
 
@@ -72,10 +77,11 @@ class EngineCapture:
             w = self._open
             if w is not None and step > w.end:
                 self._close(w, w.end, None)
-            if self._open is None:
+            if self._open is None and step > self._given_up:
                 nw = self._plan.next_window(step)
-                if nw is not None and nw.start <= step <= nw.end:
-                    self._begin(Window(start=step, end=nw.end, warmup_start=step))
+                early = self.adapter.config.iterations is None  # whole windows start a step ahead, off-thread
+                if nw is not None and (nw.start <= step <= nw.end or (early and step == nw.start - 1)):
+                    self._begin(Window(start=max(step, nw.start), end=nw.end, warmup_start=step), background=early)
         except Exception:
             logger.warning("distprof: %s: driving the engine's profiler failed at step %d", self._who, step,
                            exc_info=True)
@@ -89,6 +95,14 @@ class EngineCapture:
         except Exception:
             logger.warning("distprof: %s: stopping the engine's profiler failed", self._who, exc_info=True)
 
+    def wait_started(self, timeout: float | None = None) -> bool | None:
+        """Wait for the last window's start request (sent ahead of the window, on a thread): True when the engine
+        started, False when it could not, None while still waiting."""
+        started, starter = self._started
+        if starter is not None:
+            starter.join(timeout)
+        return started["ok"]
+
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for every closed window's flush and publication (each bounded by flush_timeout_s); True when done."""
         for t in list(self._threads):
@@ -96,26 +110,50 @@ class EngineCapture:
         return not any(t.is_alive() for t in self._threads)
 
     # ---- windows -------------------------------------------------------------------------------------------
-    def _begin(self, w: Window) -> None:
+    def _begin(self, w: Window, background: bool = False) -> None:
         out_dir = self.adapter.out_dir_for((w.start, w.end), self._staging())
         self._open, self._opened_at = w, time.time()
+        started = {"ok": None}  # set by the start: True, or False once its failure is recorded
+        self._started = (started, None)
+        if not background:
+            self._start(w, out_dir, started)
+            return
+        t = threading.Thread(target=self._start, args=(w, out_dir, started), name="distprof-engine-start", daemon=True)
+        self._started = (started, t)
+        t.start()
+
+    def _start(self, w: Window, out_dir: str, started: dict[str, Any]) -> None:
         try:
             self.adapter.start((w.start, w.end), out_dir)
+            started["ok"] = True
             logger.info("distprof: %s profiling steps %d-%d (traces in %s)", self._who, w.start, w.end, out_dir)
-        except EngineError as e:
-            self._open = None
+        except Exception as e:
+            if self._open is w:
+                self._open = None
+            self._given_up = max(self._given_up, w.end)  # this window is recorded as failed: never started again
+            started["ok"] = False
             logger.warning("distprof: %s could not start profiling steps %d-%d: %s", self._who, w.start, w.end, e)
-            self._record(w, w.end, [], ENGINE_ERROR, str(e))
+            try:
+                self._record(w, w.end, [], ENGINE_ERROR, str(e))
+            except Exception:
+                logger.warning("distprof: %s: recording the failed start failed", self._who, exc_info=True)
 
     def _close(self, w: Window, last: int, cause: str | None) -> None:
         self._open = None
-        sess = self.adapter.stop()  # returns at once: the stop request runs on its own daemon thread
-        t = threading.Thread(target=self._flush, args=(w, last, cause, time.time(), sess), name="distprof-engine-flush")
+        started, starter = self._started
+        t = threading.Thread(target=self._flush, args=(w, last, cause, time.time(), started, starter),
+                             name="distprof-engine-flush")
         self._threads = [x for x in self._threads if x.is_alive()] + [t]
         t.start()
 
-    def _flush(self, w: Window, last: int, cause: str | None, t1: float, sess: Any) -> None:
+    def _flush(self, w: Window, last: int, cause: str | None, t1: float, started: dict[str, Any],
+               starter: threading.Thread | None) -> None:
         try:
+            if starter is not None:
+                starter.join(self.adapter.config.flush_timeout_s)  # a start still on its way (bounded by its timeout)
+            if started["ok"] is False:
+                return  # its failure is recorded
+            sess = self.adapter.stop()  # returns at once: the stop request runs on its own daemon thread
             try:
                 files = self.adapter.wait_flush(self.adapter.config.flush_timeout_s, sess)
             except EngineError as e:

@@ -54,6 +54,7 @@ class ProfiledWorker:
     def stop_profile(self) -> int:
         p = self._profiler()
         p.stop()
+        p.wait_engine()  # the engine's last traces are on disk before collect lists this worker's files
         return p.global_step
 
     def profile_trigger(self, request: Any) -> dict[str, Any] | None:
