@@ -117,19 +117,20 @@ def demo(
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
+    from .render_rl import rl_steps as show_rl_steps
     from .report import write_report
 
     with console.status("diagnosing and writing the report..."):
         rep = write_report(result.run_dir, os.path.join(result.run_dir, "report.html"), workers=1)
+    show_rl_steps(console, rep)  # each profiled RL step: every role's busy and idle time, its path, the what-if
     console.print(Text(f"Diagnosis ({len(rep['findings'])} finding{'s' if len(rep['findings']) != 1 else ''}):"))
     for k, f in enumerate(rep["findings"][:3], 1):
         console.print(Text(f"  {k}. {render.plain(f['claim'])}"), soft_wrap=True)
     console.print(Text(f"Report: {rep['out']} (open it in a browser; it works offline)"), soft_wrap=True)
-    console.print("Next:")
-    for cmd in ("diagnose {}", "summary {}", "steps {}", "stragglers {}", "merge {} -o merged.json.gz", "check {}"):
-        console.print(f"  distprof {cmd.format(result.run_dir)}", soft_wrap=True)
-    console.print("  open any trace in https://ui.perfetto.dev (phases: driver/generate, rollout/generate, "
-                  "ref/log_probs, actor/update, actor/sync_weights)", soft_wrap=True)
+    for line in ["Next:"] + [f"  distprof {c.format(result.run_dir)}" for c in ("diagnose {}", "summary {}", "steps {}",
+                 "stragglers {}", "merge {} -o merged.json.gz", "check {}")] + ["  open any trace in https://ui.perfetto"
+                 ".dev (phases: driver/generate, rollout/generate, ref/log_probs, actor/update, actor/sync_weights)"]:
+        console.print(line, soft_wrap=True)
 
 
 @app.command()

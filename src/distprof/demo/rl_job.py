@@ -23,6 +23,7 @@ rollout generates step N+1 while the actor trains on step N.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ from typing import Any, Callable
 
 import distprof
 from distprof.ray import ProfiledGroup, ProfiledWorker, profiling, step_all
+from distprof.logs import WHERE_LOGGER
 
 logger = logging.getLogger(__name__)
 
@@ -292,8 +294,12 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         groups = [ProfiledGroup(rollout, config, "rollout"), ProfiledGroup(ref, config, "ref"),
                   ProfiledGroup(actors, config, "actor")]
         rewards = []
-        # The driver is a role of its own (its phases below), and keeps Ray's task timeline of every window.
-        with profiling(groups, driver=True) as groups:
+        # The driver is a role of its own (its phases below), and keeps Ray's task timeline of every window. Its
+        # "traces go to" line would name the scratch folder, gone after collect: the demo says where they land.
+        where = logging.getLogger(WHERE_LOGGER)
+        level, where.level = where.level, logging.WARNING
+        with contextlib.ExitStack() as undo, profiling(groups, driver=True) as groups:
+            undo.callback(where.setLevel, level)
             nxt = None  # asynchronous: the batch generated during the previous step
             for step in range(steps):
                 say(f"step {step}: generate, score, update, sync" + (" (rollout one step ahead)" if async_rollout else ""))

@@ -128,4 +128,5 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
         env = {**env, **{k: env[k] + oe[k] for k in ("errors", "salvaged", "conflicts", "warnings")},
                "skipped": env["skipped"] + oe["skipped"], "files_read": env["files_read"] + len(other.files)}
     written = build_report(inv, findings, out, d, compare or "", env)
-    return {**written, "findings": [f.to_dict() for f in findings], "compare": compare, **env}
+    return {**written, "findings": [f.to_dict() for f in findings], "compare": compare,
+            "rl_steps": inv.steps.get("rl_steps") or [], **env}
