@@ -172,7 +172,7 @@ def test_demo_driver_role_and_ray_timeline_find_a_slow_rollout(tmp_path):
     with heavy_lock():
         result = rl_job.run(str(out), steps=4, slow={"rollout/generate": 300})
     assert result.check.ok, [(i.file, i.status, i.detail) for i in result.check.items if i.status != "ok"]
-    assert {r["role"] for r in result.check.roles} == {"driver", "rollout", "ref", "actor"}
+    assert {r["role"] for r in result.check.roles} == {"driver", "rollout", "rollout/engine", "ref", "actor"}
     from conftest import trace_names
 
     names = set(trace_names(out / "driver" / "rank00000" / "step00000001-00000002.pt.trace.json.gz"))

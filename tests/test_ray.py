@@ -325,6 +325,13 @@ def _raylets():
     return found
 
 
+def trace_names_of(rank_dir):
+    from conftest import trace_names
+
+    (path,) = rank_dir.glob("*.pt.trace.json.gz")
+    return set(trace_names(path))
+
+
 def test_demo_end_to_end(tmp_path):
     before = _raylets()
     out = tmp_path / "demo"
@@ -336,11 +343,16 @@ def test_demo_end_to_end(tmp_path):
     assert "distprof check passed" in proc.stdout and f"distprof check {out}" in proc.stdout
     assert f"distprof stragglers {out}" in proc.stdout
     res = check_run(str(out))
-    assert res.ok and {r["role"] for r in res.roles} == {"driver", "rollout", "ref", "actor"}
-    # The driver (the RL loop's process) holds its own trace and Ray's task timeline of the window.
+    assert res.ok and {r["role"] for r in res.roles} == {"driver", "rollout", "rollout/engine", "ref", "actor"}
+    # The driver (the RL loop's process) holds its own trace and Ray's task timeline of the window; the rollout's
+    # (stand-in) engine its two TP ranks' traces.
     assert sorted((i.role, i.rank, (i.file or "").split(".", 1)[-1]) for i in res.items) == [
         ("actor", 0, "pt.trace.json.gz"), ("actor", 1, "pt.trace.json.gz"), ("driver", 0, "pt.trace.json.gz"),
-        ("driver", 0, "ray_timeline.json.gz"), ("ref", 0, "pt.trace.json.gz"), ("rollout", 0, "pt.trace.json.gz")]
+        ("driver", 0, "ray_timeline.json.gz"), ("ref", 0, "pt.trace.json.gz"), ("rollout", 0, "pt.trace.json.gz"),
+        ("rollout/engine", 0, "pt.trace.json.gz"), ("rollout/engine", 1, "pt.trace.json.gz")]
+    assert "execute_model" in trace_names_of(out / "rollout" / "engine" / "rank00001")
+    # The demo shows the RL step view: each profiled step's roles, the engine's among them.
+    assert "RL steps" in proc.stdout and "rollout/engine" in proc.stdout and "path rollout" in proc.stdout
     from conftest import trace_names
 
     names = set(trace_names(out / "actor" / "rank00001" / "step00000001-00000002.pt.trace.json.gz"))
@@ -359,12 +371,13 @@ def test_demo_end_to_end(tmp_path):
                            capture_output=True, text=True, check=True)
     rows = json.loads(steps.stdout)["steps"]
     assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "driver", "ref", "rollout")
-                                                      for s in (1, 2)}
+                                                      for s in (1, 2)} | {("rollout/engine", 1)}  # one window row
     actor = next(r for r in rows if r["role"] == "actor")
     assert len(actor["ranks"]) == 2 and "actor/update" in actor["mean_phases"]
     # The groups are stepped together: no group's last profiled step holds another group's export.
     last = {r["role"]: [(k["start_us"] + k["dur_us"]) / 1e6 for k in r["ranks"]] for r in rows if r["step"] == 2}
-    assert_no_export_inside_another_groups_step(last, written_times(out))
+    # (The engine writes its traces in its own processes, off every group's path: not a group's export.)
+    assert_no_export_inside_another_groups_step(last, {r: t for r, t in written_times(out).items() if r in last})
     strag = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", str(out), "--json", "--workers", "1"],
                            capture_output=True, text=True, check=True)
     doc = json.loads(strag.stdout)

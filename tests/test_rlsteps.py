@@ -268,6 +268,6 @@ def test_the_demo_rl_step_view(tmp_path):
             assert r["busy_us"] > 0 or name == "driver"
             assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
         assert roles["driver"]["busy_us"] < roles["actor"]["busy_us"]
-        assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "ref", "actor"}
+        assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "rollout/engine", "ref", "actor"}
         assert "actor" in s["critical_path"]  # the update (and its straggler) bounds every demo step
         assert {w["role"] for w in s["what_if"]} == set(roles)

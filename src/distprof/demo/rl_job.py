@@ -8,6 +8,11 @@ on loopback, in well under a minute. Workers write traces to node-local
 scratch space; ``collect`` brings them to the run directory through Ray, and
 ``check`` proves it complete.
 
+The driver (this process) is profiled as role ``driver`` and keeps Ray's task timeline of every window. The
+rollout worker drives a STAND-IN inference engine (:mod:`.engine_standin`; vLLM and SGLang need CUDA) over
+SGLang's HTTP profiling API; the rollout role's ``engine`` setting makes distprof start and stop the engine's own
+profiler at the same steps, and its traces land as the role ``rollout/engine``.
+
 One component is deliberately slow (``slow``, ``{"ROLE/PHASE": ms}``; by default
 ``{"actor/prepare": SLOW_MS}``): a sleep inside that annotated phase of that role (of
 actor rank 1 for an actor phase, so the other actor rank waits for it in every gradient

@@ -50,14 +50,16 @@ class EngineAdapter:
         self._version: str | None = config.version
 
     # ---- the interface ------------------------------------------------------------------------------------
-    def start(self, window: tuple[int, int], out_dir: str) -> None:
+    def start(self, window: tuple[int, int], out_dir: str, timeout_s: float | None = None) -> None:
+        """Ask the engine to start profiling into ``out_dir``; the request may take ``timeout_s`` (default
+        ``request_timeout_s``)."""
         os.makedirs(out_dir, exist_ok=True)
         self._session = _Session(out_dir, set(_names(out_dir)))
         if self.config.url is not None:
             if self._version is None:
                 self._version = self._query_version()
             status, body = self._request(self.contract.start_path, self._start_body(out_dir),
-                                         self.config.request_timeout_s)
+                                         timeout_s or self.config.request_timeout_s)
             if status != 200:
                 raise EngineError(f"{self.kind} {self.contract.start_path} answered {status}: {_shown(body)}")
         else:

@@ -116,15 +116,16 @@ class EngineCapture:
         started = {"ok": None}  # set by the start: True, or False once its failure is recorded
         self._started = (started, None)
         if not background:
-            self._start(w, out_dir, started)
+            self._start(w, out_dir, started, None)
             return
-        t = threading.Thread(target=self._start, args=(w, out_dir, started), name="distprof-engine-start", daemon=True)
+        t = threading.Thread(target=self._start, args=(w, out_dir, started, self.adapter.config.flush_timeout_s),
+                             name="distprof-engine-start", daemon=True)
         self._started = (started, t)
         t.start()
 
-    def _start(self, w: Window, out_dir: str, started: dict[str, Any]) -> None:
+    def _start(self, w: Window, out_dir: str, started: dict[str, Any], timeout_s: float | None) -> None:
         try:
-            self.adapter.start((w.start, w.end), out_dir)
+            self.adapter.start((w.start, w.end), out_dir, timeout_s)
             started["ok"] = True
             logger.info("distprof: %s profiling steps %d-%d (traces in %s)", self._who, w.start, w.end, out_dir)
         except Exception as e:

@@ -30,7 +30,9 @@ class EngineConfig(BaseModel):
     window is recorded ``complete: false`` and training never waits longer. vLLM's docs give about 10 minutes
     for 100 requests on a 70B model."""
     request_timeout_s: float = 10.0
-    """Seconds one start request (and the version query) may take."""
+    """Seconds the version query, and a start that holds training, may take (with ``iterations`` the start is
+    sent at the window's first step, before that step runs). A start sent ahead of a whole window, off the
+    training thread, may take up to ``flush_timeout_s``."""
     iterations: int | None = None
     """Profile only the first N engine iterations of each window (SGLang ``num_steps``); None = all of the
     window's generation. For vLLM set ``max_iterations`` in the server's ``--profiler-config`` instead."""
