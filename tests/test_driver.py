@@ -212,6 +212,12 @@ def test_demo_async_rollout_overlaps_generation_with_training_and_finds_the_defa
     # One step off-policy: the next batch's generation runs while the actor trains on this one.
     assert any(g["start_us"] < u["start_us"] + u["dur_us"] and u["start_us"] < g["start_us"] + g["dur_us"]
                for g in gen for u in upd)
+    # The RL step view says so: the actor's update overlaps another role's work (the next generation) in a
+    # profiled step; in the synchronous demo it overlaps nothing (the roles take turns).
+    from distprof.analysis.analyze import steps as analyze_steps
+
+    rl = analyze_steps(str(out), workers=1)["rl_steps"]
+    assert any(r["role"] == "actor" and r["overlapped_us"] > 0 for s in rl for r in s["roles"]), rl
     findings = diagnose(str(out), workers=1)["findings"]
     (f,) = [f for f in findings if f["id"] == "straggler"]
     assert f["evidence"]["role"] == "actor" and f["evidence"]["ranks"][0] == 1

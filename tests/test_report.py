@@ -161,7 +161,7 @@ def test_gloo_run_cpu_only(browser, ddp_run, tmp_path):
         assert plots[p]["figures"] >= 1, p
     got = open_report(browser, out, tmp_path / "gloo.png")
     na = {sid for sid, _, note in got["sections"] if note}
-    assert na == {Plot.KERNELS, Plot.IDLE}
+    assert na == {Plot.KERNELS, Plot.IDLE, Plot.RL_STEPS}  # one role: no RL step to draw, and the note says so
     assert "Host time per rank" in got["text"] and "train/data" in got["text"] and "Step time, train" in got["text"]
     # Rank 1 sleeps in train/data: whatever diagnose says about it is on the page, linked to its plot.
     assert all(f["claim"] in got["text"] for f in r["findings"])

@@ -268,6 +268,7 @@ def test_the_demo_rl_step_view(tmp_path):
             assert r["busy_us"] > 0 or name == "driver"
             assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
         assert roles["driver"]["busy_us"] < roles["actor"]["busy_us"]
+        assert roles["actor"]["overlapped_us"] == 0  # synchronous: the roles take turns (async: test_driver)
         assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "rollout/engine", "ref", "actor"}
         assert "actor" in s["critical_path"]  # the update (and its straggler) bounds every demo step
         assert {w["role"] for w in s["what_if"]} == set(roles)
