@@ -29,6 +29,17 @@ def _reset_annotation_state():
     mod._tls.__dict__.clear()
 
 
+@pytest.fixture(scope="session")
+def slow_rollout_demo(tmp_path_factory):
+    """The RL demo run once for the tests that read it (real Ray, rollout with its stand-in engine, ref, a 2-rank
+    actor, the driver; about 35 s): rollout's generate made 300 ms slower, so rollout bounds every RL step. Tests
+    using it are in the "ray" xdist group (one cluster at a time)."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    from distprof.demo import rl_job
+
+    return rl_job.run(str(tmp_path_factory.mktemp("slow-rollout") / "demo"), steps=4, slow={"rollout/generate": 300})
+
+
 def load_trace(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:

@@ -4,12 +4,10 @@ The reader and ``check`` on timeline files are tested on files written by the re
 tests run the demo's RL job in process on a real local Ray cluster (about 30 s each, under the heavy lock).
 """
 
-import contextlib
-import fcntl
 import gzip
-import json
 import os
 import subprocess
+from pathlib import Path
 import sys
 import time
 
@@ -20,17 +18,6 @@ from distprof.analysis.listing import find_traces
 from distprof.analysis.ray_timeline import TimelineError, busy_intervals, load, parse
 from distprof.rundir.check import check_run
 from distprof.rundir.layout import ray_timeline_name
-
-
-@contextlib.contextmanager
-def heavy_lock():
-    """Several processes (Ray) at once: queue behind the other engineers' heavy runs."""
-    with open("/tmp/distprof-heavy.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 W_ROLLOUT, W_ACTOR1, W_DRIVER = "aa" * 28, "bb" * 28, "01000000" + "ff" * 24
@@ -164,13 +151,11 @@ def _within_steps(intervals, step_rows, role, rank, name):
 
 
 @pytest.mark.xdist_group("ray")
-def test_demo_driver_role_and_ray_timeline_find_a_slow_rollout(tmp_path):
+def test_demo_driver_role_and_ray_timeline_find_a_slow_rollout(slow_rollout_demo):
     from distprof.analysis.analyze import steps as analyze_steps
-    from distprof.demo import rl_job
 
-    out = tmp_path / "demo"
-    with heavy_lock():
-        result = rl_job.run(str(out), steps=4, slow={"rollout/generate": 300})
+    result = slow_rollout_demo
+    out = Path(result.run_dir)
     assert result.check.ok, [(i.file, i.status, i.detail) for i in result.check.items if i.status != "ok"]
     assert {r["role"] for r in result.check.roles} == {"driver", "rollout", "rollout/engine", "ref", "actor"}
     from conftest import trace_names
@@ -203,8 +188,7 @@ def test_demo_async_rollout_overlaps_generation_with_training_and_finds_the_defa
     from distprof.demo import rl_job
 
     out = tmp_path / "demo"
-    with heavy_lock():
-        result = rl_job.run(str(out), steps=4, async_rollout=True, slow_ms=300)
+    result = rl_job.run(str(out), steps=4, async_rollout=True, slow_ms=300)
     assert result.check.ok, [(i.file, i.status, i.detail) for i in result.check.items if i.status != "ok"]
     rows = busy_intervals(str(out / "driver" / "rank00000" / ray_timeline_name(1, 2)))
     gen = [r for r in rows if r["name"] == "Rollout.generate"]

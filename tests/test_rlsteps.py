@@ -251,17 +251,14 @@ def test_report_draws_the_worst_and_the_median_rl_step(tmp_path):
 
 
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
-def test_the_demo_rl_step_view(tmp_path):
-    """The demo's real run (real Ray, rollout, ref and a 2-rank actor over gloo): its RL steps."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
-    from distprof.demo import rl_job
-
-    res = rl_job.run(str(tmp_path / "demo"), steps=4)
-    d = analyze.steps(res.run_dir, workers=1)
+def test_the_demo_rl_step_view(slow_rollout_demo):
+    """The demo's real run (real Ray, rollout with its stand-in engine, ref, a 2-rank actor over gloo, the driver;
+    rollout's generate 300 ms slow): its RL steps, and the diagnosis naming rollout."""
+    d = analyze.steps(slow_rollout_demo.run_dir, workers=1)
     assert d["errors"] == [] and len(d["rl_steps"]) == 2  # the demo profiles two steps
     for s in d["rl_steps"]:
         roles = _by(s["roles"])
-        assert {"rollout", "ref", "actor"} <= set(roles)
+        assert {"rollout", "rollout/engine", "ref", "actor", "driver"} == set(roles)
         assert roles["actor"]["ranks"] == [0, 1]
         for name, r in roles.items():
             # The driver's phases are its waits on the others (distprof.ray.driver): it works little itself.
@@ -269,6 +266,10 @@ def test_the_demo_rl_step_view(tmp_path):
             assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
         assert roles["driver"]["busy_us"] < roles["actor"]["busy_us"]
         assert roles["actor"]["overlapped_us"] == 0  # synchronous: the roles take turns (async: test_driver)
-        assert s["critical_path"] and set(s["critical_path"]) <= {"rollout", "rollout/engine", "ref", "actor"}
-        assert "actor" in s["critical_path"]  # the update (and its straggler) bounds every demo step
+        assert roles["rollout"]["on_path_us"] >= 300_000  # the slow generate is on the path, whole
+        assert s["critical_path"][0] == "rollout" and set(s["critical_path"]) <= {"rollout", "rollout/engine", "ref", "actor"}
         assert {w["role"] for w in s["what_if"]} == set(roles)
+        (eng,) = s["engine"]
+        assert eng["role"] == "rollout/engine" and eng["engine_iterations"] == 4  # the demo's per generation
+    f = next(f for f in analyze.diagnose(slow_rollout_demo.run_dir, workers=1)["findings"] if f["id"] == "bounding_role")
+    assert f["evidence"]["role"] == "rollout" and f["evidence"]["names"][0] == "rollout/generate"
