@@ -117,12 +117,11 @@ def demo(
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
-    from .render_rl import rl_steps as show_rl_steps
     from .report import write_report
 
     with console.status("diagnosing and writing the report..."):
         rep = write_report(result.run_dir, os.path.join(result.run_dir, "report.html"), workers=1)
-    show_rl_steps(console, rep)  # each profiled RL step: every role's busy and idle time, its path, the what-if
+    render.rl_steps(console, rep)  # each profiled RL step: every role's busy and idle time, its path, the what-if
     console.print(Text(f"Diagnosis ({len(rep['findings'])} finding{'s' if len(rep['findings']) != 1 else ''}):"))
     for k, f in enumerate(rep["findings"][:3], 1):
         console.print(Text(f"  {k}. {render.plain(f['claim'])}"), soft_wrap=True)

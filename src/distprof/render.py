@@ -16,7 +16,7 @@ from rich.text import Text
 from .safetext import visible
 from .termfit import BLANK, Col, FitTable, fit_name, say
 
-__all__ = ["us", "share", "summary", "steps", "stragglers", "diff", "diagnose", "problems", "scope_note",
+__all__ = ["us", "share", "summary", "steps", "rl_steps", "stragglers", "diff", "diagnose", "problems", "scope_note",
            "profiling_cost", "table", "files_table", "Col", "say"]
 
 
@@ -315,7 +315,6 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         t.add_section()
     console.print(t)
     _step_breakdown_table(console, d)
-    from .render_rl import rl_steps  # the RL step view (a module of its own: this one is long)
     rl_steps(console, d)
     profiling_cost(console, d.get("profiling_cost"))
     bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
@@ -451,3 +450,30 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
             f"plot {f['plot']}" if f.get("plot") else "") if p)
         if where:
             say(console, Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))
+
+
+def rl_steps(console: Console, d: dict[str, Any]) -> None:
+    """One table: per RL step and role its busy, idle, critical-path and overlapped time and what-if saving;
+    under it each step's critical path."""
+    rl = d.get("rl_steps") or []
+    if not rl:
+        return
+    t = _table("RL steps: per role (idle = waiting for another role; overlap = busy while another role is; "
+               "saves = the step's saving if this role took its median step's time, on the path)",
+               ["step", "role", "duration", "busy", "idle", "on path", "overlap", "saves"], left=("role",))
+    for s in rl:
+        saves = {w["role"]: w["saves_us"] for w in s["what_if"]}
+        for j, r in enumerate(s["roles"]):
+            t.add_row(str(s["step"]), _t(r["role"]), us(s["duration_us"]) if j == 0 else "", us(r["busy_us"]),
+                      us(r["idle_us"]), us(r["on_path_us"]), us(r["overlapped_us"]), us(saves.get(r["role"])))
+        t.add_section()
+    console.print(t)
+    for s in rl:
+        best = s["what_if"][0] if s["what_if"] else None
+        line = f"step {s['step']}: path {' > '.join(plain(r) for r in s['critical_path'])}"
+        if best and best["saves_us"] > 0:
+            line += f"; {plain(best['role'])} at its median saves {us(best['saves_us'])}"
+        for e in s.get("engine") or []:
+            line += (f"; {plain(e['role'])}: {e['engine_iterations']} iterations, prefill {us(e['prefill_us'])}, "
+                     f"decode {us(e['decode_us'])}")
+        say(console, Text(line))

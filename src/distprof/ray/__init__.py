@@ -26,9 +26,9 @@ Ray itself is imported lazily, by the functions that need it.
 """
 
 from .collect import CollectReport, collect
-from .driver import DriverGroup
+from .driver import DriverGroup, profiling
 from .runtime_env import runtime_env
-from .workers import ProfiledGroup, ProfiledWorker, profiling, start_all, step_all, stop_all, trigger_all
+from .workers import ProfiledGroup, ProfiledWorker, start_all, step_all, stop_all, trigger_all
 
 __all__ = ["ProfiledWorker", "ProfiledGroup", "DriverGroup", "step_all", "start_all", "stop_all", "profiling", "trigger_all", "runtime_env",
            "collect", "CollectReport"]

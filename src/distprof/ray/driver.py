@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 from ..config import ProfilerConfig
 from ..plan import role_selected
 from ..rundir.layout import DRIVER_ROLE
-from .workers import ProfiledGroup, ProfiledWorker
+from .workers import ProfiledGroup, ProfiledWorker, _as_groups, start_all, stop_all
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DRIVER_ROLE", "DriverGroup"]
+__all__ = ["DRIVER_ROLE", "DriverGroup", "profiling"]
 
 
 class DriverGroup(ProfiledGroup):
@@ -108,3 +109,22 @@ class DriverGroup(ProfiledGroup):
     def timeline(self) -> Any:
         """The :class:`~.timeline.TimelineKeeper` (None when off): its ``written`` lists the files so far."""
         return self._timeline
+
+
+@contextmanager
+def profiling(groups: Iterable[ProfiledGroup], driver: bool = False) -> Iterator[list[ProfiledGroup]]:
+    """``with profiling(groups):`` runs ``start_all(groups)`` on entry and ``stop_all(groups)``
+    on exit (an exception included); call ``step_all(groups)`` at the end of every step inside.
+    Yields the groups as a list. ``driver=True``: the list yielded ends with a
+    :class:`~.driver.DriverGroup` (this process as role ``driver``, with the first group's config, and
+    Ray's task timeline of every window): step and collect that list (``with profiling(groups,
+    driver=True) as groups:``).
+    """
+    groups = _as_groups(groups)
+    if driver and groups and not any(g.role == DRIVER_ROLE for g in groups):
+        groups = _as_groups(groups + [DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
+    start_all(groups)
+    try:
+        yield groups
+    finally:
+        stop_all(groups)

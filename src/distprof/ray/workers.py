@@ -5,18 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..config import ProfilerConfig
 from ..envvars import WRAPPED_BY
 from ..plan import role_selected
 from ..profiler import Profiler
-from ..rundir.layout import DRIVER_ROLE, is_url
+from ..rundir.layout import is_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ProfiledWorker", "ProfiledGroup", "start_all", "step_all", "stop_all", "profiling", "trigger_all"]
+__all__ = ["ProfiledWorker", "ProfiledGroup", "start_all", "step_all", "stop_all", "trigger_all"]
 
 
 class ProfiledWorker:
@@ -268,27 +267,6 @@ def stop_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
     for another group's export. Returns per group ``{rank: global_step}``, as ``step_all``.
     """
     return _call_all(groups, "stop_profile")
-
-
-@contextmanager
-def profiling(groups: Iterable[ProfiledGroup], driver: bool = False) -> Iterator[list[ProfiledGroup]]:
-    """``with profiling(groups):`` runs ``start_all(groups)`` on entry and ``stop_all(groups)``
-    on exit (an exception included); call ``step_all(groups)`` at the end of every step inside.
-    Yields the groups as a list. ``driver=True``: the list yielded ends with a
-    :class:`~.driver.DriverGroup` (this process as role ``driver``, with the first group's config, and
-    Ray's task timeline of every window): step and collect that list (``with profiling(groups,
-    driver=True) as groups:``).
-    """
-    groups = _as_groups(groups)
-    if driver and groups and not any(g.role == DRIVER_ROLE for g in groups):
-        from .driver import DriverGroup
-
-        groups = _as_groups(groups + [DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
-    start_all(groups)
-    try:
-        yield groups
-    finally:
-        stop_all(groups)
 
 
 def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, roles: Any = None,
