@@ -8,6 +8,19 @@ import pytest
 SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
 
 
+def pytest_configure(config):
+    """Compile distprof and the tests' helpers to bytecode once. Our machines set PYTHONDONTWRITEBYTECODE=1, so
+    without this every process the suite starts (CLI runs, torchrun ranks, Ray workers: hundreds) compiled
+    distprof from source again: 0.8 s against 0.45 s to import it. compileall writes .pyc files whatever that
+    variable says; Python still reads them."""
+    import compileall
+
+    import distprof
+
+    for folder in (os.path.dirname(distprof.__file__), os.path.dirname(__file__)):
+        compileall.compile_dir(folder, quiet=2)
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     """No DISTPROF_* or rank variables leak in from the machine running the tests."""
