@@ -31,10 +31,14 @@ def _config(tmp_path, steps, engine) -> distprof.ProfilerConfig:
                                    torch={"activities": ["cpu"]}, per_role={"rollout": {"engine": engine}})
 
 
-def _train(prof, steps: int, work) -> int:
+def _train(prof, steps: int, work, sync: bool = True) -> int:
+    """``steps`` steps of ``work``. ``sync``: before each step, the engine's start (sent a step ahead, on a thread)
+    has landed: the test's steps last milliseconds, a real RL step seconds to minutes."""
     ran = 0
     with prof:
         for _ in range(steps):
+            if sync and prof._engine is not None:
+                prof._engine.wait_started(30)
             work()
             ran += 1
             prof.step()
@@ -183,7 +187,7 @@ def test_the_start_is_sent_a_step_ahead_and_a_slow_start_never_holds_a_step(tmp_
             seen.append((step, srv.engine.profiling))
             _generate(srv.url)
 
-        _train(prof, 5, work)
+        _train(prof, 5, work, sync=False)
         order = [p for p, _ in srv.requests if p in ("/start_profile", "/generate", "/stop_profile")]
     assert seen[:4] == [(0, False), (1, False), (2, True), (3, True)]  # (the stop, too, is sent off-thread)
     assert order.index("/start_profile") < 3 and order.count("/generate") == 5  # sent during step 1 at the latest

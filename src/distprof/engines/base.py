@@ -50,9 +50,9 @@ class EngineAdapter:
         self._version: str | None = config.version
 
     # ---- the interface ------------------------------------------------------------------------------------
-    def start(self, window: tuple[int, int], out_dir: str, timeout_s: float | None = None) -> None:
+    def start(self, window: tuple[int, int], out_dir: str, timeout_s: float | None = None) -> "_Session":
         """Ask the engine to start profiling into ``out_dir``; the request may take ``timeout_s`` (default
-        ``request_timeout_s``)."""
+        ``request_timeout_s``). Returns the window's session (for :meth:`stop` and :meth:`wait_flush`)."""
         os.makedirs(out_dir, exist_ok=True)
         self._session = _Session(out_dir, set(_names(out_dir)))
         if self.config.url is not None:
@@ -67,11 +67,13 @@ class EngineAdapter:
                 self.handle.start_profile(**self._start_kwargs(out_dir))
             except Exception as e:  # the engine's own failure, in one line
                 raise EngineError(f"{self.kind} start_profile() failed: {type(e).__name__}: {_shown(str(e))}") from None
+        return self._session
 
-    def stop(self) -> "_Session | None":
+    def stop(self, session: "_Session | None" = None) -> "_Session | None":
         """Ask the engine to stop and write its traces, on a daemon thread: returns at once, with the window's
-        session (for :meth:`wait_flush`, when the next window may start before this one's flush ends)."""
-        sess = self._session
+        session (for :meth:`wait_flush`, when the next window may start before this one's flush ends).
+        ``session``: the window's, as :meth:`start` returned it (default: the last one started)."""
+        sess = session or self._session
         if sess is not None:
             threading.Thread(target=self._stop, args=(sess,), name=f"distprof-{self.kind}-stop", daemon=True).start()
         return sess

@@ -113,19 +113,25 @@ class EngineCapture:
     def _begin(self, w: Window, background: bool = False) -> None:
         out_dir = self.adapter.out_dir_for((w.start, w.end), self._staging())
         self._open, self._opened_at = w, time.time()
-        started = {"ok": None}  # set by the start: True, or False once its failure is recorded
-        self._started = (started, None)
+        # "ok": set by the start (True, or False once its failure is recorded); "session": the window's, for its stop.
+        started: dict[str, Any] = {"ok": None, "session": None}
+        previous, self._started = self._started[0], (started, None)
         if not background:
-            self._start(w, out_dir, started, None)
+            self._start(w, out_dir, started, None, None)
             return
-        t = threading.Thread(target=self._start, args=(w, out_dir, started, self.adapter.config.flush_timeout_s),
-                             name="distprof-engine-start", daemon=True)
+        t = threading.Thread(target=self._start, name="distprof-engine-start", daemon=True,
+                             args=(w, out_dir, started, self.adapter.config.flush_timeout_s, previous))
         self._started = (started, t)
         t.start()
 
-    def _start(self, w: Window, out_dir: str, started: dict[str, Any], timeout_s: float | None) -> None:
+    def _start(self, w: Window, out_dir: str, started: dict[str, Any], timeout_s: float | None,
+               previous: dict[str, Any] | None) -> None:
         try:
-            self.adapter.start((w.start, w.end), out_dir, timeout_s)
+            # An engine profiles one session at a time: the previous window's stop (its flush) comes first.
+            sess = previous.get("session") if previous else None
+            if sess is not None and not sess.done.wait(self.adapter.config.flush_timeout_s):
+                raise EngineError("the previous window's flush had not ended")
+            started["session"] = self.adapter.start((w.start, w.end), out_dir, timeout_s)
             started["ok"] = True
             logger.info("distprof: %s profiling steps %d-%d (traces in %s)", self._who, w.start, w.end, out_dir)
         except Exception as e:
@@ -154,7 +160,7 @@ class EngineCapture:
                 starter.join(self.adapter.config.flush_timeout_s)  # a start still on its way (bounded by its timeout)
             if started["ok"] is False:
                 return  # its failure is recorded
-            sess = self.adapter.stop()  # returns at once: the stop request runs on its own daemon thread
+            sess = self.adapter.stop(started["session"])  # returns at once: the request runs on a daemon thread
             try:
                 files = self.adapter.wait_flush(self.adapter.config.flush_timeout_s, sess)
             except EngineError as e:
