@@ -5,6 +5,8 @@ tests run the demo's RL job in process on a real local Ray cluster (about 30 s e
 """
 
 import gzip
+import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -12,6 +14,8 @@ import sys
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import distprof
 from distprof.analysis.listing import find_traces
@@ -206,3 +210,32 @@ def test_demo_async_rollout_overlaps_generation_with_training_and_finds_the_defa
     (f,) = [f for f in findings if f["id"] == "straggler"]
     assert f["evidence"]["role"] == "actor" and f["evidence"]["ranks"][0] == 1
     assert f["evidence"]["names"][0] == "actor/prepare"
+
+
+_junk = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+                     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
+                     max_leaves=16)
+_event = st.fixed_dictionaries({}, optional={"cat": st.sampled_from(["task::Rollout.generate", "task", 3]) | _junk,
+                                             "tid": st.sampled_from([f"w:{W_ROLLOUT}", "x"]) | _junk,
+                                             "ts": st.floats() | _junk, "dur": st.floats() | _junk,
+                                             "args": st.fixed_dictionaries({}, optional={"name": _junk,
+                                                                                         "task_id": _junk}) | _junk})
+_doc = st.fixed_dictionaries({"kind": st.just("ray_timeline"), "traceEvents": st.lists(_event | _junk, max_size=6)},
+                             optional={"workers": st.lists(st.fixed_dictionaries(
+                                           {"role": st.just("rollout") | _junk, "rank": st.just(0) | _junk},
+                                           optional={"worker_id": st.just(W_ROLLOUT) | _junk}) | _junk, max_size=3) | _junk,
+                                       "own_methods": _junk, "window": _junk})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_doc.map(lambda d: json.dumps(d).encode()), st.binary(max_size=64)))
+def test_any_timeline_bytes_give_intervals_or_a_timeline_error(data):
+    """A Ray timeline file is untrusted input: any bytes give well-formed intervals or one TimelineError."""
+    try:
+        rows = busy_intervals(data)
+    except TimelineError as e:
+        assert str(e)
+        return
+    for r in rows:
+        assert isinstance(r["role"], str) and isinstance(r["rank"], int)
+        assert math.isfinite(r["start_us"]) and math.isfinite(r["dur_us"]) and r["dur_us"] >= 0

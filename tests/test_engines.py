@@ -12,6 +12,8 @@ import threading
 import urllib.request
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import distprof
 from distprof.demo.engine_standin import StandinLLM, StandinServer
@@ -236,3 +238,15 @@ def test_hostile_engine_replies(tmp_path, hostile, caplog):
     else:  # links to files outside the folder the engine was given are never followed
         assert any("not a regular file" in r.getMessage() for r in caplog.records)
         assert not os.path.exists(os.path.join(run, "rollout", "engine", "rank00001"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["vllm", "sglang"]),
+       st.text(max_size=80) | st.builds(lambda a, b: f"{a}-TP-{b}.trace.json.gz", st.text(max_size=20), st.text(max_size=8))
+       | st.builds(lambda a, b: f"{a}-rank-{b}.1.pt.trace.json.gz", st.text(max_size=20), st.text(max_size=8)))
+def test_any_file_name_gives_ranks_or_none(kind, name):
+    """An engine's output folder is untrusted: any name gives small non-negative ranks or None, never an error."""
+    assert parse_ranks("sglang", "1.5-TP-\u0663.trace.json.gz") is None  # an Arabic-Indic 3 is no rank
+    got = parse_ranks(kind, name)
+    assert got is None or all((k == "stage" and isinstance(v, str)) or (type(v) is int and 0 <= v < 2**31)
+                              for k, v in got.items())

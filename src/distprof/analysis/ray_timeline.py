@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 from typing import Any
 
 import msgspec
@@ -65,7 +66,14 @@ def parse(data: bytes, where: str = "Ray timeline") -> dict[str, Any]:
 
 
 def _num(x: Any) -> float | None:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x else None
+    """A finite number, or None (NaN, infinities, an integer too big for a float, anything else)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) else None
 
 
 def busy_intervals(source: str | bytes | dict[str, Any], clip: bool = True) -> list[dict[str, Any]]:
@@ -82,7 +90,8 @@ def busy_intervals(source: str | bytes | dict[str, Any], clip: bool = True) -> l
             by_worker[w["worker_id"]] = who
         if isinstance(w.get("actor_id"), str):
             by_actor[w["actor_id"]] = who
-    own = {m for m in doc.get("own_methods", []) if isinstance(m, str)}
+    own_methods = doc.get("own_methods")
+    own = {m for m in own_methods if isinstance(m, str)} if isinstance(own_methods, list) else set()
     win = doc.get("window") if isinstance(doc.get("window"), dict) else {}
     lo, hi = _num(win.get("start_us")), _num(win.get("end_us"))
     out = []

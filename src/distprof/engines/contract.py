@@ -87,9 +87,10 @@ SGLANG_BODY_FIELDS = ("output_dir", "start_step", "num_steps", "activities", "pr
                       "record_shapes", "merge_profiles", "profile_prefix")
 """The keys of SGLang's ``/start_profile`` body (``ProfileReqInput``)."""
 
-_VLLM_FILE = re.compile(r"^(?P<id>.+)-rank-(?P<rank>\d{1,6})\.\d+\.pt\.trace\.json(?:\.gz)?$")
+# ASCII digits only (re.ASCII): "٣" is no rank. At most 6 digits: no rank folder far past any real engine's size.
+_VLLM_FILE = re.compile(r"^(?P<id>.+)-rank-(?P<rank>\d{1,6})\.\d+\.pt\.trace\.json(?:\.gz)?$", re.ASCII)
 _SGLANG_FILE = re.compile(r"-TP-(?P<tp>\d{1,6})(?:-DP-(?P<dp>\d{1,6}))?(?:-PP-(?P<pp>\d{1,6}))?"
-                          r"(?:-EP-(?P<ep>\d{1,6}))?(?:-(?P<stage>prefill|decode))?\.trace\.json(?:\.gz)?$")
+                          r"(?:-EP-(?P<ep>\d{1,6}))?(?:-(?P<stage>prefill|decode))?\.trace\.json(?:\.gz)?$", re.ASCII)
 
 
 def vllm_file_name(instance_id: str, rank: int, time_ns: int, gzip: bool = True) -> str:
