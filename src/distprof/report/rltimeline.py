@@ -35,8 +35,8 @@ def _figure(kind: str, s: dict[str, Any]) -> go.Figure:
     f = _fig(f"RL step {label(s['step'])} ({kind}: {s['duration_us'] / 1000:,.1f} ms), path "
              + label(" > ".join(s["critical_path"])), height=_height(len(lanes) + 1, 28),
              barmode="overlay", xaxis={"title": "ms from the step's start"},
-             yaxis={"type": "category", "autorange": "reversed", "title": ""}, margin={"l": 140, "r": 20, "t": 60, "b": 50},
-             legend={"orientation": "h", "y": -0.2})
+             yaxis={"type": "category", "autorange": "reversed", "title": ""}, margin={"l": 140, "r": 20, "t": 60, "b": 110},
+             legend={"orientation": "h", "yanchor": "top", "y": -0.25})  # below the axis title, never on it
     ys = [label(PATH)] + names
     f.add_trace(go.Bar(name="waiting (idle)", orientation="h", y=ys[1:], base=[0.0] * len(names),
                        x=[round(s["duration_us"] / 1000.0, 3)] * len(names), marker={"color": "rgba(160,160,160,0.35)"},
