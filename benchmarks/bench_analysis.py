@@ -33,7 +33,7 @@ SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "
 
 FLOOR = """
 import sys, msgspec
-from distprof.analysis.reader import Event
+from distprof.trace.reader import Event
 class Doc(msgspec.Struct, gc=False):
     traceEvents: list[Event] = []
 data = open(sys.argv[1], 'rb').read()
@@ -42,7 +42,7 @@ print(len(doc.traceEvents))
 """
 FLOOR_LEAN = """
 import sys, msgspec
-from distprof.analysis.reader import _LEAN
+from distprof.trace.reader import _LEAN
 class Doc(msgspec.Struct, gc=False):
     traceEvents: list[_LEAN] = []
 data = open(sys.argv[1], 'rb').read()

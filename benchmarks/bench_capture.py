@@ -22,8 +22,8 @@ Exits 1 when a target is missed. Run: python benchmarks/bench_capture.py [--quic
 from __future__ import annotations
 
 import argparse
-import gzip
 import glob
+import gzip
 import logging
 import statistics
 import sys
@@ -118,7 +118,7 @@ def bench_between(number: int, repeats: int) -> tuple[float, float]:
 
 def bench_guard(number: int) -> tuple[float, float]:
     """ns per MemoryGuard.check() at a step end (mostly not due), µs per due sample (every limit set)."""
-    from distprof.guard import MemoryGuard
+    from distprof.capture.guard import MemoryGuard
 
     g = MemoryGuard(max_rss_bytes=1e15, min_available_bytes=1.0, max_trace_bytes=1e15)
     g.open()
@@ -132,7 +132,7 @@ def calibrate_trace_estimate(steps: int) -> float:
     import torch
 
     import distprof
-    from distprof.guard import heap_in_use
+    from distprof.capture.guard import heap_in_use
 
     x, w = torch.randn(8, 8), torch.randn(8, 8)
     out = tempfile.mkdtemp(prefix="bench-guard-")
@@ -217,7 +217,7 @@ def main() -> int:
     number, repeats = (50_000, 5) if args.quick else (500_000, 15)
     steps, rounds = (10, 2) if args.quick else (50, 12)
 
-    from distprof.guard import TRACE_BYTES_PER_HEAP_BYTE
+    from distprof.capture.guard import TRACE_BYTES_PER_HEAP_BYTE
 
     floor_ns, inert_ns, idle_ns = bench_inert(number, repeats)
     far_ns, timed_ns = bench_between(number, repeats)

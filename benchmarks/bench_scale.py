@@ -49,8 +49,8 @@ stats = {"wall": wall, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_
          "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 if verb != "merge":  # what one rank's result weighs on its way to the driver (pickled), after the timing
     import pickle, glob
-    from distprof.analysis.listing import find_traces
-    from distprof.analysis.selection import Selection
+    from distprof.trace.listing import find_traces
+    from distprof.trace.selection import Selection
     parts = {"summary": analyze.SUMMARY_PARTS, "steps": analyze.STEPS_PARTS, "stragglers": analyze.STRAGGLERS_PARTS,
              "diagnose": tuple(dict.fromkeys(analyze.SUMMARY_PARTS + analyze.STEPS_PARTS + analyze.STRAGGLERS_PARTS
                                              + ("step_names",)))}[verb]
@@ -63,7 +63,7 @@ import gzip, json, resource, sys, time
 from concurrent.futures import ProcessPoolExecutor
 import msgspec
 from isal import igzip
-from distprof.analysis.reader import _LEAN
+from distprof.trace.reader import _LEAN
 
 class Doc(msgspec.Struct, gc=False):
     traceEvents: list[_LEAN] = []

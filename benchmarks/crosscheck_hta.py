@@ -372,7 +372,7 @@ def run_hta(python: str, folder: str, include_last: bool, rounding: bool) -> dic
 
 def run_ours(folder: str, hta: dict, drop_last: bool):
     from distprof.analysis import analyze
-    from distprof.analysis.selection import Selection
+    from distprof.trace.selection import Selection
 
     if not hta["filtered"]:
         sel, scope = Selection(), "whole trace"

@@ -159,7 +159,7 @@ def check_oom(out: str) -> None:
     import torch
 
     import distprof
-    from distprof.rundir.check import check_run
+    from distprof.analysis.check import check_run
     from distprof.rundir.store import manifest_records
 
     run = os.path.join(out, "oom")

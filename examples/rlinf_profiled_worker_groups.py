@@ -17,7 +17,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on l
 import ray
 
 import distprof
-from distprof.ray import ProfiledGroup, ProfiledWorker, collect, runtime_env
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect, runtime_env
 
 # RLinf: cluster.profiling = {worker_groups: [rollout], output_dir: ..., options: {...}, flags: [...]}
 CONFIG = {"enable": True, "backend": "py_spy", "roles": ["rollout"], "ranks": "all",

@@ -17,7 +17,7 @@ import ray
 import torch
 
 import distprof
-from distprof.ray import ProfiledGroup, ProfiledWorker, collect, profiling, step_all
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect, profiling, step_all
 
 CONFIG = {
     "enable": True,

@@ -24,7 +24,7 @@ import sys
 import torch
 
 import distprof
-from distprof.backends import torch_backend
+from distprof.capture.backends import torch_backend
 from distprof.rundir.store import RunDir
 
 ap = argparse.ArgumentParser()

@@ -31,10 +31,11 @@ def _clean_env(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _reset_annotation_state():
-    from distprof import annotate as _unused  # noqa: F401  (the function; the module is below)
     import sys
 
-    mod = sys.modules["distprof.annotate"]
+    from distprof.capture import annotate as _unused
+
+    mod = sys.modules["distprof.capture.annotate"]
     yield
     mod._STATE.active = 0
     mod._STATE.opened = 0
@@ -121,6 +122,7 @@ def gloo_run(out, **kw):
     """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/warmfork.py):
     the same real processes and job, without two imports of torch per job."""
     import warmfork
+
     from distprof.demo import gloo_job
 
     warmfork.context()

@@ -75,7 +75,7 @@ if HOW == "sigterm_in_step":
     # SIGTERM lands inside the profiler's own step (torch.profiler's state change) at step 4.
     import signal
 
-    from distprof.backends import torch_backend
+    from distprof.capture.backends import torch_backend
 
     _advance = torch_backend.TorchBackend.advance
 
@@ -88,7 +88,7 @@ if HOW == "sigterm_in_step":
     torch_backend.TorchBackend.advance = advance
 
 if os.environ.get("HOLD_EXPORT"):
-    from distprof.backends import torch_backend
+    from distprof.capture.backends import torch_backend
 
     _check_trace = torch_backend.check_trace
 

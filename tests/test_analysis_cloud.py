@@ -5,11 +5,11 @@ import os
 import subprocess
 import sys
 
-from distprof import Profiler, ProfilerConfig
-from distprof.analysis import find_traces
-
 from conftest import SHARED
 from helpers import run
+
+from distprof import Profiler, ProfilerConfig
+from distprof.analysis import find_traces
 
 DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
 

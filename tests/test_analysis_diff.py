@@ -8,10 +8,10 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from distprof.analysis import diff, summary
-
 from conftest import SHARED
 from tracekit import cli, table
+
+from distprof.analysis import diff, summary
 
 TD = os.path.join(SHARED, "data", "traces", "hta", "trace-diff")
 DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
@@ -62,9 +62,9 @@ def test_unreadable_files_are_errors_with_exit_1(tmp_path):
 
 
 def test_two_steps_of_one_run_by_phase(tmp_path):
-    from distprof import Profiler, ProfilerConfig
-
     from helpers import run
+
+    from distprof import Profiler, ProfilerConfig
 
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[2, 3], torch={"activities": ["cpu"]})
     run(Profiler(cfg, role="actor", rank=0, world_size=1), 5)

@@ -7,13 +7,13 @@ its format (mutated by hypothesis). Small ``batch_bytes`` make every boundary se
 import gzip
 import json
 import os
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from distprof.analysis.reader import Complete, Meta, TraceError, TraceStream
-
 from tracekit import TRACES, X
+
+from distprof.trace.reader import Complete, Meta, TraceError, TraceStream
 
 CPU_ONLY = os.path.join(TRACES, "hta", "cpu_only_rank-34.pt.trace.json.gz")
 _FIXTURE_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]

@@ -15,11 +15,10 @@ import os
 from collections import defaultdict
 
 import pytest
+from tracekit import DLRM, H100, TRACES, X, cli, load, write
 
 from distprof.analysis import analyze, idle, launch
-from distprof.analysis.selection import Selection
-
-from tracekit import DLRM, H100, TRACES, X, cli, load, write
+from distprof.trace.selection import Selection
 
 HTA = os.path.join(TRACES, "hta")
 NCCL = os.path.join(HTA, "nccl_data.json.gz")

@@ -10,16 +10,15 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from conftest import SHARED
+from helpers import run
 from hypothesis import given
 from hypothesis import strategies as st
+from tracekit import cli
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import find_traces, read_trace
 from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces, overlap_lanes
-
-from conftest import SHARED
-from helpers import run
-from tracekit import cli
 
 DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
 

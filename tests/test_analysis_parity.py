@@ -17,11 +17,10 @@ import re
 from collections import Counter, defaultdict
 
 import pytest
+from tracekit import DLRM, TRACES
 
 from distprof.analysis import analyze
-from distprof.analysis.selection import Selection
-
-from tracekit import DLRM, TRACES
+from distprof.trace.selection import Selection
 
 NCCL = os.path.join(TRACES, "hta", "nccl_data.json.gz")
 TWO_RANK = os.path.join(TRACES, "hta", "two-rank-sampled")

@@ -6,7 +6,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprof.analysis.reader import TraceStream, read_trace
+from distprof.trace.reader import TraceStream, read_trace
 
 # Names and args full of the bytes a boundary search could trip on: braces, brackets, commas, quotes.
 _tricky = st.lists(st.sampled_from(list('ab}{][,:" \\\n') + ["é", "},", "}, {", "]}"]), max_size=8).map("".join)
@@ -70,12 +70,11 @@ import sys  # noqa: E402
 import zlib  # noqa: E402
 
 import pytest  # noqa: E402
-
-from distprof.analysis import find_traces  # noqa: E402
-from distprof.analysis.reader import TraceError, open_trace  # noqa: E402
-
 from helpers import PEAK_MB  # noqa: E402
 from tracekit import DLRM, TRACES, X, cli, load, write  # noqa: E402
+
+from distprof.analysis import find_traces  # noqa: E402
+from distprof.trace.reader import TraceError, open_trace  # noqa: E402
 
 CPU_ONLY = os.path.join(TRACES, "hta", "cpu_only_rank-34.pt.trace.json.gz")  # a real trace with keys after its events
 DLRM_FILES = sorted(os.path.join(DLRM, n) for n in os.listdir(DLRM))
@@ -240,7 +239,7 @@ def test_the_top_level_traceEvents_key_is_found_whatever_precedes_it(tmp_path, h
 
 _PEAK = """
 import sys
-from distprof.analysis.reader import TraceError, TraceStream
+from distprof.trace.reader import TraceError, TraceStream
 try:
     s = TraceStream(sys.argv[1])
     print("events", sum(len(b) for b in s.batches()), s.report.to_dict())

@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-
-from distprof.analysis.reader import TraceStream, decode_run
-
 from tracekit import X, cli
+
+from distprof.trace.reader import TraceStream, decode_run
 
 # A writer process that appends ``CHUNK`` to the file each time it is poked (one byte on stdin), answering once the
 # bytes are on disk; at most ``LIMIT`` appends (so that a reader that follows the file still ends, and fails the

@@ -3,9 +3,10 @@
 import os
 import shutil
 
-from distprof.analysis import analyze, diagnose as diagnose_mod
-
 from tracekit import TRACES, X, write
+
+from distprof.analysis import analyze
+from distprof.analysis import diagnose as diagnose_mod
 
 HTA = os.path.join(TRACES, "hta")
 T0 = 1_700_000_000_000_000.0  # epoch µs
@@ -115,9 +116,9 @@ def test_run_directories_traced_together_are_two_runs_and_a_copy_is_one(tmp_path
     processes wrote it) stays one run whose duplicate files are reported as conflicts."""
     import json
 
-    from distprof import Profiler, ProfilerConfig
-
     from helpers import run
+
+    from distprof import Profiler, ProfilerConfig
 
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "runs" / "exp1"), ranks="all", steps=[1],
                          torch={"activities": ["cpu"]})

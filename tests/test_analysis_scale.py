@@ -1,9 +1,9 @@
 """What keeps the driver small when many ranks are read: each rank's compact result, names shared among ranks."""
 
+from tracekit import DLRM
+
 from distprof.analysis import analyze
 from distprof.analysis.parallel import share_strings
-
-from tracekit import DLRM
 
 
 def test_ranks_read_in_workers_share_one_copy_of_each_name():

@@ -12,15 +12,15 @@ import os
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tracekit import DLRM, TRACES, X, same_table, write
 
 from distprof.analysis import analyze
 from distprof.analysis.parallel import SplitPool
-from distprof.analysis.reader import TraceError, TraceStream, decode_run
-from distprof.analysis.selection import Selection
-from distprof.analysis.table import TraceTable
-
-from tracekit import DLRM, TRACES, X, write, same_table
+from distprof.trace.reader import TraceError, TraceStream, decode_run
+from distprof.trace.selection import Selection
+from distprof.trace.table import TraceTable
 
 SMALL_BATCH = 64 << 10
 REAL = [os.path.join(DLRM, sorted(os.listdir(DLRM))[3]),
@@ -83,7 +83,7 @@ def _with_bad_event(tmp_path, bad, name="bad.json"):
 def test_a_run_that_does_not_decode_whole_is_read_again_on_the_salvaging_path(bad, pool, tmp_path, caplog):
     path = _with_bad_event(tmp_path, bad)
     whole, t1 = _read(path)
-    with caplog.at_level(logging.INFO, logger="distprof.analysis.table"):
+    with caplog.at_level(logging.INFO, logger="distprof.trace.table"):
         split, t2 = _read(path, pool)
     same_table(whole, split)
     assert t2.report == t1.report and t1.report.events_skipped == 1  # skipped and counted, on both paths
@@ -101,7 +101,7 @@ def test_event_ends_inside_strings_are_no_cut(pool, tmp_path, caplog):
     path.write_text(json.dumps(doc))
     assert decode_run(b'[{"ph": "X", "name": "a \\"}]') is None
     whole, _ = _read(path)
-    with caplog.at_level(logging.INFO, logger="distprof.analysis.table"):
+    with caplog.at_level(logging.INFO, logger="distprof.trace.table"):
         split, t = _read(path, pool)
     assert "read again in one process" in caplog.text  # (the second read resets the stream's counts)
     same_table(whole, split)

@@ -13,14 +13,13 @@ import threading
 import zlib
 
 import pytest
+from tracekit import DLRM, X, cli, same_table, write
 
 from distprof.analysis.parallel import SplitPool
-from distprof.analysis.reader import TraceError, TraceStream, decode_run
-from distprof.analysis.source import byte_chunks
-from distprof.analysis.table import TraceTable
-from distprof.analysis.vocab import Kind
-
-from tracekit import DLRM, X, cli, write, same_table
+from distprof.trace.reader import TraceError, TraceStream, decode_run
+from distprof.trace.source import byte_chunks
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind
 
 SMALL_BATCH = 64 << 10
 REAL = os.path.join(DLRM, sorted(os.listdir(DLRM))[3])

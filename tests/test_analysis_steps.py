@@ -5,13 +5,12 @@ import json
 import re
 
 import pytest
+from helpers import run
+from tracekit import DLRM, cli, table
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import analyze, find_traces
 from distprof.analysis import steps as steps_mod
-
-from helpers import run
-from tracekit import DLRM, cli, table
 
 
 def test_dlrm_step_durations_match_the_trace():

@@ -7,12 +7,11 @@ import shutil
 from collections import defaultdict
 
 import pytest
+from conftest import SLOW_S, gloo_run
+from tracekit import DLRM, TRACES, X, cli, table, write
 
 from distprof.analysis import analyze, find_traces
 from distprof.analysis import stragglers as strag
-
-from conftest import SLOW_S, gloo_run
-from tracekit import DLRM, TRACES, cli, table, write, X
 
 
 def _independent(folder):

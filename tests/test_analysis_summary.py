@@ -6,13 +6,12 @@ import os
 from collections import defaultdict
 
 import pytest
-
-from distprof.analysis import analyze, find_traces, read_trace, summary
-from distprof.analysis.listing import rank_from_name
-from distprof.analysis.reader import TraceError
-
 from conftest import SHARED
 from tracekit import cli, table
+
+from distprof.analysis import analyze, find_traces, read_trace, summary
+from distprof.trace.listing import rank_from_name
+from distprof.trace.reader import TraceError
 
 TRACES = os.path.join(SHARED, "data", "traces")
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
@@ -102,9 +101,9 @@ def test_rank_sources(tmp_path):
 
 
 def test_run_directory_ranks_from_manifest(tmp_path):
-    from distprof import Profiler, ProfilerConfig
-
     from helpers import run
+
+    from distprof import Profiler, ProfilerConfig
 
     cfg = ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), ranks="all", steps=[1], torch={"activities": ["cpu"]})
     for rank in (0, 1):

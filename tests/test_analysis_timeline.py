@@ -3,10 +3,9 @@ what matters (where each phase, compute and collective runs) to within its resol
 
 import numpy as np
 import pytest
+from tracekit import X, table, write
 
 from distprof.analysis import timeline
-
-from tracekit import X, table, write
 
 ANN = "user_annotation"
 

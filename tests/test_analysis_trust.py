@@ -12,12 +12,11 @@ import subprocess
 import sys
 
 import pytest
-
-from distprof.analysis import analyze, summary
-from distprof.analysis.vocab import is_comm_kernel, profiler_step
-
 from conftest import SLOW_S
 from tracekit import DLRM, TRACES, X, cli, table, write
+
+from distprof.analysis import analyze, summary
+from distprof.trace.vocab import is_comm_kernel, profiler_step
 
 
 # ---- CPU / gloo jobs --------------------------------------------------------------------------------------

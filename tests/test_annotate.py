@@ -6,13 +6,12 @@ import sys
 import threading
 
 import pytest
+from conftest import trace_files, trace_names
 
 import distprof
 from distprof import Profiler, ProfilerConfig, annotate
 
-from conftest import trace_files, trace_names
-
-STATE = sys.modules["distprof.annotate"]._STATE
+STATE = sys.modules["distprof.capture.annotate"]._STATE
 
 
 def cfg(tmp_path, steps=(1,)):
@@ -146,7 +145,7 @@ def test_nvtx_ranges_when_cuda_is_available(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: calls.append(("push", name)))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: calls.append(("pop",)))
-    monkeypatch.setattr("distprof.backends.torch_backend.TorchBackend._activities",
+    monkeypatch.setattr("distprof.capture.backends.torch_backend.TorchBackend._activities",
                         lambda self, torch: [torch.profiler.ProfilerActivity.CPU])
     p = Profiler(cfg(tmp_path, steps=[0]))
     with p:

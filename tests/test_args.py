@@ -9,8 +9,8 @@ import pytest
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.args import ProfilerArguments
-from distprof.config import ConfigError
+from distprof.config.args import ProfilerArguments
+from distprof.config.model import ConfigError
 
 
 def parse(argv, **kw):

@@ -8,11 +8,10 @@ import subprocess
 import sys
 
 import pytest
+from helpers import run
 
 from distprof import Profiler, ProfilerConfig
-from distprof.rundir.check import check_run
-
-from helpers import run
+from distprof.analysis.check import check_run
 
 
 @pytest.fixture(scope="module")

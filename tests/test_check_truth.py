@@ -13,14 +13,14 @@ import subprocess
 import sys
 
 import pytest
+from helpers import PEAK_MB, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_ray import cfg as ray_cfg  # noqa: F401 - the local Ray cluster fixture
+from test_ray import cluster, make, train
 
 from distprof import Profiler, ProfilerConfig
-from distprof.rundir.check import STATUSES, check_run
-
-from helpers import PEAK_MB, run
-from test_ray import cfg as ray_cfg, cluster, make, train  # noqa: F401 - the local Ray cluster fixture
+from distprof.analysis.check import STATUSES, check_run
 
 JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
 CPU = {"activities": ["cpu"]}
@@ -125,7 +125,7 @@ def test_a_run_that_captured_nothing_fails_with_every_window_missing(copy):
 
 
 def test_missing_windows_of_a_rank_on_a_node_collect_could_not_reach_name_the_node(copy):
-    """collect.json (written by distprof.ray.collect) says which node held which ranks; a rank's missing windows say
+    """collect.json (written by distprof.integrations.ray.collect) says which node held which ranks; a rank's missing windows say
     so. Entries of the wrong shape, or naming a role outside the run, are ignored."""
     shutil.rmtree(rank_folder(copy))
     (copy / "collect.json").write_text(json.dumps({"unreachable_nodes": [
@@ -136,7 +136,7 @@ def test_missing_windows_of_a_rank_on_a_node_collect_could_not_reach_name_the_no
     why = "not collected: node abababababab (10.0.0.7) was unreachable: the node is dead"
     missing = items(res, "missing")
     assert missing and all(i.detail.endswith(why) for i in missing) and not res.ok
-    from distprof.analysis.listing import find_traces
+    from distprof.trace.listing import find_traces
 
     assert not any(f.path.endswith("collect.json") for f in find_traces(str(copy)))  # a run file, never a trace
     (copy / "collect.json").write_text("{not json")
@@ -284,7 +284,7 @@ def test_gzip_bomb_is_streamed_in_bounded_memory(copy):
     recs = records(copy)
     recs[1]["files"][0]["bytes"] = recs[1]["bytes"] = trace.stat().st_size
     rewrite(copy, recs)
-    code = ("import json, sys; from distprof.rundir.check import check_run; r = check_run(sys.argv[1]); "
+    code = ("import json, sys; from distprof.analysis.check import check_run; r = check_run(sys.argv[1]); "
             "print(json.dumps([[i.steps, i.status, i.detail] for i in r.items]))\n" + PEAK_MB)
     proc = subprocess.run([sys.executable, "-c", code, str(copy)], capture_output=True, text=True, timeout=600)
     items, peak_mb = proc.stdout.splitlines()[-2:]
@@ -395,7 +395,7 @@ def test_fuzzed_run_files_never_raise(two_windows, tmp_path, target, data):
 # ---- collect ------------------------------------------------------------------------------------------------
 def test_collect_node_listing_never_brings_a_symlink_along(copy):
     """collect() copies exactly what its node task ``_node_list`` lists: a link to /etc/passwd is not in it."""
-    from distprof.ray.collect import _node_list
+    from distprof.integrations.ray.collect import _node_list
 
     (rank_folder(copy) / "step00000009-00000009.pt.trace.json.gz").symlink_to("/etc/passwd")
     (copy / "main" / "leak").symlink_to("/etc")
@@ -410,7 +410,7 @@ def test_collect_node_listing_never_brings_a_symlink_along(copy):
 def test_collect_through_a_real_ray_cluster_leaves_symlinks_behind(cluster, tmp_path):  # noqa: F811 - the fixture
     """Ray collect() from a real local cluster: a link to /etc/passwd and a linked folder placed in the worker's run
     directory are neither copied nor followed; everything else arrives and passes check."""
-    from distprof.ray import ProfiledGroup, collect
+    from distprof.integrations.ray import ProfiledGroup, collect
 
     ws = make(n=1)
     g = ProfiledGroup(ws, ray_cfg(tmp_path), role="actor")

@@ -5,11 +5,10 @@ import json
 import os
 
 import pytest
+from tracekit import X, write
 from typer.testing import CliRunner
 
 from distprof.cli import app
-
-from tracekit import X, write
 
 
 def _garbage(folder):

@@ -155,7 +155,7 @@ def test_activities_auto_forms_and_mixes():
 
 
 def test_resolve_activities_for_each_machine():
-    from distprof.backends.torch_backend import resolve_activities
+    from distprof.capture.backends.torch_backend import resolve_activities
 
     assert resolve_activities(["auto"], []) == ["cpu"]
     assert resolve_activities(["auto"], ["cuda"]) == ["cpu", "cuda"]  # NVIDIA, or ROCm (torch.cuda with HIP)
@@ -171,7 +171,7 @@ def _windows_and_warnings(tmp_path, caplog, monkeypatch, activities):
     from helpers import run
 
     from distprof import Profiler
-    from distprof.backends import torch_backend
+    from distprof.capture.backends import torch_backend
 
     monkeypatch.setattr(torch_backend, "_warned_missing", set())  # a fresh process's state
     torch_opts = {} if activities is None else {"activities": activities}
@@ -187,7 +187,7 @@ def _windows_and_warnings(tmp_path, caplog, monkeypatch, activities):
 def test_default_activities_record_cpu_without_a_warning(tmp_path, caplog, monkeypatch):
     import torch
 
-    from distprof.backends.torch_backend import accelerators_present
+    from distprof.capture.backends.torch_backend import accelerators_present
 
     assert accelerators_present(torch) == []  # this machine: CPU only
     recorded, warnings = _windows_and_warnings(tmp_path, caplog, monkeypatch, None)

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.config import ConfigError, ScheduleConfig, TorchOptions, _env_fields
-from distprof.envvars import NOT_SETTINGS
+from distprof.config.model import ConfigError, ScheduleConfig, TorchOptions, _env_fields
+from distprof.util.envvars import NOT_SETTINGS
 
 NOISE = re.compile(r"type=|input_value|input_type|errors\.pydantic\.dev|validation errors? for|Value error,|"
                    r"For further information")
@@ -224,9 +224,9 @@ def test_every_distprof_variable_distprof_uses_is_known():
 
 
 def test_a_worker_wrapped_by_distprof_builds_its_config(tmp_path):
-    """The real process wrapper (python -m distprof.wrap) with the real py-spy sets DISTPROF_WRAPPED_BY in the
+    """The real process wrapper (python -m distprof.capture.wrap) with the real py-spy sets DISTPROF_WRAPPED_BY in the
     worker; the worker's config must not take it for a typo."""
-    from distprof.backends.process import WrapSpec, check_tool
+    from distprof.capture.backends.process import WrapSpec, check_tool
 
     spec = WrapSpec(backend="py_spy", group="rollout", out_dir=str(tmp_path / "rollout"), python=[sys.executable],
                     executable=check_tool("py_spy", None, [sys.executable]), extra={"rate": 50, "format": "raw"})
@@ -234,7 +234,7 @@ def test_a_worker_wrapped_by_distprof_builds_its_config(tmp_path):
     app.write_text("import os, sys\nfrom distprof import ProfilerConfig\n"
                    "c = ProfilerConfig(steps=[1])\n"
                    "print('WRAPPED_BY', os.environ['DISTPROF_WRAPPED_BY'], c.steps, file=sys.stderr, flush=True)\n")
-    proc = subprocess.run([sys.executable, "-m", "distprof.wrap", spec.encode(), str(app)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "distprof.capture.wrap", spec.encode(), str(app)], capture_output=True,
                           text=True, timeout=120, start_new_session=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r"WRAPPED_BY py_spy:\d+ \[1\]", proc.stderr), proc.stderr[-2000:]

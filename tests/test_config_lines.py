@@ -15,8 +15,8 @@ from tracekit import cli
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.config import ConfigError, ConfigProblem
-from distprof.dialects import load_file, translate
+from distprof.config.dialects import load_file, translate
+from distprof.config.model import ConfigError, ConfigProblem
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
 
@@ -196,7 +196,7 @@ def test_verl_lists_every_key_it_drops_and_from_dialect_warns_of_each(tmp_path, 
     assert "global_profiler.steps chooses them" in known["actor_rollout_ref.actor.profiler.tool_config.torch.step_start"].reason
     assert all(d["unknown"] == (d["source"] in VERL_UNKNOWN) for d in t.to_dict()["dropped"])
 
-    with caplog.at_level(logging.INFO, logger="distprof.dialects"):
+    with caplog.at_level(logging.INFO, logger="distprof.config.dialects"):
         assert ProfilerConfig.from_dialect("verl", VERL) == t.profiler_config
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == len(VERL_UNKNOWN) and all(any(f" {s}=" in w for w in warned) for s in VERL_UNKNOWN)

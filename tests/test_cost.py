@@ -11,13 +11,13 @@ import msgspec
 import pytest
 import torch
 from rich.console import Console
-
-from distprof import Profiler, ProfilerConfig, render
-from distprof.analysis import analyze
-from distprof.backends.torch_backend import TorchBackend
-from distprof.profiler import BASELINE_STEPS, SETTLING_STEPS
-
 from tracekit import X, cli, write
+
+from distprof import Profiler, ProfilerConfig
+from distprof.analysis import analyze
+from distprof.capture.backends.torch_backend import TorchBackend
+from distprof.capture.profiler import BASELINE_STEPS, SETTLING_STEPS
+from distprof.report import terminal as render
 
 HEAVY = {"activities": ["cpu"], "profile_memory": True, "record_shapes": True, "with_stack": True}
 

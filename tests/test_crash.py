@@ -159,10 +159,10 @@ def test_sigterm_is_the_default_again_once_profiling_stops_and_in_forked_childre
 def test_a_window_cut_short_by_stop_has_no_phantom_step(tmp_path):
     """The trace of a window cut short holds one more ProfilerStep (from the last step's end to the profiler's
     stop); the manifest lists the steps that ran, and the analysis counts only those."""
+    import torch
+
     from distprof import Profiler, ProfilerConfig
     from distprof.analysis import analyze
-
-    import torch
 
     p = Profiler(ProfilerConfig(enable=True, save_path=str(tmp_path / "r"), steps="3-8",
                                 torch={"activities": ["cpu"]})).start()

@@ -3,7 +3,7 @@
 With HOLD_EXPORT=1 the job stops inside every export once torch has written the window's temporary trace, prints
 "exporting" and waits on stdin: the test sends real signals at exactly that moment (no sleep), then lets the export
 go on. distprof must hold the signal until the window and its manifest line are written, then end the process as
-the signal asks, leave no temporary behind, and say so in one warning (shutdown.py).
+the signal asks, leave no temporary behind, and say so in one warning (capture/shutdown.py).
 """
 
 import gzip
@@ -141,7 +141,7 @@ def test_a_forked_child_never_writes_the_parents_windows(tmp_path):
     """A raw os.fork() at step 4, inside window 3-5 of a with block: the child runs the rest of the loop, leaves the
     with block and exits normally. Only the parent writes; `check` sees one writer (the old code's child exported
     into the parent's rank folder: "two writers claimed main rank 0")."""
-    from distprof.rundir.check import check_run
+    from distprof.analysis.check import check_run
 
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, JOB, "fork", str(out), "with"], capture_output=True, text=True,

@@ -12,11 +12,10 @@ import pickle
 import msgspec
 import pytest
 import torch
-
-from distprof import Profiler, ProfilerConfig
-
 from conftest import all_files
 from helpers import run
+
+from distprof import Profiler, ProfilerConfig
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", lambda fn: observers.append(fn), raising=False)
     monkeypatch.setattr(torch.cuda.profiler, "start", lambda: calls.append(("cudaProfilerStart",)))
     monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: calls.append(("cudaProfilerStop",)))
-    import distprof.backends.cuda_memory as cm
+    import distprof.capture.backends.cuda_memory as cm
 
     monkeypatch.setattr(cm._install_oom_observer, "installed", False, raising=False)
     cm._oom_hook.clear()
@@ -66,7 +65,7 @@ def test_cuda_memory_oom_snapshot_is_in_the_manifest_and_check_accepts_it(tmp_pa
     """The OOM snapshot gets its own manifest line (stopped_by: oom, the steps from the window's first to the one
     the allocation failed in), so check lists it as ok rather than unlisted. The CUDA side is fake_cuda's stand-in
     (the one place the contract of torch.cuda.memory and the OOM observer is imitated); the rest is real."""
-    from distprof.rundir.check import check_run
+    from distprof.analysis.check import check_run
 
     _, observers = fake_cuda
     cfg = ProfilerConfig(enable=True, backend="cuda_memory", save_path=str(tmp_path / "run"), steps=[2, 3, 4])

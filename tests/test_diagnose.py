@@ -13,12 +13,11 @@ import shutil
 import statistics
 
 import pytest
+from conftest import SLOW_S, gloo_run
+from tracekit import DLRM, TRACES, X, cli, write
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import STRAGGLER_WAIT_SHARE, THRESHOLDS, Plot, path_saving
-
-from conftest import SLOW_S, gloo_run
-from tracekit import DLRM, TRACES, X, cli, write
 
 DEVICE_RULES = {"exposed_communication", "launch_bound", "host_sync", "memcpy", "pageable_memcpy"}
 
@@ -268,7 +267,7 @@ def test_rank_less_files_are_ranks_of_their_own(tmp_path):
 
 
 def test_stream_wait_event_does_not_block_the_host():
-    from distprof.analysis.vocab import is_sync_runtime
+    from distprof.trace.vocab import is_sync_runtime
 
     assert is_sync_runtime("cudaStreamSynchronize") and is_sync_runtime("hipDeviceSynchronize")
     assert not is_sync_runtime("cudaStreamWaitEvent") and not is_sync_runtime("hipStreamWaitEvent")
@@ -276,7 +275,7 @@ def test_stream_wait_event_does_not_block_the_host():
 
 def test_bidi_controls_in_names_are_shown_as_escapes(tmp_path):
     """A right-to-left override in a phase name would make the rest of a claim render reversed."""
-    from distprof.safetext import visible
+    from distprof.util.safetext import visible
 
     assert visible("data\u202eevil\u2066") == "data\\u202eevil\\u2066"
     evs = []

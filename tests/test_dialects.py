@@ -13,7 +13,7 @@ from tracekit import cli, load
 
 import distprof
 from distprof import Profiler, ProfilerConfig
-from distprof.dialects import load_file, translate
+from distprof.config.dialects import load_file, translate
 
 HERE = os.path.join(os.path.dirname(__file__), "dialects")
 VERL_ROLES = ("actor", "ref", "rollout", "critic")

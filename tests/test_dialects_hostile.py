@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from tracekit import cli
 
 from distprof import ProfilerConfig
-from distprof.config_errors import ConfigError
-from distprof.config_limits import MAX_ROLES
-from distprof.dialects import load_file, translate
+from distprof.config.dialects import load_file, translate
+from distprof.config.errors import ConfigError
+from distprof.config.limits import MAX_ROLES
 
 HERE = os.path.join(os.path.dirname(__file__), "dialects")
 PATH_ERROR = "expected a directory or URL"

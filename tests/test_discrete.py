@@ -6,13 +6,12 @@ import threading
 
 import pytest
 import torch
+from tracekit import cli
 
 import distprof
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import analyze
-from distprof.rundir.check import check_run
-
-from tracekit import cli
+from distprof.analysis.check import check_run
 
 
 def _config(tmp_path, **kw):
@@ -61,10 +60,11 @@ def test_one_trace_per_stage_run_in_planned_steps_only(tmp_path):
 
 
 def test_outside_planned_steps_annotate_stays_inert(tmp_path):
-    from distprof import annotate as _unused  # noqa: F401
     import sys
 
-    state = sys.modules["distprof.annotate"]._STATE
+    from distprof.capture import annotate as _unused
+
+    state = sys.modules["distprof.capture.annotate"]._STATE
     prof = Profiler(_config(tmp_path, steps=[3]), role="actor").start()
     assert state.active == 0  # step 0 is not planned: ranges take the one-counter fast path
     for _ in range(3):

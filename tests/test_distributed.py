@@ -4,7 +4,6 @@ import json
 import os
 
 import msgspec
-
 from conftest import gloo_run, load_trace, trace_files
 
 

@@ -9,20 +9,19 @@ import json
 import math
 import os
 import subprocess
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distprof
-from distprof.analysis.listing import find_traces
+from distprof.analysis.check import check_run
 from distprof.analysis.ray_timeline import TimelineError, busy_intervals, load, parse
-from distprof.rundir.check import check_run
 from distprof.rundir.layout import ray_timeline_name
-
+from distprof.trace.listing import find_traces
 
 W_ROLLOUT, W_ACTOR1, W_DRIVER = "aa" * 28, "bb" * 28, "01000000" + "ff" * 24
 A_ROLLOUT, A_ACTOR1, A_ACTOR0 = "11" * 16, "22" * 16, "33" * 16
@@ -64,7 +63,7 @@ class _Group:
 
 def _write_run(tmp_path, events=None):
     """A driver window captured by a real Profiler (torch, CPU), and its Ray timeline by the real writer."""
-    from distprof.ray.timeline import TimelineKeeper
+    from distprof.integrations.ray.timeline import TimelineKeeper
 
     save = str(tmp_path / "run")
     config = distprof.ProfilerConfig(enable=True, save_path=save, steps=[1, 2], torch={"activities": ["cpu"]})

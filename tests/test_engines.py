@@ -1,4 +1,4 @@
-"""Rollout engines' profilers driven at the planned steps (distprof.engines), tested against the STAND-IN engine
+"""Rollout engines' profilers driven at the planned steps (distprof.capture.engines), tested against the STAND-IN engine
 (distprof.demo.engine_standin): vLLM and SGLang need CUDA, so their documented API is served by real worker
 processes recording real torch.profiler traces instead."""
 
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distprof
+from distprof.analysis.check import check_run
+from distprof.capture.engines.contract import parse_ranks, sglang_file_name, vllm_file_name
 from distprof.demo.engine_standin import StandinLLM, StandinServer
-from distprof.engines.contract import parse_ranks, sglang_file_name, vllm_file_name
-from distprof.rundir.check import check_run
 from distprof.rundir.manifest import read_manifest
 
 
@@ -134,7 +134,7 @@ def test_in_process_engine_attached(tmp_path, kind):
         cfg = distprof.ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1],
                                       torch={"activities": ["cpu"]})
         prof = distprof.Profiler(cfg, role="rollout", rank=0, world_size=1)
-        assert distprof.engines.attach(prof, llm, kind=kind, trace_dir=str(tmp_path / "t"))
+        assert distprof.capture.engines.attach(prof, llm, kind=kind, trace_dir=str(tmp_path / "t"))
         _train(prof, 3, lambda: llm.generate(2))
     finally:
         llm.close()

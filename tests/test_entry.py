@@ -5,10 +5,10 @@ import json
 import subprocess
 import sys
 
-import distprof
-from distprof.runtime import distprof_version
-
 from tracekit import X, write
+
+import distprof
+from distprof.util.runtime import distprof_version
 
 
 def test_version_prints_the_installed_version():

@@ -4,13 +4,12 @@ import logging
 import os
 
 import pytest
-
-from distprof import Profiler, ProfilerConfig
-from distprof.backends.torch_backend import TorchBackend
-from distprof.rundir.store import RunDir, manifest_records
-
 from conftest import all_files, load_trace, trace_files
 from helpers import run
+
+from distprof import Profiler, ProfilerConfig
+from distprof.capture.backends.torch_backend import TorchBackend
+from distprof.rundir.store import RunDir, manifest_records
 
 FAULTS = [
     (TorchBackend, "begin"),
@@ -139,7 +138,7 @@ def test_disk_full_while_gzipping_leaves_no_temporaries(tmp_path, monkeypatch, c
     """ENOSPC half-way through our gzip: both temporaries are removed, one error, training goes on."""
     import errno
 
-    from distprof.backends import torch_backend
+    from distprof.capture.backends import torch_backend
 
     caplog.set_level(logging.ERROR, logger="distprof")
     real_copy = torch_backend.shutil.copyfileobj

@@ -3,7 +3,7 @@
 verl's and SkyRL's users report ``RuntimeError: _apply(): Couldn't swap ...weight`` with torch.profiler on
 while an FSDP2 model is offloaded by hand (``model.cpu()``: ``nn.Module._apply`` swaps DTensor parameters
 with ``torch.utils.swap_tensors``, which refuses tensors the profiler holds weak references to). The job
-(tests/fsdp_job.py) reproduces it on CPU; distprof.compat turns the responsible flags off for such
+(tests/fsdp_job.py) reproduces it on CPU; distprof.capture.compat turns the responsible flags off for such
 processes and releases the profiler's references as soon as a window is written.
 """
 

@@ -8,11 +8,10 @@ import os
 import msgspec
 import pytest
 import torch
+from conftest import trace_files, trace_names
 
 from distprof import Profiler, ProfilerConfig
-from distprof.guard import GUARD_STOP, MemoryGuard
-
-from conftest import trace_files, trace_names
+from distprof.capture.guard import GUARD_STOP, MemoryGuard
 
 HEAVY = {"activities": ["cpu"], "profile_memory": True, "record_shapes": True, "with_stack": True}
 
@@ -204,7 +203,7 @@ def test_window_grown_far_over_budget_within_one_step_is_not_exported_but_record
     (w,) = guard_warnings(caplog)
     assert "not exported" in w and "dropping steps 3-3 unexported" in w
     assert prof.windows_closed == 0 and not prof.capturing
-    from distprof.rundir.check import check_run
+    from distprof.analysis.check import check_run
 
     res = check_run(str(tmp_path / "run"))  # check names the window and why it has no file, not "ok"
     (item,) = [i for i in res.items if i.steps == [3, 3]]

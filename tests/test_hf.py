@@ -239,7 +239,7 @@ def test_torchrun_two_ranks_capture_the_same_steps(tmp_path):
                           text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "run"
-    for rank in (0, 1):  # each process says once where its traces go, with no logging set up (distprof.logs)
+    for rank in (0, 1):  # each process says once where its traces go, with no logging set up (distprof.util.logs)
         assert proc.stderr.count(f"[distprof main rank {rank}] traces go to {run}/main/rank{rank:05d};") == 1
     for rank in (0, 1):
         [rec] = manifest(run, rank=rank)

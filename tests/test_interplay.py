@@ -1,4 +1,4 @@
-"""How the features merged into profiler.py meet: requested (triggered) windows with the memory guard, step timing,
+"""How the features merged into capture/profiler.py meet: requested (triggered) windows with the memory guard, step timing,
 held exports, stop(), faults while idle and fsspec uploads; and hostile `.requests/` folders. Real Profiler on CPU
 with real torch.profiler; the CLI as a subprocess."""
 
@@ -10,10 +10,10 @@ from tracekit import cli, load
 
 import distprof
 from distprof import Profiler
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
+from distprof.capture.trigger import RequestStore, make_request
 from distprof.rundir.manifest import read_manifest
 from distprof.rundir.store import manifest_records
-from distprof.rundir.trigger import RequestStore, make_request
 
 
 def cfg(save, **kw):

@@ -4,8 +4,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprof import intervals as iv
 from distprof.analysis.summary import _self_times_stack, self_times
+from distprof.util import intervals as iv
 
 _spans = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 40)), max_size=25)
 

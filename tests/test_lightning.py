@@ -10,14 +10,13 @@ import lightning.pytorch as pl
 import msgspec
 import pytest
 import torch
+from conftest import load_trace, trace_files
 from torch.utils.data import DataLoader, TensorDataset
+from tracekit import cli
 
 import distprof
-from distprof import shutdown
+from distprof.capture import shutdown
 from distprof.integrations.lightning import DistprofProfiler, phase_name
-
-from conftest import load_trace, trace_files
-from tracekit import cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PHASES = {"lightning/training_step", "lightning/backward", "lightning/optimizer_step",
@@ -99,7 +98,7 @@ def inside(events, span, prefix):
 
 
 def assert_no_range_left_open():
-    state = sys.modules["distprof.annotate"]
+    state = sys.modules["distprof.capture.annotate"]
     assert state._STATE.opened == 0 and not state._tls.__dict__.get("stack")
     assert shutdown._started == []  # the profiler was stopped, nothing left for exit time
 
@@ -300,7 +299,7 @@ def test_ddp_two_processes_each_write_their_rank(tmp_path):
                           check=False, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 finished at global step 5" in proc.stdout and "rank 1 finished at global step 5" in proc.stdout
-    for rank in (0, 1):  # each process says once where its traces go, as the plain Profiler does (distprof.logs)
+    for rank in (0, 1):  # each process says once where its traces go, as the plain Profiler does (distprof.util.logs)
         assert proc.stderr.count(f"[distprof main rank {rank}] traces go to {run}/main/rank{rank:05d};") == 1
     files = [os.path.relpath(f, run) for f in trace_files(run)]
     assert files == [f"main/rank0000{r}/step00000002-00000003.pt.trace.json.gz" for r in (0, 1)]

@@ -7,8 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprof.mesh import (ANY, RankMesh, check_against_mesh, mesh_selected, node_selected,
-                           parse_coordinate_selection, selected_ranks)
+from distprof.config.mesh import (
+    ANY,
+    RankMesh,
+    check_against_mesh,
+    mesh_selected,
+    node_selected,
+    parse_coordinate_selection,
+    selected_ranks,
+)
 
 NAMES = ["pp", "dp", "cp", "tp", "ep"]
 
@@ -132,7 +139,7 @@ def test_per_node_keeps_the_first_local_ranks_of_every_node():
 import json  # noqa: E402
 
 from distprof import Profiler, ProfilerConfig  # noqa: E402
-from distprof.rundir.check import check_run  # noqa: E402
+from distprof.analysis.check import check_run  # noqa: E402
 
 
 def _run_ranks(tmp_path, world, mesh=None, local_ranks=None, **cfg):
@@ -183,7 +190,7 @@ def test_per_node_keeps_local_rank_zero_of_every_node(tmp_path, monkeypatch):
 
 
 def test_worker_groups_refuse_per_node():
-    from distprof.ray.workers import ProfiledGroup
+    from distprof.integrations.ray.workers import ProfiledGroup
 
     config = ProfilerConfig(enable=True, save_path="/tmp/distprof-never", ranks="all", per_node=1)
     with pytest.raises(ValueError, match="per_node=1 needs each worker's local rank"):

@@ -18,7 +18,7 @@ import pytest
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
 from distprof.rundir.store import list_files
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
@@ -26,13 +26,12 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: loopback, not the external address
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from tracekit import cli  # noqa: E402
 
 from distprof.analysis import analyze  # noqa: E402
 from distprof.analysis.parallel import FileError, map_files  # noqa: E402
-from distprof.ray import ProfiledGroup, ProfiledWorker, collect  # noqa: E402
-from distprof.ray.files import find_traces_on_nodes  # noqa: E402
-
-from tracekit import cli  # noqa: E402
+from distprof.analysis.rayfiles import find_traces_on_nodes  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 LOOPBACK = {"node_ip_address": "127.0.0.1"}
@@ -264,7 +263,7 @@ def test_a_node_lost_between_listing_and_reading_is_one_error_per_file(cluster, 
 
 
 def test_unset_variable_in_save_path_names_the_node(cluster):
-    from distprof.ray.workers import _save_path_on_this_node
+    from distprof.integrations.ray.workers import _save_path_on_this_node
 
     @ray.remote(num_cpus=0)
     def expand(path):
@@ -274,7 +273,7 @@ def test_unset_variable_in_save_path_names_the_node(cluster):
             return str(e)
 
     head = ray.get_runtime_context().get_node_id()
-    from distprof.ray.nodes import pinned
+    from distprof.util.raynodes import pinned
 
     got = ray.get(expand.options(scheduling_strategy=pinned(head)).remote("$SCRATCH/run"))
     assert got.startswith("save_path '$SCRATCH/run' names $SCRATCH, which is not set on this node (node "
@@ -285,7 +284,7 @@ def test_unset_variable_in_save_path_names_the_node(cluster):
 
 
 def test_shared_folder_is_collected_once_and_two_writers_of_one_path_are_a_conflict(cluster, run, tmp_path):
-    from distprof.ray import profiling, step_all
+    from distprof.integrations.ray import profiling, step_all
 
     actor = ray.remote(num_cpus=0.25)(Trainer)
     on = {n: actor.options(resources={f"node_{n}": 0.01}) for n in ("a", "b")}
@@ -318,7 +317,7 @@ def test_shared_folder_is_collected_once_and_two_writers_of_one_path_are_a_confl
 
 
 def test_process_backends_refuse_a_per_node_save_path():
-    from distprof.ray import runtime_env
+    from distprof.integrations.ray import runtime_env
 
     config = ProfilerConfig(enable=True, backend="py_spy", save_path="$SCRATCH/run")
     with pytest.raises(ValueError, match=r"save_path '\$SCRATCH/run' names an environment variable, but py_spy's "
@@ -333,7 +332,7 @@ def read_or_die(path, offset, size):
     if path.endswith(TRACE):
         os.kill(os.getppid(), signal.SIGKILL)  # a Ray worker's parent is its node's raylet
         os._exit(1)
-    from distprof.ray.collect import _node_read  # on the node: the real one
+    from distprof.integrations.ray.collect import _node_read  # on the node: the real one
 
     return _node_read(path, offset, size)
 
@@ -341,7 +340,7 @@ def read_or_die(path, offset, size):
 def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path, monkeypatch):
     import importlib
 
-    collect_module = importlib.import_module("distprof.ray.collect")  # the package's `collect` is the function
+    collect_module = importlib.import_module("distprof.integrations.ray.collect")  # the package's `collect` is the function
 
     d = tmp_path / "scratch-e"
     d.mkdir()
@@ -364,7 +363,7 @@ def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path,
 
 
 def test_a_path_no_node_holds_is_one_line_naming_the_variable(cluster):
-    from distprof.analysis.source import TraceError
+    from distprof.trace.source import TraceError
 
     with pytest.raises(TraceError) as e:
         analyze.summary("$DISTPROF_NO_SUCH_VAR/run", ray_address=cluster.address)

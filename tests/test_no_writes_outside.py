@@ -14,10 +14,10 @@ from tracekit import X, cli, load, write
 
 import distprof
 from distprof import Profiler
-from distprof.ray.collect import CollectReport, _fetch, _unchanged, _write_note
+from distprof.capture.trigger import RequestStore, make_request
+from distprof.integrations.ray.collect import CollectReport, _fetch, _unchanged, _write_note
 from distprof.rundir.safefile import UnsafePath, write_bytes
 from distprof.rundir.store import manifest_records
-from distprof.rundir.trigger import RequestStore, make_request
 
 PIDS = 64  # this process's pid and the next ones: the names a later process would use
 

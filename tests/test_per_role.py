@@ -5,7 +5,7 @@ import json
 import pytest
 
 from distprof import Profiler, ProfilerConfig
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
 
 
 def _config(tmp_path, **kw):

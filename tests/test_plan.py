@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distprof.plan import Plan, Schedule, Window, rank_selected, role_selected, steps_to_windows
+from distprof.config.plan import Plan, Schedule, Window, rank_selected, role_selected, steps_to_windows
 
 steps_lists = st.lists(st.integers(min_value=0, max_value=200), min_size=1, max_size=40)
 schedules = st.builds(

@@ -1,8 +1,8 @@
 """Process-wrapping backends: option rendering, capture ranges, the wrapper's launch and finalization."""
 
 import json
-import re
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -12,10 +12,10 @@ import time
 import pytest
 
 from distprof import ProfilerConfig
-from distprof.wrap import finalize_outputs
-from distprof.backends.process import (WrapSpec, check_tool, nsys_capture_options, output_name,
-                                       render_options, tool_command)
-from distprof.ray import runtime_env
+from distprof.capture.backends.process import WrapSpec, check_tool, output_name, render_options, tool_command
+from distprof.capture.wrap import finalize_outputs
+from distprof.config.process_tools import nsys_capture_options
+from distprof.integrations.ray import runtime_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_NSYS = os.path.join(HERE, "fake_nsys.py")
@@ -103,7 +103,7 @@ def test_spec_survives_the_shell(tmp_path):
     spec = _spec("nsys", tmp_path, options={"o": "it's \"quoted\" $HOME"}, python=["/my env/python"])
     line = spec.py_executable(["/my env/python"])
     words = shlex.split(line)
-    assert words[:3] == ["/my env/python", "-m", "distprof.wrap"]
+    assert words[:3] == ["/my env/python", "-m", "distprof.capture.wrap"]
     assert WrapSpec.decode(words[3]) == spec
 
 
@@ -142,7 +142,7 @@ def test_runtime_env_wraps_and_keeps_interpreter_and_env(tmp_path):
     env = runtime_env(cfg, group="actor", base={"env_vars": {"A": "1"}, "py_executable": f"{py} -X utf8"})
     assert env["env_vars"] == {"A": "1"}
     words = shlex.split(env["py_executable"])
-    assert words[:5] == [py, "-X", "utf8", "-m", "distprof.wrap"]
+    assert words[:5] == [py, "-X", "utf8", "-m", "distprof.capture.wrap"]
     spec = WrapSpec.decode(words[5])
     assert spec.python == [py, "-X", "utf8"] and spec.out_dir == str(tmp_path / "p" / "actor")
     assert spec.options == {"t": "cuda,nvtx", "capture-range": "cudaProfilerApi", "capture-range-end": "repeat:2"}
@@ -158,7 +158,7 @@ def test_runtime_env_refuses_url_save_path_and_missing_tool(tmp_path):
 
 def settled(directory):
     """Names in ``directory`` once every finalizer there is done (as collect() waits)."""
-    from distprof.ray.collect import _node_list
+    from distprof.integrations.ray.collect import _node_list
 
     listing = _node_list(str(directory), 30, [])
     assert listing["pending"] == []
@@ -172,7 +172,7 @@ APP = "import os, sys, time\nprint('app running', os.getpid(), file=sys.stderr, 
 def _wrapper(spec, app_body, tmp_path, **kw):
     script = tmp_path / "app.py"
     script.write_text(APP.format(body=app_body))
-    return subprocess.Popen([sys.executable, "-m", "distprof.wrap", spec.encode(), str(script)],
+    return subprocess.Popen([sys.executable, "-m", "distprof.capture.wrap", spec.encode(), str(script)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, **kw)
 
 
@@ -244,7 +244,7 @@ def test_wrapper_runs_worker_unwrapped_when_tool_cannot_start(tmp_path):
 def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
     """When a worker dies, Ray also SIGKILLs the process it started (the wrapper), maybe before the tool
     has written. The detached finalizer must still leave a finished output."""
-    from distprof.ray.collect import _node_list
+    from distprof.integrations.ray.collect import _node_list
 
     spec = _spec("py_spy", tmp_path, executable=check_tool("py_spy", None, [sys.executable]), python=[sys.executable],
                  extra={"rate": 200, "format": "speedscope"})
@@ -254,7 +254,7 @@ def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
     app_pid = int(re.search(r"app running (\d+)", line).group(1))
     # In Ray the worker dies long after start. Here: once py-spy samples (its SIGINT handler is in place; a
     # child killed before that leaves py-spy nothing to write) and the wrapper has started its finalizer.
-    from distprof.procfs import handles_signal as _handles
+    from distprof.util.procfs import handles_signal as _handles
 
     with open(f"/proc/{app_pid}/stat") as f:
         pyspy_pid = int(f.read().rsplit(")", 1)[1].split()[1])
@@ -274,8 +274,8 @@ def test_output_finalized_even_when_the_wrapper_is_killed(tmp_path, reap):
 
 def test_collect_waits_as_long_as_the_process_backends_finalize_timeout(tmp_path):
     """``finalize_timeout_s`` is what collect() waits for outputs still being written (it was once ignored)."""
-    from distprof.ray.collect import DEFAULT_FINALIZE_TIMEOUT_S, finalize_timeout
-    from distprof.ray.workers import ProfiledGroup
+    from distprof.integrations.ray.collect import DEFAULT_FINALIZE_TIMEOUT_S, finalize_timeout
+    from distprof.integrations.ray.workers import ProfiledGroup
 
     def group(backend, role, **section):
         cfg = {"enable": True, "backend": backend, "save_path": str(tmp_path), "roles": ["nobody"],  # no Ray calls

@@ -12,11 +12,10 @@ import time
 import msgspec
 import pytest
 import torch
-
-from distprof import Profiler, ProfilerConfig
-
 from conftest import all_files, load_trace, trace_files, trace_names
 from helpers import Trainer, run
+
+from distprof import Profiler, ProfilerConfig
 
 
 def cfg(tmp_path, **kw):
@@ -193,7 +192,7 @@ def test_two_profilers_in_one_process(tmp_path):
 
 
 def test_cuda_requested_without_cuda_warns_once_and_captures_cpu(tmp_path, caplog, monkeypatch):
-    from distprof.backends import torch_backend
+    from distprof.capture.backends import torch_backend
 
     monkeypatch.setattr(torch_backend, "_warned_missing", set())  # a fresh process's state: no warning given yet
     caplog.set_level(logging.WARNING, logger="distprof")

@@ -1,4 +1,4 @@
-"""distprof.ray on a real local Ray cluster, loopback only."""
+"""distprof.integrations.ray on a real local Ray cluster, loopback only."""
 
 import json
 import logging
@@ -11,7 +11,7 @@ import pytest
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
 
-from distprof.ray import ProfiledGroup, ProfiledWorker, collect, profiling, runtime_env, step_all  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect, profiling, runtime_env, step_all  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -282,8 +282,8 @@ SHUTDOWN_SCRIPT = """
 import json, os, sys
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray, distprof
-from distprof.ray import ProfiledGroup, ProfiledWorker, runtime_env
-from distprof.ray.collect import _node_list
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, runtime_env
+from distprof.integrations.ray.collect import _node_list
 sys.path.insert(0, {tests!r})
 from test_ray import Worker
 ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -41,13 +41,13 @@ files = sorted(os.path.basename(p) for p in glob.glob("runs/exp1/profile/actor/r
 assert files == ["step00000003-00000003.pt.trace.json.gz", "step00000010-00000010.pt.trace.json.gz"], files
 """,
     ),
-    "from distprof.ray import ProfiledWorker, ProfiledGroup": (
+    "from distprof.integrations.ray import ProfiledWorker, ProfiledGroup": (
         RAY_INIT + """
 open("profile.yaml", "w").write("enable: true\\nranks: all\\nsteps: [3, 4]\\nsave_path: runs/exp1/profile\\n"
                                 "torch: {activities: [cpu]}\\n")
 num_steps = 6
 batches = [1, 2]
-import distprof.ray as _dr
+import distprof.integrations.ray as _dr
 @ray.remote(num_cpus=0.25)
 class Rollout(_dr.ProfiledWorker):
     pass
@@ -62,14 +62,14 @@ assert not report.unreachable, report
 ray.shutdown()
 """,
     ),
-    "distprof.engines.attach(prof, llm": (
+    "distprof.capture.engines.attach(prof, llm": (
         "",
         """
 import glob
 assert prof._engine.wait(60)
 got = sorted(glob.glob("runs/rl/profile/rollout/engine/rank*/step00000002-00000002.pt.trace.json.gz"))
 assert len(got) == 2, got
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
 assert check_run("runs/rl/profile").ok
 llm.close()
 """,

@@ -14,12 +14,11 @@ import os
 import pathlib
 
 import pytest
+from tracekit import DLRM, TRACES, cli, load
 
 from distprof.analysis.analyze import FileResult, Investigation, investigate
 from distprof.analysis.diagnose import Finding, Plot, diagnose
 from distprof.report import build_report, render_report
-
-from tracekit import DLRM, TRACES, cli, load
 
 pytestmark = pytest.mark.xdist_group("browser")  # one Chromium for the module on a 2-core machine
 

@@ -3,10 +3,10 @@
 
 import re
 
+from tracekit import X, write
+
 from distprof.report import write_report
 from distprof.report.base import NAME_CHARS
-
-from tracekit import X, write
 
 RANKS = 16
 NAMES = ("a", "b", "c")  # each phase name is one of these letters, repeated

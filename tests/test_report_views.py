@@ -10,14 +10,13 @@ import shutil
 from urllib.parse import unquote
 
 import pytest
+from conftest import SLOW_S
+from test_report import browser, open_report  # noqa: F401  (the module's Chromium, and the clean-page checks)
+from tracekit import DLRM, X, write
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import Finding, Plot
 from distprof.report import build_report, render_report, write_report
-
-from conftest import SLOW_S
-from test_report import browser, open_report  # noqa: F401  (the module's Chromium, and the clean-page checks)
-from tracekit import DLRM, X, write
 
 pytestmark = pytest.mark.xdist_group("browser")
 

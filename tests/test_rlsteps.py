@@ -7,12 +7,10 @@ import json
 import os
 
 import pytest
+from tracekit import X, cli, write
 
 from distprof.analysis import analyze
 from distprof.analysis.rlsteps import Segment, critical_path, what_if
-
-
-from tracekit import X, cli, write
 
 T = 10_000  # µs between steps
 
@@ -220,11 +218,12 @@ def test_terminal_table_json_and_diagnose(tmp_path):
 
 @pytest.mark.xdist_group("browser")
 def test_report_draws_the_worst_and_the_median_rl_step(tmp_path):
-    from distprof.analysis.diagnose import Plot
-    from distprof.report import write_report
     from playwright.sync_api import sync_playwright
     from test_report import ARGS, CHROMIUM, open_report
     from test_report_views import PLOTS, _plots
+
+    from distprof.analysis.diagnose import Plot
+    from distprof.report import write_report
 
     _sync(tmp_path / "run")
     r = write_report(str(tmp_path / "run"), str(tmp_path / "r.html"))
@@ -261,7 +260,7 @@ def test_the_demo_rl_step_view(slow_rollout_demo):
         assert {"rollout", "rollout/engine", "ref", "actor", "driver"} == set(roles)
         assert roles["actor"]["ranks"] == [0, 1]
         for name, r in roles.items():
-            # The driver's phases are its waits on the others (distprof.ray.driver): it works little itself.
+            # The driver's phases are its waits on the others (distprof.integrations.ray.driver): it works little itself.
             assert r["busy_us"] > 0 or name == "driver"
             assert r["busy_us"] + r["idle_us"] == pytest.approx(s["duration_us"])
         assert roles["driver"]["busy_us"] < roles["actor"]["busy_us"]

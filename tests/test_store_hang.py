@@ -14,7 +14,6 @@ import sys
 import threading
 
 import pytest
-
 import warmfork
 
 HANG_S = 120  # seconds: several times what the bounded code needs here; the old code waited 417 s and more
@@ -69,11 +68,11 @@ def _train(endpoint, save, cache, out):
     import fsspec
 
     fsspec.config.conf["s3"] = {"endpoint_url": endpoint}
+    from helpers import Trainer
+
     from distprof import Profiler, ProfilerConfig
     from distprof.rundir import upload
     from distprof.rundir.manifest import read_manifest
-
-    from helpers import Trainer
 
     upload.RETRY_BUDGET_S = 1.0  # give up on the store soon (a real job: 60 s) ...
     upload.DRAIN_TIMEOUT_S = 200.0  # ... and let stop() wait for every give-up, so the outcome is one, not a race
@@ -157,7 +156,7 @@ def test_store_timeout_setting_is_read_checked_and_yields_to_fsspec_config(monke
     config's environment reading does not refuse it); a key the user set in fsspec's config wins."""
     import fsspec
 
-    from distprof.config import env_overrides
+    from distprof.config.model import env_overrides
     from distprof.rundir import netfs
 
     monkeypatch.setenv("DISTPROF_STORE_TIMEOUT_S", "2.5")

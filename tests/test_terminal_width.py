@@ -5,7 +5,7 @@ reads the width from the pty (no COLUMNS in the environment). At 80 and 120 colu
 wider than the terminal (stdout and stderr, the progress bar included), no figure cut by an ellipsis
 (``463.2…``), the columns and phase names it is there to show, and the same figures as the verb's JSON for the
 same input. Layout rules themselves (middle cuts, wrapping, splitting a table too wide) are checked directly on
-``distprof.termfit`` below, without a process.
+``distprof.report.termfit`` below, without a process.
 """
 
 import fcntl
@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
+from tracekit import DLRM, TRACES, X, write
 
 import distprof
 from distprof.analysis import analyze
-from distprof.render import us
-from distprof.termfit import Col, FitTable, cut_middle, distinct_cuts, wrap
-from tracekit import DLRM, TRACES, X, write
+from distprof.report.termfit import Col, FitTable, cut_middle, distinct_cuts, wrap
+from distprof.report.terminal import us
 
 H100 = os.path.join(TRACES, "distprof-h100")
 GLOO = os.path.join(H100, "ddp-gloo-cuda-slow-rank1")   # 2 ranks on a GPU, rank 1 the straggler
@@ -217,7 +217,7 @@ def test_long_kernel_names_are_cut_in_the_middle_on_a_terminal_and_whole_in_a_pi
 
 @pytest.fixture(scope="module")
 def trigger_dir(tmp_path_factory):
-    from distprof.rundir.trigger import RequestStore, TriggerAck, send
+    from distprof.capture.trigger import RequestStore, TriggerAck, send
 
     root = str(tmp_path_factory.mktemp("trigger"))
     with open(os.path.join(root, "run.json"), "w") as fh:
@@ -237,7 +237,7 @@ def test_other_tables_fit_the_terminal(inputs, trigger_dir, tmp_path):
     files = [{"role": role, "rank": rank, "steps": [2, 3], "bytes": 1_234_567 * (rank + 1),
               "file": f"{role}/rank{rank:05d}/step00000002-00000003.pt.trace.json.gz"}
              for role, rank in (("actor", 0), ("actor", 1), ("ref", 0), ("rollout", 0))]
-    demo = ("from distprof import cli, render\n"
+    demo = ("from distprof import cli\nfrom distprof.report import terminal as render\n"
             f"cli.console.print(render.files_table({str(tmp_path / ('a-long-run-directory-name' * 3))!r}, {files!r}))")
     for cols in (80,):
         runs = {

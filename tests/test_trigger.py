@@ -10,14 +10,14 @@ import time
 import msgspec
 import pytest
 import torch
+from tracekit import cli, load
 
 import distprof
 from distprof import Profiler, ProfilerConfig
-from distprof.config import ConfigError
-from distprof.rundir.check import check_run
+from distprof.analysis.check import check_run
+from distprof.capture.trigger import RequestStore, make_request
+from distprof.config.model import ConfigError
 from distprof.rundir.store import manifest_records
-from distprof.rundir.trigger import RequestStore, make_request
-from tracekit import cli, load
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -260,7 +260,7 @@ def test_cli_refuses_what_is_not_a_run_directory(tmp_path):
 def test_ray_demo_captures_on_request_through_the_groups(tmp_path):
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
     from distprof.demo import rl_job
-    from distprof.ray import trigger_all
+    from distprof.integrations.ray import trigger_all
 
     answers = []
 

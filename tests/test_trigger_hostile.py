@@ -12,13 +12,13 @@ import secrets
 import threading
 
 import msgspec
+from helpers import Trainer, run
+from tracekit import cli
 
 import distprof
 from distprof import Profiler
+from distprof.capture.trigger import MAX_AHEAD, READS_PER_POLL, RequestStore, make_request
 from distprof.rundir.store import manifest_records
-from distprof.rundir.trigger import MAX_AHEAD, READS_PER_POLL, RequestStore, make_request
-from helpers import Trainer, run
-from tracekit import cli
 
 
 def cfg(save, **kw):
@@ -27,7 +27,7 @@ def cfg(save, **kw):
 
 
 def trigger_warnings(caplog):
-    return [r for r in caplog.records if r.name == "distprof.rundir.trigger" and r.levelno >= logging.WARNING]
+    return [r for r in caplog.records if r.name == "distprof.capture.trigger" and r.levelno >= logging.WARNING]
 
 
 def junk(run_dir, n):

@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from helpers import Trainer
+from s3server import _die_with_parent, _free_port
 
 from distprof import Profiler, ProfilerConfig
 from distprof.rundir import upload
 from distprof.rundir.manifest import read_manifest
-
-from helpers import Trainer
-from s3server import _die_with_parent, _free_port
 
 ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -192,8 +191,9 @@ def test_window_in_flight_when_stop_gives_up_is_kept_locally_with_its_line(moto,
     accepts on its port): window 2's put hangs in flight. stop() waits its bounded time, then keeps that window
     itself: its file moves to the unsent folder with its manifest line (local_path, upload_error) beside it, the
     log says where, and nothing is left hidden in the staging folder."""
-    import fsspec
     import logging
+
+    import fsspec
 
     caplog.set_level(logging.INFO, logger="distprof")
     monkeypatch.setattr(upload, "DRAIN_TIMEOUT_S", 0.5)

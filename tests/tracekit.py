@@ -6,10 +6,10 @@ import os
 import subprocess
 import sys
 
-from distprof.analysis.reader import open_trace
-from distprof.analysis.table import TraceTable
-
 from conftest import SHARED
+
+from distprof.trace.reader import open_trace
+from distprof.trace.table import TraceTable
 
 TRACES = os.path.join(SHARED, "data", "traces")
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")

@@ -17,7 +17,7 @@ import multiprocessing.connection
 import os
 from multiprocessing import forkserver
 
-PRELOAD = ["torch", "torch._inductor", "torch.distributed", "distprof", "distprof.backends.torch_backend"]
+PRELOAD = ["torch", "torch._inductor", "torch.distributed", "distprof", "distprof.capture.backends.torch_backend"]
 
 # What a server started by a test process leaves out of its environment: a test's children get their rank and
 # distprof settings as arguments, never from whatever the first test to start the server had set.

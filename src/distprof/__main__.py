@@ -1,5 +1,5 @@
 """``python -m distprof VERB ...``: the ``distprof`` command, where its script is not on PATH."""
 
-from .cli import main
+from distprof.cli import main
 
 main()

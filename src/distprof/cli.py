@@ -12,15 +12,24 @@ import logging
 import os
 import tempfile
 import traceback
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
-from . import render
-from .termfit import FitConsole
-from .cli_support import BadArgument, bad_argument_if_invalid, default_report_path, failure_doc, input_error, print_json, progress_bar
+from distprof.cli_support import (
+    BadArgument,
+    bad_argument_if_invalid,
+    default_report_path,
+    failure_doc,
+    input_error,
+    print_json,
+    progress_bar,
+)
+from distprof.report import terminal as render
+from distprof.report.termfit import FitConsole
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -36,7 +45,7 @@ def _setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(message)s", handlers=[RichHandler(console=err, show_path=False)])
     if verbose == 0:  # -v wins over the environment
-        from .envvars import apply_log_level
+        from distprof.util.envvars import apply_log_level
 
         apply_log_level()
 
@@ -47,7 +56,7 @@ _debug = {"on": False}
 
 def _version(value: bool) -> None:
     if value:
-        from .runtime import distprof_version
+        from distprof.util.runtime import distprof_version
 
         typer.echo(f"distprof {distprof_version()}")
         raise typer.Exit()
@@ -74,7 +83,7 @@ def _guarded(fn: Callable) -> Callable:
             raise
         except KeyboardInterrupt:
             raise typer.Exit(130)
-        except Exception as e:  # noqa: BLE001 - the one place errors are turned into an exit code
+        except Exception as e:
             if input_error(e):
                 err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
                 if as_json:
@@ -94,16 +103,16 @@ def _guarded(fn: Callable) -> Callable:
 @app.command()
 @_guarded
 def demo(
-    out: Optional[str] = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
+    out: str | None = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
     steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
-    slow: Optional[list[str]] = typer.Option(None, "--slow", metavar="ROLE/PHASE:MS", help="Sleep MS in that phase "
+    slow: list[str] | None = typer.Option(None, "--slow", metavar="ROLE/PHASE:MS", help="Sleep MS in that phase "
         "every step (repeatable; actor phases: rank 1), e.g. rollout/generate:300. Default: actor/prepare:150."),
-    slow_ms: Optional[float] = typer.Option(None, "--slow-ms", min=0.0, help="--slow actor/prepare:MS"),
+    slow_ms: float | None = typer.Option(None, "--slow-ms", min=0.0, help="--slow actor/prepare:MS"),
     async_rollout: bool = typer.Option(False, "--async", help="Rollout generates step N+1 during step N's update"),
 ) -> None:
     """Run a small RL job (driver, rollout, reference, 2-rank actor) on a local Ray cluster under the profiler,
     then diagnose it and write the HTML report next to the traces."""
-    from .demo import rl_job
+    from distprof.demo import rl_job
 
     planned = bad_argument_if_invalid(rl_job.parse_slow, slow or [])  # a bad ROLE/PHASE: exit 2 before Ray starts
     out = out or tempfile.mkdtemp(prefix="distprof-demo-")
@@ -117,7 +126,7 @@ def demo(
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
-    from .report import write_report
+    from distprof.report import write_report
 
     with console.status("diagnosing and writing the report..."):
         rep = write_report(result.run_dir, os.path.join(result.run_dir, "report.html"), workers=1)
@@ -144,7 +153,7 @@ def check(
     not a run directory or cannot be read.
     """
 
-    from .rundir.check import STATUSES, check_run
+    from distprof.analysis.check import STATUSES, check_run
 
     result = check_run(run_dir)
     code = EXIT_NOTHING if result.error else EXIT_OK if result.ok else EXIT_SOME_UNREADABLE
@@ -207,9 +216,9 @@ def _opt_ray():
                         "'$VAR/path' for a per-node folder.")
 
 
-def _selection(ranks: Optional[str], roles: Optional[str], steps: Optional[str], steps_only: bool,
-               rank: Optional[int] = None):
-    from .analysis.selection import Selection
+def _selection(ranks: str | None, roles: str | None, steps: str | None, steps_only: bool,
+               rank: int | None = None):
+    from distprof.trace.selection import Selection
 
     if rank is not None:
         ranks = str(rank) if ranks is None else f"{ranks},{rank}"
@@ -227,7 +236,7 @@ def _run(call: Callable[..., dict], *args: Any, **kwargs: Any) -> dict:
 
 def _done(result: dict, as_json: bool, draw: Callable[[], None]) -> None:
     """Print ``result`` (--json: one object on stdout; else tables, problems on stderr) and exit with its code."""
-    from .analysis.analyze import exit_code
+    from distprof.analysis.analyze import exit_code
 
     code = exit_code(result)
     if as_json:
@@ -247,14 +256,14 @@ PATH_HELP = "A trace file, a folder of traces, or a run directory (local or fssp
 def summary(
     path: str = typer.Argument(..., help=PATH_HELP),
     top: int = typer.Option(15, "--top", min=1, help="Rows per table."),
-    rank: Optional[int] = typer.Option(None, "--rank", hidden=True, help="Only this rank (same as --ranks R)."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    rank: int | None = typer.Option(None, "--rank", hidden=True, help="Only this rank (same as --ranks R)."),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks, ..."),
 ) -> None:
     """Where the time goes: device kernels, CPU ops and phases over all ranks; per rank its device and host
     breakdown (compute, exposed communication, memory, idle), comm/compute overlap and average step."""
-    from .analysis import analyze
+    from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only, rank)
     s = _run(analyze.summary, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
@@ -266,12 +275,12 @@ def summary(
 def stragglers(
     path: str = typer.Argument(..., help="Traces of several ranks: a folder, or a run directory."),
     top: int = typer.Option(10, "--top", min=1, help="Worst collectives to list."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched, waits."),
 ) -> None:
     """Match collectives across ranks: who arrives last, how long the others wait for it."""
-    from .analysis import analyze
+    from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
     r = _run(analyze.stragglers, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
@@ -283,12 +292,12 @@ def stragglers(
 def steps(
     path: str = typer.Argument(..., help=PATH_HELP),
     phases: int = typer.Option(4, "--phases", min=1, help="Phases (annotations) to show per rank."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's figures."),
 ) -> None:
     """Per step and rank: duration, time waiting for peers, phases; the rank that holds the others back."""
-    from .analysis import analyze
+    from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
     d = _run(analyze.steps, path, selection=sel, workers=workers, ray_address=ray_address)
@@ -302,13 +311,13 @@ def steps(
 @_guarded
 def diagnose(
     path: str = typer.Argument(..., help=PATH_HELP),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: findings (ranked), analysed, thresholds."),
 ) -> None:
     """What is wrong, in words: findings ranked by the step time they cost, each with its evidence, what fixing it
     would save on the step's path across ranks, and a next step."""
-    from .analysis import analyze
+    from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
     d = _run(analyze.diagnose, path, selection=sel, workers=workers, ray_address=ray_address)
@@ -320,15 +329,15 @@ def diagnose(
 def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
     out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    workers: Optional[int] = _opt_workers(),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    workers: int | None = _opt_workers(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
     """One trace with every rank and role as its own process track, clocks aligned, every event kept
     (with --steps: every event that overlaps those steps)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from .analysis.merge import merge_traces
+    from distprof.analysis.merge import merge_traces
 
     sel = _selection(ranks, roles, steps, False)
     with Progress(TextColumn("merging"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
@@ -351,17 +360,17 @@ def merge(
 def diff(
     a: str = typer.Argument(..., help="Baseline: a trace, a folder of traces or a run directory."),
     b: str = typer.Argument(..., help="Compared: same kinds as A (may be the same path with --rank-b or --step-b)."),
-    rank_a: Optional[int] = typer.Option(None, "--rank-a", help="Only this rank of A."),
-    rank_b: Optional[int] = typer.Option(None, "--rank-b", help="Only this rank of B."),
-    step_a: Optional[int] = typer.Option(None, "--step-a", help="Only work inside ProfilerStep#N of A."),
-    step_b: Optional[int] = typer.Option(None, "--step-b", help="Only work inside ProfilerStep#N of B."),
-    roles: Optional[str] = _opt_roles(), steps_only: bool = _opt_steps_only(),
+    rank_a: int | None = typer.Option(None, "--rank-a", help="Only this rank of A."),
+    rank_b: int | None = typer.Option(None, "--rank-b", help="Only this rank of B."),
+    step_a: int | None = typer.Option(None, "--step-a", help="Only work inside ProfilerStep#N of A."),
+    step_b: int | None = typer.Option(None, "--step-b", help="Only work inside ProfilerStep#N of B."),
+    roles: str | None = _opt_roles(), steps_only: bool = _opt_steps_only(),
     top: int = typer.Option(20, "--top", min=1, help="Rows to show."),
-    workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: rows, totals, only_in_a, only_in_b."),
 ) -> None:
     """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""
-    from .analysis import analyze
+    from distprof.analysis import analyze
 
     sel_a = _selection(None, roles, None if step_a is None else str(step_a), steps_only, rank_a)
     sel_b = _selection(None, roles, None if step_b is None else str(step_b), steps_only, rank_b)
@@ -373,18 +382,17 @@ def diff(
 @_guarded
 def report(
     path: str = typer.Argument(..., help=PATH_HELP),
-    out: Optional[str] = typer.Option(None, "-o", "--out", help="Output HTML file (one self-contained page; opens "
+    out: str | None = typer.Option(None, "-o", "--out", help="Output HTML file (one self-contained page; opens "
                                       "offline). Default: PATH/report.html for a folder, NAME.report.html beside a "
                                       "single trace, ./report.html for a URL."),
-    compare: Optional[str] = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
-    ranks: Optional[str] = _opt_ranks(), roles: Optional[str] = _opt_roles(), steps: Optional[str] = _opt_steps(),
-    steps_only: bool = _opt_steps_only(), workers: Optional[int] = _opt_workers(), ray_address: Optional[str] = _opt_ray(),
+    compare: str | None = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
+    ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
+    steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: out, bytes, findings, plots, ..."),
 ) -> None:
     """One HTML file: the diagnosis at the top, each finding linked to the plot that shows it, then the plots."""
-    from .report import write_report
-
-    from .analysis.source import TraceError
+    from distprof.report import write_report
+    from distprof.trace.source import TraceError
 
     sel = _selection(ranks, roles, steps, steps_only)
     chosen = out is None
@@ -410,10 +418,10 @@ def report(
 @_guarded
 def validate(
     file: str = typer.Argument(..., help="A config file: YAML, JSON or TOML."),
-    dialect: Optional[str] = typer.Option(
+    dialect: str | None = typer.Option(
         None, "--dialect", help="The framework the config is written for: verl, skyrl, slime, swift, rlinf, torchtitan, "
                                 "nemo_rl (default: a distprof config)."),
-    section: Optional[str] = typer.Option(None, "--section", help="Dotted path to the part of the file that holds the "
+    section: str | None = typer.Option(None, "--section", help="Dotted path to the part of the file that holds the "
                                                                   "config, e.g. trainer.policy.torch_profiler_config."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: config, roles, mapping, dropped, "
                                                        "errors, warnings."),
@@ -424,7 +432,7 @@ def validate(
 
     Exit code 0 valid; 1 valid, but it captures less than it asks for (see the warnings); 2 invalid or unreadable.
     """
-    from .dialects import NATIVE, ConfigFileError, load_file, translate
+    from distprof.config.dialects import NATIVE, ConfigFileError, load_file, translate
 
     try:
         t = translate(dialect or NATIVE, load_file(file), section)
@@ -448,21 +456,21 @@ def validate(
 @_guarded
 def trigger(
     run_dir: str = typer.Argument(..., help="The running job's save_path (local, file:// or an fsspec URL)."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="How many consecutive global steps to capture."),
-    ranks: Optional[str] = typer.Option(None, "--ranks", help="Only these global ranks: 0,3-5 (default: every rank "
+    steps: int | None = typer.Option(None, "--steps", help="How many consecutive global steps to capture."),
+    ranks: str | None = typer.Option(None, "--ranks", help="Only these global ranks: 0,3-5 (default: every rank "
                                                               "the job's config selects)."),
-    roles: Optional[str] = typer.Option(None, "--roles", help="Only these roles (names or globs): actor,rollout*."),
+    roles: str | None = typer.Option(None, "--roles", help="Only these roles (names or globs): actor,rollout*."),
     backend: str = typer.Option("torch", "--backend", help="torch or cuda_memory (a CUDA device is needed)."),
-    flags: Optional[str] = typer.Option(None, "--flags", help="torch.profiler options for this window: record_shapes,"
+    flags: str | None = typer.Option(None, "--flags", help="torch.profiler options for this window: record_shapes,"
                                                               "profile_memory,with_stack,with_flops,with_modules."),
     lead_steps: int = typer.Option(5, "--lead-steps", help="Start at least this many steps after the first process "
                                                            "sees the request."),
     align: int = typer.Option(10, "--align", help="Start on a multiple of this step (so ranks a few steps apart agree)."),
-    start_step: Optional[int] = typer.Option(None, "--start-step", help="Start at this global step instead."),
+    start_step: int | None = typer.Option(None, "--start-step", help="Start at this global step instead."),
     tag: str = typer.Option("", "--tag", help="Make an otherwise identical request a new one (to capture again)."),
     show_status: bool = typer.Option(False, "--status", help="Show the requests and each rank's answer."),
-    rid: Optional[str] = typer.Option(None, "--id", help="With --status: only this request."),
-    wait: Optional[float] = typer.Option(None, "--wait", min=0.0, help="Wait up to this many seconds until every "
+    rid: str | None = typer.Option(None, "--id", help="With --status: only this request."),
+    wait: float | None = typer.Option(None, "--wait", min=0.0, help="Wait up to this many seconds until every "
                                                                        "rank that answered has captured, refused or "
                                                                        "skipped."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
@@ -475,7 +483,7 @@ def trigger(
     """
     import time
 
-    from .rundir.trigger import send, status
+    from distprof.capture.trigger import send, status
 
     def fail(e: Exception) -> None:
         raise BadArgument(str(e)) from None  # one line, exit 2 (with --json, one object with errors)
@@ -540,7 +548,7 @@ def _render_validation(t: Any, file: str) -> None:
     """validate's tables; every string from the config goes in as Text (a config is untrusted input)."""
     import yaml
 
-    from .dialects.source import MISSING, short
+    from distprof.config.dialects.source import MISSING, short
 
     def txt(v: Any) -> Text:
         return Text(render.plain(v))

@@ -1,4 +1,4 @@
-"""What the CLI's verbs share besides their tables (:mod:`distprof.render`): how a verb ends in one JSON object
+"""What the CLI's verbs share besides their tables (:mod:`distprof.report.terminal`): how a verb ends in one JSON object
 (its result, or a failure's ``errors``), what counts as the user's error rather than a bug, progress on stderr,
 and where an output goes when ``-o`` is left out. Only :mod:`distprof.cli` imports it."""
 
@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
 
-from . import render
+from distprof.report import terminal as render
 
-__all__ = ["BadArgument", "input_error", "failure_doc", "print_json", "progress_bar", "default_report_path"]
+__all__ = ["BadArgument", "default_report_path", "failure_doc", "input_error", "print_json", "progress_bar"]
 
 
 class BadArgument(Exception):
@@ -30,7 +31,7 @@ def bad_argument_if_invalid(fn: Callable[..., Any], *args: Any) -> Any:
 
 def input_error(e: Exception) -> bool:
     """Unreadable input or a bad argument (exit 2), as opposed to a bug (exit 3)."""
-    from .analysis.source import TraceError
+    from distprof.trace.source import TraceError
 
     return isinstance(e, (TraceError, BadArgument))
 
@@ -97,7 +98,7 @@ def default_report_path(path: str) -> str:
     """Where ``report`` writes without ``-o``: ``PATH/report.html`` for a folder (beside the traces, where ``demo``
     puts it), ``NAME.report.html`` beside a single local trace (``rank-0.pt.trace.json.gz`` ->
     ``rank-0.pt.trace.report.html``), ``./report.html`` for a URL (report writes local files only)."""
-    from .rundir.layout import is_url
+    from distprof.rundir.layout import is_url
 
     if is_url(path):
         return "report.html"

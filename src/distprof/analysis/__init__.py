@@ -2,11 +2,21 @@
 columns (:mod:`.table`), one module per analysis (each an ``extract`` per file and a ``combine`` over
 files), and the verbs as library calls (:mod:`.analyze`: ``analyze.summary(path)`` ...). No torch needed."""
 
-from . import analyze
-from .listing import TraceFile, find_traces
-from .reader import RankTrace, TraceError, TraceStream, open_trace, read_trace
-from .selection import Selection
-from .table import TraceTable
+from distprof.analysis import analyze
+from distprof.trace.listing import TraceFile, find_traces
+from distprof.trace.reader import RankTrace, TraceError, TraceStream, open_trace, read_trace
+from distprof.trace.selection import Selection
+from distprof.trace.table import TraceTable
 
-__all__ = ["analyze", "RankTrace", "TraceError", "TraceFile", "TraceStream", "TraceTable", "Selection", "find_traces",
-           "open_trace", "read_trace"]
+__all__ = [
+           "RankTrace",
+           "Selection",
+           "TraceError",
+           "TraceFile",
+           "TraceStream",
+           "TraceTable",
+           "analyze",
+           "find_traces",
+           "open_trace",
+           "read_trace",
+]

@@ -18,23 +18,42 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from . import breakdown, diff as diff_mod, overlap, stragglers as stragglers_mod, steps as steps_mod, summary as summary_mod
-from . import diagnose as diagnose_mod, idle, launch, rlsteps, step_names, temporal, timeline
-from .parallel import FileError, Progress, SplitPool, map_files
-from .ranks import assign_runs, file_facts, resolve
-from .listing import TraceFile, find_traces
-from .reader import TraceError, open_trace
-from .selection import Selection
-from .table import FileInfo, TraceTable
-from ..rundir.layout import is_url
+from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, temporal, timeline
+from distprof.analysis import diagnose as diagnose_mod
+from distprof.analysis import diff as diff_mod
+from distprof.analysis import steps as steps_mod
+from distprof.analysis import stragglers as stragglers_mod
+from distprof.analysis import summary as summary_mod
+from distprof.analysis.parallel import FileError, Progress, SplitPool, map_files
+from distprof.rundir.layout import is_url
+from distprof.trace.listing import TraceFile, find_traces
+from distprof.trace.ranks import assign_runs, file_facts, resolve
+from distprof.trace.reader import TraceError, open_trace
+from distprof.trace.selection import Selection
+from distprof.trace.table import FileInfo, TraceTable
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["summary", "steps", "stragglers", "diff", "read", "Run", "ANALYSES", "exit_code", "investigate",
-           "Investigation", "diagnose", "nothing_read", "compare_runs", "DIFF_PARTS"]
+__all__ = [
+    "ANALYSES",
+    "DIFF_PARTS",
+    "Investigation",
+    "Run",
+    "compare_runs",
+    "diagnose",
+    "diff",
+    "exit_code",
+    "investigate",
+    "nothing_read",
+    "read",
+    "steps",
+    "stragglers",
+    "summary",
+]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
@@ -103,11 +122,11 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
     """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel.
 
     With ``ray_address`` a local path is listed on every node of the cluster and each file read on the node that
-    holds it (node-local scratch folders; ``$VARS`` in ``path`` expanded per node): see :mod:`distprof.ray.files`.
+    holds it (node-local scratch folders; ``$VARS`` in ``path`` expanded per node): see :mod:`distprof.analysis.rayfiles`.
     """
     if not ray_address:
         return _read(path, names, selection, workers, None, progress)
-    from ..ray.files import ray_session
+    from distprof.analysis.rayfiles import ray_session
 
     with ray_session(ray_address):  # one connection for the listing and the reading
         return _read(path, names, selection, workers, ray_address, progress)
@@ -120,7 +139,7 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
     problems: list[tuple[str, str]] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
     timelines: list[str] = []  # Ray's task timelines in a local run directory (the driver's): busy intervals
     if ray_address and not is_url(path):
-        from ..ray.files import find_traces_on_nodes
+        from distprof.analysis.rayfiles import find_traces_on_nodes
 
         found = find_traces_on_nodes(path, problems)
     else:
@@ -230,7 +249,7 @@ def _stragglers_of(run: Run, top: int | None) -> dict[str, Any]:
 def _timeline_tasks(paths: list[str]) -> list[dict[str, Any]]:
     """Busy intervals of every role from Ray's task timelines (:mod:`.ray_timeline`); one that cannot be used is
     logged (``check`` names it) and left out."""
-    from .ray_timeline import TimelineError, busy_intervals
+    from distprof.analysis.ray_timeline import TimelineError, busy_intervals
 
     out: list[dict[str, Any]] = []
     for p in paths:

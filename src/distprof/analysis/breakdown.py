@@ -14,15 +14,16 @@ memcpy, memset or runtime time: those are 0, not missing.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from .ranks import group
-from .table import Sets, TraceTable
+from distprof.trace.ranks import group
+from distprof.trace.table import Sets, TraceTable
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "figures", "CATEGORIES"]
+__all__ = ["CATEGORIES", "combine", "extract", "figures"]
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 

@@ -2,7 +2,7 @@
 steady-state unprofiled steps, whether that figure can be trusted, and how long closing its windows held the
 training thread.
 
-The profiler (``steptime.py``) times up to ``BASELINE_STEPS`` unprofiled steps before each window's warm-up,
+The profiler (``capture/steptime.py``) times up to ``BASELINE_STEPS`` unprofiled steps before each window's warm-up,
 never one of the process's first ``SETTLING_STEPS`` steps nor the step right after a window closed. Per
 (role, rank), over its windows:
 
@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from ..rundir.manifest import BASELINE_STEPS, SETTLING_STEPS
-from .table import TraceTable
+from distprof.rundir.manifest import BASELINE_STEPS, SETTLING_STEPS
+from distprof.trace.table import TraceTable
 
-__all__ = ["window_cost", "profiling_cost", "MIN_BASELINE", "MAX_SPREAD"]
+__all__ = ["MAX_SPREAD", "MIN_BASELINE", "profiling_cost", "window_cost"]
 
 MIN_BASELINE = 3  # steady-state unprofiled steps a figure needs
 MAX_SPREAD = 1.5  # slowest / fastest of them (the single slowest set aside from 5 on)

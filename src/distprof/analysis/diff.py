@@ -16,7 +16,8 @@ Rows are sorted by the absolute change of what they compare.
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["compare", "step_facts"]
 

@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from isal import isal_zlib
 
-__all__ = ["Part", "PartWriter", "Joiner", "LEVEL"]
+__all__ = ["LEVEL", "Joiner", "Part", "PartWriter"]
 
 LEVEL = 1  # ISA-L level 1: about the speed of level 0, a smaller file
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, OS unknown

@@ -56,17 +56,28 @@ Where this differs from HTA 0.5.0 ``get_idle_time_breakdown``:
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from .ranks import add, summed
-from .table import TraceTable
-from .vocab import ON_HOST, Kind, ThreadKind, collective_source, is_dataloader, is_sync
+from distprof.trace.ranks import add, summed
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import ON_HOST, Kind, ThreadKind, collective_source, is_dataloader, is_sync
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "analyse", "present", "step_figure", "KERNEL_WAIT_BELOW_US", "CAUSES",
-           "not_applicable", "HOST_CAUSES", "HOST_HOLE_US"]
+__all__ = [
+    "CAUSES",
+    "HOST_CAUSES",
+    "HOST_HOLE_US",
+    "KERNEL_WAIT_BELOW_US",
+    "analyse",
+    "combine",
+    "extract",
+    "not_applicable",
+    "present",
+    "step_figure",
+]
 
 KERNEL_WAIT_BELOW_US = 30.0  # HTA's consecutive_kernel_delay default, in the µs it is really compared in
 CAUSES = ("host_wait_us", "kernel_wait_us", "other_us")
@@ -90,7 +101,7 @@ class _Work:
         self.end_rank = np.empty(ts.size, dtype=np.int64)
         self.end_rank[self.by_end] = np.arange(ts.size)
 
-    def figures(self, group_ids: np.ndarray, doing: "_Host | None" = None) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    def figures(self, group_ids: np.ndarray, doing: _Host | None = None) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Per distinct group id (ascending): span, busy, idle and its causes; with ``doing``, what the host does
         during each group's host-wait gaps (``host_wait``). Returns (group ids, figures)."""
         n = self.ts.size

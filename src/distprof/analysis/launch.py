@@ -40,18 +40,28 @@ nanosecond traces rounded to whole µs; the last ProfilerStep dropped by default
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from . import idle as idle_mod
-from .ranks import group
-from .table import TraceTable
-from .vocab import Kind
+from distprof.analysis import idle as idle_mod
+from distprof.trace.ranks import group
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind
 
-__all__ = ["extract", "combine", "step_figure", "launch_bound", "percentiles", "RUNTIME_CUTOFF_US",
-           "LAUNCH_DELAY_CUTOFF_US", "LAUNCH_BOUND_IDLE_SHARE", "LAUNCH_BOUND_HOST_WAIT_SHARE",
-           "LAUNCH_BOUND_LAUNCH_SHARE"]
+__all__ = [
+    "LAUNCH_BOUND_HOST_WAIT_SHARE",
+    "LAUNCH_BOUND_IDLE_SHARE",
+    "LAUNCH_BOUND_LAUNCH_SHARE",
+    "LAUNCH_DELAY_CUTOFF_US",
+    "RUNTIME_CUTOFF_US",
+    "combine",
+    "extract",
+    "launch_bound",
+    "percentiles",
+    "step_figure",
+]
 
 RUNTIME_CUTOFF_US = 50.0  # HTA's runtime_cutoff default
 LAUNCH_DELAY_CUTOFF_US = 100.0  # HTA's launch_delay_cutoff default

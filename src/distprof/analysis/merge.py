@@ -39,24 +39,25 @@ import posixpath
 import tempfile
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import msgspec
 import numpy as np
 
-from .analyze import nothing_read
-from .fragments import Joiner, Part, PartWriter
-from .listing import TraceFile, find_traces
-from .parallel import FileError, Progress, map_files
-from .writing import atomic_output, check_output
-from .reader import Int64, TraceStream, Duration, Time
-from .selection import Selection
-from .vocab import profiler_step
+from distprof.analysis.analyze import nothing_read
+from distprof.analysis.fragments import Joiner, Part, PartWriter
+from distprof.analysis.parallel import FileError, Progress, map_files
+from distprof.analysis.writing import atomic_output, check_output
+from distprof.trace.listing import TraceFile, find_traces
+from distprof.trace.reader import Duration, Int64, Time, TraceStream
+from distprof.trace.selection import Selection
+from distprof.trace.vocab import profiler_step
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["merge_traces", "PID_STRIDE", "FLOW_STRIDE", "VIEWER_LIMIT_BYTES"]
+__all__ = ["FLOW_STRIDE", "PID_STRIDE", "VIEWER_LIMIT_BYTES", "merge_traces"]
 
 _enc = msgspec.json.Encoder()
 _TIMED = ("X", "i", "I", "s", "f", "t", "B", "E", "b", "e", "n", "C")
@@ -115,7 +116,7 @@ _RAW = msgspec.Raw(b"")
 
 class _Out(msgspec.Struct, gc=False, omit_defaults=True):
     """Pass 2: an event as read and, changed in place, as written: the fields and checks of
-    :class:`~distprof.analysis.reader.Event` (so merge keeps and skips exactly the events every verb reads), in
+    :class:`~distprof.trace.reader.Event` (so merge keeps and skips exactly the events every verb reads), in
     Kineto's key order. Defaults are what is left out of the output; ``args``, ``id2`` and the stacks stay
     raw JSON, written back as read."""
     ph: str = ""

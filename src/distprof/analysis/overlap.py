@@ -14,13 +14,14 @@ A collective kernel also runs while it waits for late peers (it spins), so a low
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from .. import intervals as iv
-from .ranks import summed
-from .table import Sets, TraceTable
+from distprof.trace.ranks import summed
+from distprof.trace.table import Sets, TraceTable
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "figures"]
+__all__ = ["combine", "extract", "figures"]
 
 
 def _one(comm: iv.IntervalSet, compute: iv.IntervalSet) -> dict[str, float] | None:

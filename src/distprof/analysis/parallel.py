@@ -15,17 +15,19 @@ import functools
 import logging
 import multiprocessing
 import os
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from .listing import TraceFile
-from .source import TraceError
-from ..rundir.layout import is_url
+from distprof.rundir.layout import is_url
+from distprof.trace.listing import TraceFile
+from distprof.trace.source import TraceError
+from distprof.trace.splitpool import SplitPool
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["map_files", "Progress", "FileError", "SplitPool", "share_strings"]
+__all__ = ["FileError", "Progress", "SplitPool", "map_files", "share_strings"]
 
 
 @dataclass
@@ -100,7 +102,7 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
 def _size(path: str) -> int:
     try:
         if is_url(path):
-            from ..rundir.netfs import url_to_fs
+            from distprof.rundir.netfs import url_to_fs
 
             fs, p = url_to_fs(path)
             return int(fs.size(p) or 0)
@@ -111,7 +113,7 @@ def _size(path: str) -> int:
 
 def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
     """Per-file tasks on a Ray cluster. A file listed on a node (``TraceFile.node``, by
-    :func:`distprof.ray.files.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost before
+    :func:`distprof.analysis.rayfiles.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost before
     its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are read
     anywhere, one CPU each.
 
@@ -122,8 +124,8 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
 
     import ray
 
-    from ..ray.files import ray_session
-    from ..ray.nodes import node_lost, node_name, node_table, pinned
+    from distprof.analysis.rayfiles import ray_session
+    from distprof.util.raynodes import node_lost, node_name, node_table, pinned
 
     with ray_session(address):
         anywhere, here = ray.remote(num_cpus=1)(_or_error), ray.remote(num_cpus=0)(_or_error)
@@ -159,28 +161,6 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
             out[k] = share_strings(value, seen) if ok else FileError(files[k].path, value)
             done(k)
         return out
-
-
-class SplitPool:
-    """Worker processes for the runs of one file (:meth:`~.table.TraceTable.read`), started on the first run
-    submitted (a small file, read whole at once, never starts them)."""
-
-    def __init__(self, workers: int) -> None:
-        self.workers = workers
-        self.backlog = 2 * workers  # runs in flight: enough to keep every worker busy, few to hold
-        self._pool: ProcessPoolExecutor | None = None
-
-    def submit(self, fn: Callable, *args: Any):
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
-        return self._pool.submit(fn, *args)
-
-    def __enter__(self) -> "SplitPool":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
 
 
 def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], files: Sequence[TraceFile],

@@ -1,4 +1,4 @@
-"""Reading a window's Ray task timeline (written by :mod:`distprof.ray.timeline`) as busy intervals per (role, rank).
+"""Reading a window's Ray task timeline (written by :mod:`distprof.integrations.ray.timeline`) as busy intervals per (role, rank).
 
 :func:`busy_intervals` turns one file into ``[{"role", "rank", "name", "start_us", "dur_us"}]``: every actor task
 (method call) that ran on a worker of a profiled group, in **epoch µs**, the clock of ``steps``' ``start_us``
@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 
-from ..rundir.layout import RAY_TIMELINE, is_ray_timeline
+from distprof.rundir.layout import RAY_TIMELINE, is_ray_timeline
 
-__all__ = ["TimelineError", "LIMIT", "load", "parse", "busy_intervals", "is_ray_timeline"]
+__all__ = ["LIMIT", "TimelineError", "busy_intervals", "is_ray_timeline", "load", "parse"]
 
 LIMIT = 256 << 20  # bytes read at most, compressed or inflated
 _ACTOR_ID_HEX = 32  # an ActorID is 16 bytes; an actor task's TaskID ends with it

@@ -49,22 +49,35 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from ..rundir.layout import DRIVER_ROLE
-from .ranks import role_of, runs
-from .stragglers import blocked_until, queues
-from .table import TraceTable
-from .vocab import Kind, engine_parent, engine_stage, is_engine_iteration, is_engine_role
+from distprof.analysis.stragglers import blocked_until, queues
+from distprof.rundir.layout import DRIVER_ROLE
+from distprof.trace.ranks import role_of, runs
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind, engine_parent, engine_stage, is_engine_iteration, is_engine_role
+from distprof.util import intervals as iv
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["extract", "combine", "to_json", "RLStep", "RoleTime", "WhatIf", "EngineTime", "Segment",
-           "critical_path", "what_if", "BRIDGE_SHARE", "MAX_SPANS"]
+__all__ = [
+    "BRIDGE_SHARE",
+    "MAX_SPANS",
+    "EngineTime",
+    "RLStep",
+    "RoleTime",
+    "Segment",
+    "WhatIf",
+    "combine",
+    "critical_path",
+    "extract",
+    "to_json",
+    "what_if",
+]
 
 BRIDGE_SHARE = 0.01  # pauses shorter than this share of the step's duration do not split a role's segment
 MAX_SPANS = 4096  # per file: busy intervals kept (beyond it the shortest gaps are bridged)
@@ -90,7 +103,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     off = tb.info.offset_us
     s = tb.sets()
     if tb.info.role == DRIVER_ROLE:
-        # The driver's phases are its waits on the other roles (distprof.ray.driver): its work is what it runs
+        # The driver's phases are its waits on the other roles (distprof.integrations.ray.driver): its work is what it runs
         # itself (ops, python), never its annotations.
         m = ((tb.kind == Kind.CPU_OP) | (tb.kind == Kind.PYTHON)) & tb.scope & ~tb.comm
         own = iv.merge(tb.ts[m], tb.end[m])

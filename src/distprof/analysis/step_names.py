@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .summary import _by_track, _table
-from .table import TraceTable
-from .vocab import Kind
+from distprof.analysis.summary import _by_track, _table
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind
 
 __all__ = ["extract"]
 

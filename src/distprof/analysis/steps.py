@@ -20,17 +20,18 @@ that is the longest step, is the slowest.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from .ranks import role_of, runs
-from .summary import CATEGORIES, profiling_cost, window_cost
-from .table import TraceTable
-from .vocab import Kind, is_engine_role
+from distprof.analysis.summary import CATEGORIES, profiling_cost, window_cost
+from distprof.trace.ranks import role_of, runs
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind, is_engine_role
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine"]
+__all__ = ["combine", "extract"]
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:

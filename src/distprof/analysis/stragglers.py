@@ -35,16 +35,17 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .ranks import role_of, runs
-from .table import TraceTable
-from .. import intervals as iv
-from .vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
+from distprof.trace.ranks import role_of, runs
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "queues", "blocked_until"]
+__all__ = ["blocked_until", "combine", "extract", "queues"]
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:

@@ -19,17 +19,18 @@ Definitions (the README repeats them):
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from .cost import profiling_cost, window_cost  # profiling's own cost: its own module, here for the extract
-from .ranks import group
-from .table import TraceTable
-from .vocab import Kind
+from distprof.analysis.cost import profiling_cost, window_cost
+from distprof.trace.ranks import group
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "self_times", "CATEGORIES", "window_cost", "profiling_cost"]
+__all__ = ["CATEGORIES", "combine", "extract", "profiling_cost", "self_times", "window_cost"]
 
 CATEGORIES = ("compute", "communication", "memcpy", "memset")
 

@@ -32,16 +32,17 @@ ranges, or the first to the last host event; for a step, its range):
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from .. import intervals as iv
-from .ranks import summed
-from .table import Sets, TraceTable
-from .vocab import Kind, ThreadKind
+from distprof.trace.ranks import summed
+from distprof.trace.table import Sets, TraceTable
+from distprof.trace.vocab import Kind, ThreadKind
+from distprof.util import intervals as iv
 
-__all__ = ["extract", "combine", "device_figures", "host_figures", "phase_set"]
+__all__ = ["combine", "device_figures", "extract", "host_figures", "phase_set"]
 
 
 def device_figures(s: Sets) -> dict[str, float] | None:

@@ -25,17 +25,18 @@ waited for.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
-from .ranks import role_of, runs
-from .stragglers import blocked_until, queues
-from .table import TraceTable
-from .vocab import Kind, ThreadKind
+from distprof.analysis.stragglers import blocked_until, queues
+from distprof.trace.ranks import role_of, runs
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind, ThreadKind
 
-__all__ = ["extract", "combine", "StepTimeline", "RankTimeline", "CAP", "RESOLUTION"]
+__all__ = ["CAP", "RESOLUTION", "RankTimeline", "StepTimeline", "combine", "extract"]
 
 RESOLUTION = 2000
 """A step is kept at most this fine: gaps shorter than its duration / RESOLUTION are merged."""

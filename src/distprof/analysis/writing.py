@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
-from .source import TraceError, file_kind
-from ..rundir.layout import is_url
-from ..rundir.safefile import AtomicWriter, UnsafePath
+from distprof.rundir.layout import is_url
+from distprof.rundir.safefile import AtomicWriter, UnsafePath
+from distprof.trace.source import TraceError, file_kind
 
-__all__ = ["check_output", "atomic_output"]
+__all__ = ["atomic_output", "check_output"]
 
 
 def check_output(out: str, inputs: Iterable[str], verb: str, example: str) -> None:

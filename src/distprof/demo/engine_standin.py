@@ -1,7 +1,7 @@
 """A STAND-IN for a vLLM or SGLang server, for distprof's tests and ``distprof demo`` only.
 
 vLLM and SGLang need CUDA, so they cannot run where distprof is tested. This stand-in speaks their documented
-profiling API, taken from :mod:`distprof.engines.contract` (routes, request bodies, replies and status codes,
+profiling API, taken from :mod:`distprof.capture.engines.contract` (routes, request bodies, replies and status codes,
 trace file names, one trace per rank), over HTTP on 127.0.0.1 (:class:`StandinServer`) or in process
 (:class:`StandinLLM`, like ``vllm.LLM``). It runs a tiny torch model in ``ranks`` worker processes of its own
 (its "TP ranks"), each recording a real torch.profiler trace (CPU) while profiling is on, and ``/generate``
@@ -20,9 +20,9 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..engines.contract import CONTRACTS, sglang_file_name, vllm_file_name
+from distprof.capture.engines.contract import CONTRACTS, sglang_file_name, vllm_file_name
 
-__all__ = ["StandinServer", "StandinLLM", "StandinEngine"]
+__all__ = ["StandinEngine", "StandinLLM", "StandinServer"]
 
 
 def _worker(rank: int, conn: Any, parent: int) -> None:
@@ -188,7 +188,7 @@ class StandinServer:
         self._httpd.server_close()
         self.engine.close()
 
-    def __enter__(self) -> "StandinServer":
+    def __enter__(self) -> StandinServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -114,11 +114,10 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
     ``start_method`` is multiprocessing's: the tests pass ``"forkserver"``, with a server that has imported torch
     already, instead of two interpreters importing it per job.
     """
+    import msgspec
     import torch.multiprocessing as mp
 
-    import msgspec
-
-    from ..rundir.store import manifest_records
+    from distprof.rundir.store import manifest_records
 
     config = {"enable": True, "save_path": out, "ranks": "all", "steps": [max(steps - 3, 1), max(steps - 2, 1)],
               "torch": {"activities": ["cpu"]}, **(config or {})}

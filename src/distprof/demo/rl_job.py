@@ -34,12 +34,13 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import distprof
-from distprof.ray import ProfiledGroup, ProfiledWorker, profiling, step_all
-from distprof.logs import WHERE_LOGGER
+from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, profiling, step_all
+from distprof.util.logs import WHERE_LOGGER
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class Rollout(ProfiledWorker):
     2 "TP rank" processes of its own running a tiny model), whose traces distprof takes as ``rollout/engine``."""
 
     def __init__(self, slow: dict[str, float] | None = None):
-        from .engine_standin import StandinServer
+        from distprof.demo.engine_standin import StandinServer
 
         self.model = _policy()
         self.slow = slow or {}
@@ -207,7 +208,7 @@ class Actor(ProfiledWorker):
 
 def _descendants(pid: int) -> list[int]:
     """Every process below ``pid`` (Ray's gcs, raylet, workers...), from /proc."""
-    from ..procfs import parent_pid
+    from distprof.util.procfs import parent_pid
 
     parents: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -224,7 +225,7 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _wait_gone(pids: list[int], timeout_s: float) -> None:
-    from ..procfs import alive
+    from distprof.util.procfs import alive
 
     deadline = time.monotonic() + timeout_s
     while any(alive(p) for p in pids):
@@ -261,14 +262,13 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     ``after_step(step, groups)`` runs on the driver after every step (e.g. ``trigger_all(groups, steps=2)``).
     """
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # bind to 127.0.0.1, not the external address
+    import msgspec
     import ray
 
-    import msgspec
-
-    from ..rundir.check import check_run
-    from ..rundir.store import manifest_records
-    from ..ray import collect
-    from .gloo_job import rendezvous_file
+    from distprof.analysis.check import check_run
+    from distprof.demo.gloo_job import rendezvous_file
+    from distprof.integrations.ray import collect
+    from distprof.rundir.store import manifest_records
 
     say = progress or (lambda msg: logger.info("%s", msg))
     slow_s = {k: v / 1e3 for k, v in _slow_plan(slow, slow_ms).items()}

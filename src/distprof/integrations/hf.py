@@ -40,7 +40,7 @@ files, no hooks, one increment per step. A config that does not fit the job (a r
 ``args.world_size``, an unwritable ``save_path``) is found in ``on_train_begin`` and, with ``on_error:
 disable`` (the default), logged and switches profiling off; with ``on_error: raise`` it is raised. Capture
 faults are isolated by the Profiler. A step that raises leaves the Trainer without ``on_train_end``; the
-open window is then written when the process exits (see :mod:`distprof.shutdown`), when the same callback
+open window is then written when the process exits (see :mod:`distprof.capture.shutdown`), when the same callback
 trains again (``auto_find_batch_size`` retries) in the next ``on_train_begin``, or at once by
 :meth:`DistprofCallback.close` (a notebook that goes on after ``train()`` raised). Ranges open when the step
 raised are ended by torch as the window closes (torch logs a warning naming them).
@@ -56,11 +56,11 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("distprof.integrations.hf needs transformers: pip install 'distprof[hf]'") from e
 
-from ..annotate import annotate
-from ..config import ProfilerConfig
-from ..rundir.layout import sanitize_role
-from ..plan import role_selected
-from ..profiler import Profiler
+from distprof.capture.annotate import annotate
+from distprof.capture.profiler import Profiler
+from distprof.config.model import ProfilerConfig
+from distprof.config.plan import role_selected
+from distprof.rundir.layout import sanitize_role
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ for the rest of the run (``on_error="disable"``) or re-raises (``"raise"``); the
 config that does not fit the job (a rank list beyond the world size, an unwritable ``save_path``) is found when
 the profiler is created, at the first training batch, and handled the same way. When ``fit`` fails, Lightning
 calls its callbacks' ``on_exception``: the open window is written there (``complete: false``), with the failed
-step kept. Without any callback, or when the process dies, :mod:`distprof.shutdown` writes it on the way out.
+step kept. Without any callback, or when the process dies, :mod:`distprof.capture.shutdown` writes it on the way out.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("distprof.integrations.lightning needs PyTorch Lightning: pip install 'distprof[lightning]'") from e
 
-from ..annotate import annotate
-from ..config import ProfilerConfig
-from ..rundir.layout import sanitize_role
-from ..profiler import Profiler
+from distprof.capture.annotate import annotate
+from distprof.capture.profiler import Profiler
+from distprof.config.model import ProfilerConfig
+from distprof.rundir.layout import sanitize_role
 
 logger = logging.getLogger(__name__)
 

@@ -13,20 +13,21 @@ the file (the README gives the sizes measured for 8, 256 and 1,024 ranks).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from ..analysis import analyze
-from ..analysis.diagnose import analysed, Finding, diagnose
-from ..analysis.listing import find_traces
-from ..analysis.parallel import Progress
-from ..analysis.selection import Selection
-from ..analysis.source import TraceError
-from ..analysis.writing import atomic_output, check_output
-from . import evidence, figures, page
+from distprof.analysis import analyze
+from distprof.analysis.diagnose import Finding, analysed, diagnose
+from distprof.analysis.parallel import Progress
+from distprof.analysis.writing import atomic_output, check_output
+from distprof.report import evidence, figures, page
+from distprof.trace.listing import find_traces
+from distprof.trace.selection import Selection
+from distprof.trace.source import TraceError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_report", "write_report", "render_report"]
+__all__ = ["build_report", "render_report", "write_report"]
 
 
 def _meta(inv: Any) -> list[str]:

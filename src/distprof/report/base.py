@@ -10,17 +10,28 @@ to characters for display (not ``&quot;``), hence the numeric forms for quotes.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import plotly.graph_objects as go
 
-from ..analysis.ranks import role_of, runs, unranked_label
-from ..safetext import visible
-from ..termfit import cut_middle
+from distprof.report.termfit import cut_middle
+from distprof.trace.ranks import role_of, runs, unranked_label
+from distprof.util.safetext import visible
 
-__all__ = ["Section", "label", "short", "fig", "rank_name", "by_role", "height", "role_labels", "LABEL_CHARS",
-           "NAME_CHARS"]
+__all__ = [
+    "LABEL_CHARS",
+    "NAME_CHARS",
+    "Section",
+    "by_role",
+    "fig",
+    "height",
+    "label",
+    "rank_name",
+    "role_labels",
+    "short",
+]
 
 LABEL_CHARS = 70  # a kernel's templated name can be thousands of characters: the axis shows its start
 # The most characters of one string from a trace the page holds (hovers included): a longer one is cut in the middle

@@ -20,13 +20,21 @@ from urllib.parse import quote
 
 import plotly.graph_objects as go
 
-from ..analysis import timeline as timeline_mod
-from ..analysis.diagnose import Finding
-from ..rundir.layout import is_url
-from .base import fig, label, role_labels, short
+from distprof.analysis import timeline as timeline_mod
+from distprof.analysis.diagnose import Finding
+from distprof.report.base import fig, label, role_labels, short
+from distprof.rundir.layout import is_url
 
-__all__ = ["Evidence", "TraceLink", "for_findings", "relative_href", "worst_step", "timeline_figure", "MAX_RANKS",
-           "MAX_TIMELINES"]
+__all__ = [
+    "MAX_RANKS",
+    "MAX_TIMELINES",
+    "Evidence",
+    "TraceLink",
+    "for_findings",
+    "relative_href",
+    "timeline_figure",
+    "worst_step",
+]
 
 MAX_RANKS = 8
 """Ranks drawn in a finding's timeline: its own ranks first (the culprit, then the most affected)."""

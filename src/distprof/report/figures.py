@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import plotly.graph_objects as go
 
-from ..analysis.diagnose import Plot
-from . import rltimeline, tops
-from .base import Section, by_role as _roles, fig as _fig, height as _height, label, rank_name as _rank_name
-from .base import short as _short
+from distprof.analysis.diagnose import Plot
+from distprof.report import rltimeline, tops
+from distprof.report.base import Section, label
+from distprof.report.base import by_role as _roles
+from distprof.report.base import fig as _fig
+from distprof.report.base import height as _height
+from distprof.report.base import rank_name as _rank_name
+from distprof.report.base import short as _short
 
-__all__ = ["Section", "label", "sections", "diff_section", "MATRIX_MAX_RANKS", "STEP_VIEWS"]
+__all__ = ["MATRIX_MAX_RANKS", "STEP_VIEWS", "Section", "diff_section", "label", "sections"]
 
 MATRIX_MAX_RANKS = 64
 """Above this many ranks in a role the wait matrix keeps the ``MATRIX_TOP`` ranks that caused and that

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import unquote
 
 import plotly
 import plotly.offline
 from plotly.io.json import to_json_plotly
 
-from ..analysis.diagnose import Finding, Plot
-from .base import Section
-from .evidence import Evidence
-from ..safetext import visible
+from distprof.analysis.diagnose import Finding, Plot
+from distprof.report.base import Section
+from distprof.report.evidence import Evidence
+from distprof.util.safetext import visible
 
 __all__ = ["render"]
 

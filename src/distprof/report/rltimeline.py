@@ -10,10 +10,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ..analysis.diagnose import Plot
-from .base import Section, fig as _fig, height as _height, label
+from distprof.analysis.diagnose import Plot
+from distprof.report.base import Section, label
+from distprof.report.base import fig as _fig
+from distprof.report.base import height as _height
 
-__all__ = ["rl_timeline", "MAX_LANES", "TOP_PHASES"]
+__all__ = ["MAX_LANES", "TOP_PHASES", "rl_timeline"]
 
 MAX_LANES = 48
 TOP_PHASES = 10  # phase names with a legend entry of their own; the others are one "other phases" trace

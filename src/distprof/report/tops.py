@@ -8,15 +8,16 @@ are never added together: each role's figure sums its own ranks' files (the per-
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import plotly.graph_objects as go
 
-from ..analysis.diagnose import Plot
-from ..analysis.vocab import is_sync_op, is_sync_runtime
-from .base import Section, fig, height, label, role_labels, short
+from distprof.analysis.diagnose import Plot
+from distprof.report.base import Section, fig, height, label, role_labels, short
+from distprof.trace.vocab import is_sync_op, is_sync_runtime
 
-__all__ = ["kernels", "ops", "TOP_NAMES"]
+__all__ = ["TOP_NAMES", "kernels", "ops"]
 
 TOP_NAMES = 20  # bars per figure
 

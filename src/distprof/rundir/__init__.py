@@ -11,23 +11,45 @@ Every writer (the profiler, the process wrapper) and every reader (``check``, ``
   listing a node's files;
 - :mod:`.upload`: the background uploader of windows bound for an fsspec URL (retries; keeps what fails);
 - :mod:`.netfs`: every fsspec filesystem distprof opens, with bounded waits (a hung store fails, never hangs);
-- :mod:`.trigger`: on-demand capture requests and their acknowledgements (``distprof trigger``);
-- :mod:`.view`: reading one (local or fsspec URL) without reading or following anything outside it;
-- :mod:`.check`: is a run directory complete and readable.
+
+Reading a run directory whole (``check``, with its ``RunView``) is the analysis side's: :mod:`distprof.analysis.check`.
 """
 
-from .layout import (MANIFEST, PROCESS_BACKENDS, ROLE_JSON, RUN_JSON, TMP_PREFIX, is_url, rank_dir, rank_of_dir,
-                     sanitize_role, stage_label, stage_of_file, window_file_name)
-from .manifest import FileEntry, WindowRecord, read_manifest
-from .store import Published, RunDir, list_files
+from distprof.rundir.layout import (
+    MANIFEST,
+    PROCESS_BACKENDS,
+    ROLE_JSON,
+    RUN_JSON,
+    TMP_PREFIX,
+    is_url,
+    rank_dir,
+    rank_of_dir,
+    sanitize_role,
+    stage_label,
+    stage_of_file,
+    window_file_name,
+)
+from distprof.rundir.manifest import FileEntry, WindowRecord, read_manifest
+from distprof.rundir.store import Published, RunDir, list_files
 
-__all__ = ["MANIFEST", "PROCESS_BACKENDS", "ROLE_JSON", "RUN_JSON", "TMP_PREFIX", "is_url", "rank_dir", "rank_of_dir",
-           "sanitize_role", "stage_label", "stage_of_file", "window_file_name", "FileEntry", "WindowRecord",
-           "read_manifest", "Published", "RunDir", "list_files", "check_run"]
+__all__ = [
+    "MANIFEST",
+    "PROCESS_BACKENDS",
+    "ROLE_JSON",
+    "RUN_JSON",
+    "TMP_PREFIX",
+    "FileEntry",
+    "Published",
+    "RunDir",
+    "WindowRecord",
+    "is_url",
+    "list_files",
+    "rank_dir",
+    "rank_of_dir",
+    "read_manifest",
+    "sanitize_role",
+    "stage_label",
+    "stage_of_file",
+    "window_file_name",
+]
 
-
-def check_run(run_dir: str):
-    """See :func:`distprof.rundir.check.check_run` (imported lazily: it needs the config module)."""
-    from .check import check_run as _check_run
-
-    return _check_run(run_dir)

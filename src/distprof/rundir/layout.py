@@ -19,21 +19,43 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ..safetext import control_char
+from distprof.util.safetext import control_char
 
-__all__ = ["TMP_PREFIX", "MANIFEST", "RUN_JSON", "ROLE_JSON", "COLLECT_JSON", "RUN_FILES", "PROCESS_BACKENDS", "is_url", "sanitize_role", "control_char",
-           "rank_dir", "rank_of_dir", "window_file_name", "stage_label", "stage_of_file", "temp_name",
-           "pid_of_temp", "conflict_name", "process_output_prefix", "is_process_output", "DRIVER_ROLE", "RAY_TIMELINE",
-           "ray_timeline_name", "is_ray_timeline"]
+__all__ = [
+    "COLLECT_JSON",
+    "DRIVER_ROLE",
+    "MANIFEST",
+    "PROCESS_BACKENDS",
+    "RAY_TIMELINE",
+    "ROLE_JSON",
+    "RUN_FILES",
+    "RUN_JSON",
+    "TMP_PREFIX",
+    "conflict_name",
+    "control_char",
+    "is_process_output",
+    "is_ray_timeline",
+    "is_url",
+    "pid_of_temp",
+    "process_output_prefix",
+    "rank_dir",
+    "rank_of_dir",
+    "ray_timeline_name",
+    "sanitize_role",
+    "stage_label",
+    "stage_of_file",
+    "temp_name",
+    "window_file_name",
+]
 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
 RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
-COLLECT_JSON = "collect.json"  # what the last distprof.ray.collect into this folder could not reach (for check)
+COLLECT_JSON = "collect.json"  # what the last distprof.integrations.ray.collect into this folder could not reach (for check)
 RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
-DRIVER_ROLE = "driver"  # the process running an RL loop (distprof.ray.driver): its phases wait on the other roles
-RAY_TIMELINE = "ray_timeline"  # the manifest ``backend`` of a window's Ray task timeline (distprof.ray.timeline)
+DRIVER_ROLE = "driver"  # the process running an RL loop (distprof.integrations.ray.driver): its phases wait on the other roles
+RAY_TIMELINE = "ray_timeline"  # the manifest ``backend`` of a window's Ray task timeline (distprof.integrations.ray.timeline)
 _RAY_TIMELINE_SUFFIX = ".ray_timeline.json.gz"
 PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")  # tools that wrap the whole worker process
 

@@ -14,8 +14,18 @@ from typing import Annotated, Any
 
 import msgspec
 
-__all__ = ["FileEntry", "WindowRecord", "ManifestRead", "read_manifest", "encode_record", "safe_relpath",
-           "MANIFEST_LIMIT", "BASELINE_STEPS", "SETTLING_STEPS", "OOM"]
+__all__ = [
+    "BASELINE_STEPS",
+    "MANIFEST_LIMIT",
+    "OOM",
+    "SETTLING_STEPS",
+    "FileEntry",
+    "ManifestRead",
+    "WindowRecord",
+    "encode_record",
+    "read_manifest",
+    "safe_relpath",
+]
 
 MANIFEST_LIMIT = 64 << 20  # bytes of a manifest read at most (a manifest is a few hundred bytes per window)
 

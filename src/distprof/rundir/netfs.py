@@ -19,11 +19,11 @@ import os
 import threading
 from typing import Any
 
-from ..envvars import STORE_TIMEOUT
+from distprof.util.envvars import STORE_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TIMEOUT_S", "TRIES", "timeout_s", "url_to_fs", "open_url", "is_timeout", "describe"]
+__all__ = ["DEFAULT_TIMEOUT_S", "TRIES", "describe", "is_timeout", "open_url", "timeout_s", "url_to_fs"]
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 3600.0

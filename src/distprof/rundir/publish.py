@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from .manifest import FileEntry, WindowRecord
-from .store import Published, RunDir, warn_conflict
-from .layout import RUN_JSON
-from .upload import StoreWrite, UploadJob, uploader
+from distprof.rundir.layout import RUN_JSON
+from distprof.rundir.manifest import FileEntry, WindowRecord
+from distprof.rundir.store import Published, RunDir, warn_conflict
+from distprof.rundir.upload import StoreWrite, UploadJob, uploader
 
 logger = logging.getLogger(__name__)
 

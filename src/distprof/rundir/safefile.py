@@ -26,10 +26,19 @@ import secrets
 import stat
 from typing import BinaryIO
 
-from .layout import temp_name
+from distprof.rundir.layout import temp_name
 
-__all__ = ["UnsafePath", "AtomicWriter", "write_bytes", "open_folder", "make_folder", "temp_path", "place",
-           "no_links", "touch"]
+__all__ = [
+    "AtomicWriter",
+    "UnsafePath",
+    "make_folder",
+    "no_links",
+    "open_folder",
+    "place",
+    "temp_path",
+    "touch",
+    "write_bytes",
+]
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

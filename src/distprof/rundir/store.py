@@ -22,14 +22,14 @@ from typing import Any
 
 import msgspec
 
-from .layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name, is_url
-from .manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
-from .safefile import make_folder, place, write_bytes
-from .safefile import temp_path as safe_temp_path
+from distprof.rundir.layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name, is_url
+from distprof.rundir.manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
+from distprof.rundir.safefile import make_folder, place, write_bytes
+from distprof.rundir.safefile import temp_path as safe_temp_path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "Published", "list_files", "manifest_records"]
+__all__ = ["Published", "RunDir", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
 
@@ -107,7 +107,7 @@ class RunDir:
     @property
     def fs(self):
         if self._fs is None:
-            from .netfs import url_to_fs
+            from distprof.rundir.netfs import url_to_fs
 
             self._fs, self.root = url_to_fs(self.save_path)  # bounded waits: a hung store fails, never hangs
         return self._fs

@@ -18,17 +18,17 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-from .layout import MANIFEST
-from .manifest import WindowRecord
-from .netfs import describe
-from .store import Published, RunDir, warn_conflict
+from distprof.rundir.layout import MANIFEST
+from distprof.rundir.manifest import WindowRecord
+from distprof.rundir.netfs import describe
+from distprof.rundir.store import Published, RunDir, warn_conflict
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UploadJob", "StoreWrite", "Uploader", "uploader", "RETRY_BUDGET_S", "DRAIN_TIMEOUT_S", "QUEUE_WINDOWS"]
+__all__ = ["DRAIN_TIMEOUT_S", "QUEUE_WINDOWS", "RETRY_BUDGET_S", "StoreWrite", "UploadJob", "Uploader", "uploader"]
 
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
@@ -78,7 +78,7 @@ class _Flight:
     """The window the upload thread is working on. Who settles it (the thread: uploaded or kept locally; or a
     ``drain()`` that gave up while it was in flight) is decided once, under the uploader's lock (``claimed``)."""
 
-    __slots__ = ("job", "todo", "published", "claimed", "counted")
+    __slots__ = ("claimed", "counted", "job", "published", "todo")
 
     def __init__(self, job: UploadJob):
         self.job = job

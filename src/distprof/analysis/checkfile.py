@@ -1,0 +1,81 @@
+"""One file of a run directory, as ``check`` judges it: there, of the size its manifest line records, and whole
+(a trace streamed through the analysis reader, bounded in memory whatever its size or compression; a tool's
+JSON decoded when small, judged by its ends when large). Read only through :class:`~.view.RunView`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from distprof.analysis.runview import RunView, ViewError
+from distprof.rundir.layout import is_ray_timeline
+from distprof.rundir.manifest import MANIFEST_LIMIT
+
+__all__ = ["check_file", "json_whole", "short"]
+
+
+def check_file(view: RunView, rel: str, size: int) -> tuple[str, str]:
+    try:
+        got = view.size(rel)
+    except ViewError as e:
+        return "broken", str(e).split(": ", 1)[-1]
+    if got is None:
+        return "missing", "listed in the manifest but not on disk"
+    if got != size:  # cheap, and catches most truncations before any decoding
+        return "broken", f"{got} bytes on disk, manifest says {size}"
+    if is_ray_timeline(rel):  # not a trace: one JSON object (distprof.integrations.ray.timeline)
+        return _timeline_whole(view, rel)
+    if rel.endswith((".json", ".json.gz")):
+        return _decodes(view, rel)
+    return "ok", ""
+
+
+def _decodes(view: RunView, rel: str) -> tuple[str, str]:
+    """Stream the trace through the analysis reader: memory stays bounded (a gzip bomb inflates piece by piece)."""
+    from distprof.trace.reader import open_trace
+    from distprof.trace.source import TraceError
+
+    try:
+        stream = open_trace(view.stream_path(rel), lean=True)
+        for _ in stream.batches():
+            pass
+    except ViewError as e:
+        return "broken", str(e).split(": ", 1)[-1]
+    except (TraceError, OSError) as e:
+        return "broken", f"does not decode: {short(str(e).split(': ', 1)[-1])}"
+    if stream.report.truncated or stream.report.bytes_unread:
+        return "broken", f"read only in part: {short('; '.join(stream.report.notes[:2]) or 'cut off')}"
+    return "ok", ""
+
+
+def _timeline_whole(view: RunView, rel: str) -> tuple[str, str]:
+    """A Ray timeline: decoded and checked by its one reader (bounded)."""
+    from distprof.analysis.ray_timeline import LIMIT, TimelineError, parse
+
+    try:
+        parse(view.read_small(rel, LIMIT + 1) or b"", rel)
+    except ViewError as e:
+        return "broken", str(e).split(": ", 1)[-1]
+    except TimelineError as e:
+        return "broken", short(str(e).split(": ", 1)[-1])
+    return "ok", ""
+
+
+def json_whole(view: RunView, rel: str) -> tuple[str, str]:
+    """A tool's JSON output (py-spy's speedscope): decoded whole when small; a large one is judged by its ends."""
+    if (view.size(rel) or 0) > MANIFEST_LIMIT:
+        head, tail = view.read_small(rel, 64) or b"", view.read_tail(rel, 64)
+        if head.lstrip()[:1] in (b"{", b"[") and tail.rstrip()[-1:] in (b"}", b"]"):
+            return "ok", f"larger than {MANIFEST_LIMIT >> 20} MB: only its first and last bytes checked"
+        return "broken", "does not look like JSON (first or last bytes)"
+    try:
+        msgspec.json.decode(view.read_small(rel, MANIFEST_LIMIT) or b"")
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as e:
+        return "broken", f"does not decode: {short(e)}"
+    return "ok", ""
+
+
+def short(e: Any) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,262 @@
+"""A read-only view of a run directory (a local path or an fsspec URL): the one way ``check`` reads one.
+
+A run directory comes from another job and may hold anything: a symlink to ``/etc/passwd`` or ``/dev/zero``,
+a FIFO named like a trace, a manifest naming ``../../etc/passwd``. The view lists folders and files, stats
+sizes, reads small files with a bound and hands out the path a trace reader may open, and it never reads,
+follows or names for reading anything outside its root: locally every path is resolved (``realpath``) and must
+stay inside the root and be a regular file (FIFOs and devices are refused without opening them blocking);
+a path taken from a manifest must first pass :func:`manifest.safe_relpath`. What was refused while walking
+is kept in :attr:`RunView.refused` as ``(relative path, why)``.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Iterator
+from typing import NamedTuple
+
+from distprof.rundir.layout import is_url
+
+__all__ = ["Entry", "RunView", "ViewError"]
+
+
+class ViewError(ValueError):
+    """A path of the run directory that cannot be read (the message names it and says why)."""
+
+
+class Entry(NamedTuple):
+    name: str
+    kind: str  # "file" | "dir" | "other" (refused: a symlink leaving the root, a FIFO, a device, a loop)
+    why: str = ""  # for "other": why it is not read
+
+
+class RunView:
+    """``path``: a local folder or an fsspec URL. Cheap to build; :meth:`root_kind` is the first I/O."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.remote = is_url(path)
+        self.refused: list[tuple[str, str]] = []
+        if self.remote:
+            self.where = path.rstrip("/") or path
+            self._fs = None
+            self._root = ""
+        else:
+            self.where = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))
+            self._real = os.path.realpath(self.where)
+
+    # ---- the root ---------------------------------------------------------------------------------------
+    def root_kind(self) -> str:
+        """``dir``, ``file``, ``missing`` or the kind of a non-regular local entry (``a FIFO`` ...).
+
+        Raises :class:`ViewError` when the root cannot be looked at (no fsspec support, no permission, a storage
+        error)."""
+        if not self.remote:
+            try:
+                mode = os.stat(self.where).st_mode
+            except FileNotFoundError:
+                return "missing"
+            except OSError as e:
+                raise ViewError(f"{self.where}: cannot be read ({e.strerror or e})") from None
+            if stat.S_ISDIR(mode):
+                return "dir"
+            return "file" if stat.S_ISREG(mode) else _kind(mode)
+        from distprof.rundir.netfs import describe, url_to_fs
+
+        try:
+            self._fs, self._root = url_to_fs(self.path)  # bounded waits: a store that never answers fails
+            # One call (isfile would swallow a store's error, then isdir wait as long again).
+            kind = self._fs.info(self._root).get("type")
+        except FileNotFoundError:
+            return "missing"
+        except ImportError as e:  # s3:// without s3fs
+            raise ViewError(f"{self.where}: cannot be read ({e})") from None
+        except Exception as e:  # a storage library's own errors (botocore's NoCredentialsError ...): the input's
+            raise ViewError(f"{self.where}: cannot be read ({describe(e)})") from None
+        return "file" if kind == "file" else "dir" if kind == "directory" else "missing"
+
+    # ---- listing ----------------------------------------------------------------------------------------
+    def listdir(self, rel: str) -> list[Entry]:
+        """The entries of folder ``rel`` ("" for the root), sorted by name; [] when it does not exist."""
+        if self.remote:
+            try:
+                infos = self._fs.ls(self._abs(rel), detail=True)
+            except FileNotFoundError:
+                return []
+            except Exception as e:  # the storage's own error: report it, do not stop the check
+                self.refused.append((rel or ".", f"cannot be listed ({type(e).__name__}: {e})"))
+                return []
+            out = []
+            base = self._abs(rel).rstrip("/")
+            for info in infos:
+                name = posixpath.basename(info["name"].rstrip("/"))
+                if not name or info["name"].rstrip("/") == base:
+                    continue  # some stores list the folder itself
+                out.append(Entry(name, "dir" if info.get("type") == "directory" else "file"))
+            return sorted(set(out))
+        d = self._local(rel)
+        try:
+            with os.scandir(d) as it:
+                names = sorted(e.name for e in it)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            self.refused.append((rel or ".", f"folder cannot be listed ({e.strerror or e})"))
+            return []
+        out = []
+        for n in names:
+            r = posixpath.join(rel, n) if rel else n
+            try:
+                kind = self._local_kind(r)
+            except ViewError as e:
+                out.append(Entry(n, "other", _why(e)))
+                continue
+            out.append(Entry(n, kind))
+        return out
+
+    def walk(self) -> Iterator[tuple[str, list[str], list[str]]]:
+        """``(folder, subfolders, files)`` top-down from the root, relative POSIX paths ("" is the root).
+
+        Entries that are refused (a symlink leaving the root, a FIFO, a device, a loop) are neither listed nor
+        followed; each is recorded in :attr:`refused`. A symlinked folder inside the root is walked once."""
+        seen: set[str] = set()
+        stack = [""]
+        while stack:
+            rel = stack.pop()
+            if not self.remote:
+                real = os.path.realpath(self._local(rel))
+                if real in seen:
+                    continue
+                seen.add(real)
+            dirs, files = [], []
+            for e in self.listdir(rel):
+                r = posixpath.join(rel, e.name) if rel else e.name
+                if e.kind == "dir":
+                    dirs.append(e.name)
+                elif e.kind == "file":
+                    files.append(e.name)
+                else:
+                    self.refused.append((r, e.why))
+            yield rel, dirs, files
+            stack.extend(posixpath.join(rel, d) if rel else d for d in reversed(dirs))
+
+    # ---- files ----------------------------------------------------------------------------------------
+    def size(self, rel: str) -> int | None:
+        """Bytes of regular file ``rel``; None when it does not exist. Raises :class:`ViewError` when it is not a
+        regular file inside the root."""
+        if self.remote:
+            try:
+                p = self._abs(rel)
+                if not self._fs.isfile(p):
+                    return None
+                return int(self._fs.size(p))
+            except FileNotFoundError:
+                return None
+            except Exception as e:
+                raise ViewError(f"{rel}: cannot be read ({type(e).__name__}: {e})") from None
+        try:
+            if self._local_kind(rel) != "file":
+                raise ViewError(f"{rel}: not a regular file (a directory)")
+        except FileNotFoundError:
+            return None
+        return os.stat(self._local(rel)).st_size
+
+    def read_small(self, rel: str, limit: int) -> bytes | None:
+        """At most ``limit`` bytes of file ``rel`` (None when it does not exist); raises :class:`ViewError` when it
+        cannot be read, is outside the root or is not a regular file (a FIFO is refused, never waited on)."""
+        if self.remote:
+            try:
+                with self._fs.open(self._abs(rel), "rb") as f:
+                    return f.read(limit)
+            except FileNotFoundError:
+                return None
+            except IsADirectoryError:
+                raise ViewError(f"{rel}: not a regular file (a directory)") from None
+            except Exception as e:
+                raise ViewError(f"{rel}: cannot be read ({type(e).__name__}: {e})") from None
+        from distprof.trace.source import TraceError, open_local
+
+        try:
+            if self._local_kind(rel) != "file":
+                raise ViewError(f"{rel}: not a regular file (a directory)")
+            with open_local(self._local(rel)) as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except TraceError as e:
+            raise ViewError(f"{rel}: {_why(e)}") from None
+        except OSError as e:
+            raise ViewError(f"{rel}: cannot be read ({e.strerror or e})") from None
+
+    def read_tail(self, rel: str, n: int) -> bytes:
+        """The last ``n`` bytes of file ``rel`` (checked like :meth:`read_small`)."""
+        size = self.size(rel) or 0
+        if self.remote:
+            try:
+                with self._fs.open(self._abs(rel), "rb") as f:
+                    f.seek(max(0, size - n))
+                    return f.read(n)
+            except Exception as e:
+                raise ViewError(f"{rel}: cannot be read ({type(e).__name__}: {e})") from None
+        from distprof.trace.source import open_local
+
+        with open_local(self._local(rel)) as f:
+            f.seek(max(0, size - n))
+            return f.read(n)
+
+    def stream_path(self, rel: str) -> str:
+        """The path (local) or URL a streaming reader (``analysis.reader.open_trace``) may open for file ``rel``,
+        once it is known to be a regular file inside the root. Raises :class:`ViewError` otherwise."""
+        if self.remote:
+            return self._fs.unstrip_protocol(self._abs(rel))
+        if self._local_kind(rel) != "file":
+            raise ViewError(f"{rel}: not a regular file (a directory)")
+        return os.path.realpath(self._local(rel))  # resolved now: a link swapped later cannot lead outside
+
+    def url(self, rel: str) -> str:
+        """How to name ``rel`` to a user."""
+        return posixpath.join(self.where, rel) if self.remote else os.path.join(self.where, rel)
+
+    # ---- inside the root --------------------------------------------------------------------------------
+    def _abs(self, rel: str) -> str:
+        return posixpath.join(self._root, rel) if rel else self._root
+
+    def _local(self, rel: str) -> str:
+        return os.path.join(self.where, *rel.split("/")) if rel else self.where
+
+    def _local_kind(self, rel: str) -> str:
+        """``file`` or ``dir`` for an entry that resolves inside the root; ViewError for anything else (a symlink
+        leaving the root or dangling, a FIFO, a device); FileNotFoundError when there is no such entry."""
+        p = self._local(rel)
+        real = os.path.realpath(p)
+        if real != self._real and not real.startswith(self._real.rstrip("/") + "/"):
+            if not os.path.lexists(p):
+                raise FileNotFoundError(p)
+            raise ViewError(f"{rel}: symlink points outside the run directory; not followed")
+        try:
+            mode = os.stat(real).st_mode
+        except FileNotFoundError:
+            if os.path.lexists(p):
+                raise ViewError(f"{rel}: dangling symlink") from None
+            raise
+        except OSError as e:
+            raise ViewError(f"{rel}: cannot be followed ({e.strerror or e})") from None
+        if stat.S_ISDIR(mode):
+            return "dir"
+        if stat.S_ISREG(mode):
+            return "file"
+        raise ViewError(f"{rel}: not a regular file ({_kind(mode)}); not read")
+
+
+def _kind(mode: int) -> str:
+    from distprof.trace.source import file_kind
+
+    return file_kind(mode)
+
+
+def _why(e: Exception) -> str:
+    """The reason part of a ``path: reason`` message."""
+    text = str(e)
+    return text.split(": ", 1)[1] if ": " in text else text

@@ -1,0 +1,219 @@
+"""annotate(name): a named range, as a decorator or a context manager.
+
+While a capture window is open in this process, a range emits
+``torch.profiler.record_function`` (so it shows in the trace), an NVTX range
+when CUDA is available (so Nsight shows it), and adds its wall time to every
+open profiler's per-name timings. Otherwise it does nothing: ``annotate(name)``
+returns a cached object whose ``__enter__`` / ``__exit__`` each test one
+module-level counter, so an inert range costs about as much as a preallocated
+no-op context manager.
+
+Exceptions from the annotated code always propagate untouched, the range is
+always closed, and the code runs exactly once. A fault inside the range
+machinery itself is logged once and never reaches the caller.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Annotation", "annotate"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _State:
+    """Process-wide counters read on every inert call (kept as plain attributes: fastest lookups)."""
+
+    __slots__ = ("active", "lock", "nvtx", "opened", "profilers", "record_function", "warned")
+
+    def __init__(self) -> None:
+        self.active = 0  # capture windows open in this process
+        self.opened = 0  # ranges open right now, all threads
+        self.profilers: list[Any] = []  # profilers with an open window (they receive timings)
+        self.record_function: Any = None
+        self.nvtx: Any = None
+        self.lock = threading.Lock()
+        self.warned = False
+
+    def __reduce__(self):
+        # A decorated function or method defined in a driver's __main__ is pickled by value (cloudpickle,
+        # Ray), with the globals its wrapper reads: this one. It stands for "this process's state", so it
+        # unpickles as the receiving process's own, never as a copy (and never tries to pickle the lock).
+        return (_process_state, ())
+
+
+_STATE = _State()
+
+
+def _process_state() -> _State:
+    return _STATE
+
+_tls = threading.local()
+_CACHE: dict[str, Annotation] = {}
+_CACHE_LIMIT = 4096  # dynamic names (f"step{i}") must not grow the cache forever
+
+
+def window_opened(profiler: Any) -> None:
+    """Called by a Profiler when it opens a capture window."""
+    with _STATE.lock:
+        if _STATE.active == 0:
+            torch = sys.modules.get("torch")
+            if torch is not None:
+                _STATE.record_function = torch.profiler.record_function
+                try:
+                    _STATE.nvtx = torch.cuda.nvtx if torch.cuda.is_available() else None
+                except Exception:  # pragma: no cover - CUDA probing failures mean: no NVTX
+                    _STATE.nvtx = None
+        _STATE.profilers.append(profiler)
+        _STATE.active += 1
+
+
+def refresh_emitters() -> None:
+    """Pick up torch's record_function / NVTX if torch was imported after the first window opened (a discrete
+    profiler listens before its backend has imported torch)."""
+    torch = sys.modules.get("torch")
+    if torch is None or _STATE.record_function is not None:
+        return
+    with _STATE.lock:
+        _STATE.record_function = torch.profiler.record_function
+        try:
+            _STATE.nvtx = torch.cuda.nvtx if torch.cuda.is_available() else None
+        except Exception:  # pragma: no cover - CUDA probing failures mean: no NVTX
+            _STATE.nvtx = None
+
+
+def window_closed(profiler: Any) -> None:
+    with _STATE.lock:
+        if profiler in _STATE.profilers:
+            _STATE.profilers.remove(profiler)
+            _STATE.active -= 1
+
+
+def _warn_once(what: str) -> None:
+    if not _STATE.warned:
+        _STATE.warned = True
+        logger.warning("distprof: annotate() failed to %s; the range is skipped (logged once)", what, exc_info=True)
+
+
+class Annotation:
+    """A named range. Get one with ``annotate(name)``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"annotate({self.name!r})"
+
+    def __reduce__(self):
+        return (annotate, (self.name,))  # the receiving process's cached range of that name
+
+    def __enter__(self) -> Annotation:
+        if _STATE.active:
+            self._open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if _STATE.opened:
+            self._close(exc_type)
+        return False  # never swallow the caller's exception
+
+    def __call__(self, func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                if not _STATE.active:
+                    return await func(*args, **kwargs)
+                with self:
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if not _STATE.active:
+                return func(*args, **kwargs)
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    # ---- slow path: a window is open ----------------------------------------------------------
+    def _open(self) -> None:
+        rf = nv = None
+        with _STATE.lock:
+            profilers = list(_STATE.profilers)
+        for p in profilers:  # discrete profilers open the stage's own window first, so the range below is in it
+            if p._discrete:
+                p._guard("stage start", lambda p=p: p._stage_enter(self.name))
+        try:
+            if _STATE.record_function is not None:
+                rf = _STATE.record_function(self.name)
+                rf.__enter__()
+            if _STATE.nvtx is not None:
+                _STATE.nvtx.range_push(self.name)
+                nv = _STATE.nvtx
+        except Exception:
+            _warn_once(f"open range {self.name!r}")
+        stack = _tls.__dict__.setdefault("stack", [])
+        stack.append((self, rf, nv, time.perf_counter_ns()))
+        with _STATE.lock:
+            _STATE.opened += 1
+
+    def _close(self, exc_type: Any = None) -> None:
+        stack = _tls.__dict__.get("stack")
+        if not stack or stack[-1][0] is not self:
+            return  # this range was entered while no window was open
+        _, rf, nv, t0 = stack.pop()
+        elapsed = time.perf_counter_ns() - t0
+        with _STATE.lock:
+            _STATE.opened -= 1
+            profilers = list(_STATE.profilers)
+        try:
+            if nv is not None:
+                nv.range_pop()
+            if rf is not None:
+                rf.__exit__(None, None, None)
+        except Exception:
+            _warn_once(f"close range {self.name!r}")
+        for p in profilers:
+            p._record_annotation(self.name, elapsed)
+        for p in profilers:
+            if p._discrete:
+                p._guard("stage end", lambda p=p: p._stage_exit(self.name, exc_type))
+
+
+def annotate(name: str) -> Annotation:
+    """A named range: ``with annotate("rollout/generate"): ...`` or ``@annotate("actor/update")``.
+
+    ``@annotate`` without a name uses the function's qualified name.
+    """
+    try:  # a subscript is cheaper than dict.get (no method call): this is the inert hot path
+        return _CACHE[name]
+    except KeyError:
+        return _make(name)
+    except TypeError:  # unhashable: not a name
+        return _make(name)
+
+
+def _make(name: Any) -> Any:
+    if callable(name):  # bare @annotate
+        return annotate(getattr(name, "__qualname__", repr(name)))(name)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"annotate() needs a non-empty string name, got {name!r}")
+    a = Annotation(name)
+    if len(_CACHE) < _CACHE_LIMIT:
+        _CACHE[name] = a
+    return a

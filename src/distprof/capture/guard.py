@@ -1,0 +1,214 @@
+"""Memory guardrails for an open capture window: sampled at step boundaries, never on a timer.
+
+torch.profiler buffers every event of a window in the process until the window ends; with
+``profile_memory``, ``record_shapes`` and ``with_stack`` on a loop of many small ops that buffer grows by
+megabytes per step (measured: 35 MB of heap for 60 steps of 450 small torch calls), and all-rank capture with heavy
+flags has taken hosts down (slime's lesson). The guard watches
+three figures while a window is open, each optional (``ProfilerConfig`` fields, all off by default):
+
+- ``max_host_memory_gb``: this process's resident memory (RSS);
+- ``min_available_memory_gb``: the host's available memory (MemAvailable);
+- ``max_trace_mb``: the window's trace size, estimated before export as the growth of the C heap in use
+  (glibc ``mallinfo2``) since the window's first recorded step began, times :data:`TRACE_BYTES_PER_HEAP_BYTE`.
+  torch buffers the window's events on the C heap until export. RSS growth is no proxy: once an earlier window
+  freed its buffers, the next one reuses that memory and RSS does not move (measured: 0 MB of RSS growth for
+  a window that exported 47 MB). Without glibc (macOS, musl) RSS growth is used, and says so in the numbers.
+
+The profiler asks :meth:`MemoryGuard.check` at each step boundary of an open window; psutil is read at
+most every ``interval_s`` (a monotonic clock), so a loop of tiny steps pays one clock read per step. The step
+that ends a window is always sampled (:meth:`MemoryGuard.sample`), before its trace is exported.
+When a limit is crossed, ``check`` returns the numbers; the profiler closes the window early through its
+normal path and opens no more windows.
+
+What the guard can promise: it looks at step ends only, so one step may grow the trace far past
+``max_trace_mb`` before the guard sees it. It cannot stop that growth (torch holds the events until the window
+ends), but it refuses the export, which costs far more than the buffers (measured: a 367 MB trace for a 20 MB
+budget took 429 s and 7.3 GB of RSS to export): a window whose estimated trace is over
+:data:`REFUSE_FACTOR` x ``max_trace_mb`` when the guard sees it is dropped unexported, and its manifest line
+(``stopped_by: memory_guard``, no files, ``guard: {..., exported: false, reason}``) says so. A window the guard
+closed is always recorded in the manifest: exported, refused, closed in its warm-up (nothing recorded) or whose
+export failed (``guard.export_error``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = [
+    "GUARD_STOP",
+    "REFUSE_FACTOR",
+    "TRACE_BYTES_PER_HEAP_BYTE",
+    "MemoryGuard",
+    "describe",
+    "finish_closed",
+    "heap_in_use",
+]
+
+GUARD_STOP = "memory_guard"  # the manifest's stopped_by for a window the guard closed
+# A window whose estimated trace is over this many times max_trace_mb when the guard sees it is not exported: a
+# budget of 20 MB exports at most about 80 MB (the estimate errs high), never the 367 MB one step can grow to.
+REFUSE_FACTOR = 4.0
+
+# Exported chrome-trace JSON bytes per byte of heap growth during a window, measured with torch 2.13 / glibc 2.36
+# on a CPU loop of many small ops (benchmarks/bench_capture.py prints it): 1.27-1.41 over windows of 20-60 steps,
+# with and without profile_memory + record_shapes + with_stack, first window of the process or later. The top of
+# that range is used, so the estimate errs high (and memory the training code itself keeps during the window
+# adds to it): the guard stops early, not late.
+TRACE_BYTES_PER_HEAP_BYTE = 1.4
+
+
+def _mallinfo2() -> Any:
+    """glibc's mallinfo2 (2.33+), or None where there is none."""
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    try:
+        fn = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = MallInfo2
+    fn.argtypes = []
+    return fn
+
+
+_MALLINFO2: Any = False  # resolved on first use
+
+
+def heap_in_use() -> int | None:
+    """Bytes of the C heap in use (malloc'd and not freed, mmapped blocks included), or None without glibc."""
+    global _MALLINFO2
+    if _MALLINFO2 is False:
+        _MALLINFO2 = _mallinfo2()
+    if _MALLINFO2 is None:
+        return None
+    m = _MALLINFO2()
+    return m.uordblks + m.hblkhd  # about 1.4 µs a call (glibc 2.36)
+
+
+DEFAULT_INTERVAL_S = 0.01  # psutil at most every 10 ms: reading /proc/meminfo costs tens of µs
+
+
+class MemoryGuard:
+    """Limits for one profiler's windows; ``None`` limits are off. Use :meth:`from_config`."""
+
+    def __init__(self, max_rss_bytes: float | None = None, min_available_bytes: float | None = None,
+                 max_trace_bytes: float | None = None, interval_s: float = DEFAULT_INTERVAL_S,
+                 trace_per_byte: float = TRACE_BYTES_PER_HEAP_BYTE):
+        import psutil
+
+        self._psutil = psutil
+        self._proc = psutil.Process()
+        self.max_rss = max_rss_bytes
+        self.min_available = min_available_bytes
+        self.max_trace = max_trace_bytes
+        self.interval_s = interval_s
+        self.trace_per_byte = trace_per_byte
+        self._rss0 = 0
+        self._heap0 = 0
+        self.trace_basis = "heap" if heap_in_use() is not None else "rss"  # what the trace estimate grows with
+        self._due = 0.0
+        self.samples = 0
+
+    @classmethod
+    def from_config(cls, config: Any) -> MemoryGuard | None:
+        """The guard a config asks for, or None when every limit is off (then the profiler pays nothing)."""
+        gb, mb = 1e9, 1e6
+        limits = (config.max_host_memory_gb, config.min_available_memory_gb, config.max_trace_mb)
+        if all(v is None for v in limits):
+            return None
+        rss, avail, trace = limits
+        return cls(None if rss is None else rss * gb, None if avail is None else avail * gb,
+                   None if trace is None else trace * mb)
+
+    def open(self) -> None:
+        """A window has just opened: sample from its first step end on; the trace estimate counts from now."""
+        self.rebase()
+        self._due = 0.0
+        self.samples = 0
+
+    def rebase(self) -> None:
+        """The window's first recorded step begins: torch drops what warm-up collected (and warm-up pays
+        one-time costs, several MB with with_stack), so the trace estimate counts RSS growth from here."""
+        self._rss0 = self._proc.memory_info().rss
+        self._heap0 = heap_in_use() if self.trace_basis == "heap" else self._rss0
+
+    def check(self, recording: bool = True) -> dict[str, Any] | None:
+        """At a step boundary: None while every limit holds (or no sample is due), else what was crossed.
+        ``recording``: the step that ended was recorded (False in warm-up: only the host limits apply)."""
+        now = time.monotonic()
+        if now < self._due:
+            return None
+        self._due = now + self.interval_s
+        return self.sample(recording)
+
+    def sample(self, recording: bool = True) -> dict[str, Any] | None:
+        """Read psutil now and compare with the limits (the first limit crossed is reported)."""
+        self.samples += 1
+        rss = self._proc.memory_info().rss
+        if self.max_rss is not None and rss > self.max_rss:
+            return self._numbers("max_host_memory_gb", rss / 1e9, self.max_rss / 1e9, rss)
+        if self.min_available is not None:
+            avail = self._psutil.virtual_memory().available
+            if avail < self.min_available:
+                return self._numbers("min_available_memory_gb", avail / 1e9, self.min_available / 1e9, rss,
+                                     available_gb=round(avail / 1e9, 3))
+        if self.max_trace is not None and recording:
+            est = self.trace_estimate(rss)
+            if est > self.max_trace:
+                return self._numbers("max_trace_mb", est / 1e6, self.max_trace / 1e6, rss)
+        return None
+
+    def trace_estimate(self, rss: int) -> float:
+        """Estimated trace bytes of the open window: heap (else RSS) growth since it began recording."""
+        now = heap_in_use() if self.trace_basis == "heap" else rss
+        return max(now - self._heap0, 0) * self.trace_per_byte
+
+    def _numbers(self, limit: str, measured: float, value: float, rss: int, **more: Any) -> dict[str, Any]:
+        est = self.trace_estimate(rss)
+        out = {"limit": limit, "measured": round(measured, 3), "limit_value": round(value, 3),
+               "rss_gb": round(rss / 1e9, 3), "rss_at_open_gb": round(self._rss0 / 1e9, 3),
+               "trace_estimate_mb": round(est / 1e6, 1), "trace_basis": self.trace_basis,
+               "samples": self.samples, **more}
+        if self.max_trace is not None and est > REFUSE_FACTOR * self.max_trace:
+            out["exported"] = False
+            out["reason"] = (f"estimated trace {est / 1e6:.1f} MB is over {REFUSE_FACTOR:g}x max_trace_mb="
+                             f"{self.max_trace / 1e6:g}: not exported (exporting it would cost far more memory "
+                             "and time than the budget allows)")
+        return out
+
+
+def finish_closed(backend: Any, first: int, last: int, numbers: dict[str, Any]) -> tuple[Any, Exception | None]:
+    """``backend.finish`` for a window the guard closed after step ``last``: (its files, the export's error).
+
+    Refused (``numbers["exported"]`` false), the window is ended without export; in its warm-up (``last <
+    first``) nothing was recorded. An export that fails (``std::bad_alloc``, a full disk) is caught: ``numbers``
+    gets ``exported: false`` and ``export_error``, so the caller writes the window's line before re-raising."""
+    from distprof.capture.backends.base import WindowFiles
+
+    if last < first:
+        numbers["exported"] = False
+        numbers["reason"] = f"closed in its warm-up (after step {last}): nothing recorded yet"
+    if numbers.get("exported") is False:
+        return backend.finish(first, first - 1), None  # torch stops and drops its buffers; nothing is written
+    try:
+        return backend.finish(first, last), None
+    except Exception as e:
+        numbers["exported"] = False
+        numbers["export_error"] = f"{type(e).__name__}: {e}"[:300]
+        return WindowFiles(), e
+
+
+def describe(numbers: dict[str, Any]) -> str:
+    """The numbers of a crossed limit, in words, for the one warning."""
+    what = {"max_host_memory_gb": ("process RSS", "GB", "above"),
+            "min_available_memory_gb": ("host available memory", "GB", "below"),
+            "max_trace_mb": ("estimated trace size", "MB", "above")}[numbers["limit"]]
+    name, unit, side = what
+    return (f"{name} {numbers['measured']:g} {unit} is {side} {numbers['limit']}={numbers['limit_value']:g} "
+            f"(RSS {numbers['rss_gb']:g} GB, {numbers['rss_at_open_gb']:g} GB when the window opened; "
+            f"trace estimate {numbers['trace_estimate_mb']:g} MB)"
+            + (f"; {numbers['reason']}" if numbers.get("exported") is False and "reason" in numbers else ""))

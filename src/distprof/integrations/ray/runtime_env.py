@@ -1,0 +1,70 @@
+"""runtime_env(config, group=...): wrap a worker group's processes with a profiling tool."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+from typing import Any
+
+from distprof.capture.backends.process import WrapSpec, check_tool
+from distprof.config.model import ProfilerConfig
+from distprof.config.plan import rank_selected, role_selected
+from distprof.config.process_tools import nsys_capture_options
+from distprof.rundir.layout import is_url, sanitize_role
+
+logger = logging.getLogger(__name__)
+
+
+def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None = None,
+                rank: int | None = None) -> dict[str, Any]:
+    """The runtime_env for ``group``'s actors.
+
+    Wrapped when profiling is on, the backend is a process backend (nsys, rocprof_sys, py_spy,
+    memray) and ``config.roles`` selects ``group`` (and ``config.ranks`` selects ``rank``, when
+    given: pass it to wrap only some ranks of a group). Otherwise ``base`` comes back unchanged.
+    An interpreter already set in ``base["py_executable"]`` (uv, venv, conda) runs both the
+    wrapper and the worker. Raises ValueError naming the tool when it is not installed here.
+    """
+    base = dict(base or {})
+    config = config.for_role(group)
+    if not (config.enable and config.is_process_backend and role_selected(config.roles, group)):
+        return base
+    if rank is not None and isinstance(config.ranks, list) and not rank_selected(config.ranks, rank):
+        return base
+    group = sanitize_role(group)
+    if is_url(config.save_path):
+        raise ValueError(
+            f"save_path {config.save_path!r} is a URL, but {config.backend} writes files on each node; "
+            "use a local path (then distprof.integrations.ray.collect brings them to one place)"
+        )
+    from distprof.util.raynodes import names_variables
+
+    if names_variables(config.save_path):
+        # The wrapper's output folder is fixed here, on the driver: a per-node variable cannot be honoured.
+        raise ValueError(
+            f"save_path {config.save_path!r} names an environment variable, but {config.backend}'s output folder "
+            "is fixed on the driver; give a plain path for process backends (the torch backend expands it per node)"
+        )
+    python = shlex.split(base["py_executable"]) if base.get("py_executable") else [sys.executable]
+    section = getattr(config, config.backend)
+    executable = check_tool(config.backend, section.executable, python)
+    options = dict(section.options)
+    if config.backend == "nsys":
+        options = nsys_capture_options(options, config.window_count(), config.whole_lifetime)
+    extra: dict[str, Any] = {}
+    if config.backend == "py_spy":
+        extra = {"rate": section.rate, "format": section.format, "native": section.native,
+                 "subprocesses": section.subprocesses}
+    elif config.backend == "memray":
+        extra = {"native": section.native}
+    spec = WrapSpec(
+        backend=config.backend, group=group,
+        out_dir=os.path.join(os.path.abspath(os.path.expanduser(config.save_path)), group),
+        python=python, executable=executable, options=options, flags=list(section.flags),
+        env=dict(section.env), extra=extra,
+    )
+    base["py_executable"] = spec.py_executable(python)
+    logger.info("distprof: %s wraps group %r: %s", config.backend, group, base["py_executable"])
+    return base
