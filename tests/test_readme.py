@@ -1,11 +1,13 @@
-"""Every Python block in the README runs as written.
+"""Every Python block in README.md and in docs/*.md runs as written.
 
-Each block runs in a fresh interpreter in an empty folder. A block may leave things to the reader (the
+Blocks are collected from the README and from every page under docs/ (a new page is covered as soon as it is
+there). Each block runs in a fresh interpreter in an empty folder. A block may leave things to the reader (the
 data, the training step, how many steps): the prelude for it fills exactly those, and nothing the block
 itself shows. A check after the block asserts that it did what the README says. A new block with no
 prelude runs as it is.
 """
 
+import glob
 import os
 import re
 import subprocess
@@ -14,7 +16,9 @@ import textwrap
 
 import pytest
 
-README = os.path.join(os.path.dirname(__file__), "..", "README.md")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+README = os.path.join(ROOT, "README.md")
+DOCS = os.path.join(ROOT, "docs")
 
 # Ray: loopback only, and a cluster small enough for 2 cores (the README leaves ray.init to the reader).
 RAY_INIT = """
@@ -78,8 +82,8 @@ llm.close()
         "",
         """
 import os
-assert os.listdir("runs/hf/profile/main/rank00000") == ["manifest.jsonl", "step00000003-00000004.pt.trace.json.gz"] \
-    or sorted(os.listdir("runs/hf/profile/main/rank00000")) == ["manifest.jsonl", "step00000003-00000004.pt.trace.json.gz"]
+got = sorted(os.listdir("runs/hf/profile/main/rank00000"))
+assert got == ["manifest.jsonl", "step00000003-00000004.pt.trace.json.gz"], got
 """,
     ),
     "from distprof.integrations.lightning import DistprofProfiler": (
@@ -92,9 +96,19 @@ assert os.path.exists("runs/lightning/main/rank00000/step00000002-00000003.pt.tr
 }
 
 
-def python_blocks() -> list[str]:
-    with open(README, encoding="utf-8") as f:
+def pages() -> list[str]:
+    """README.md, then docs/*.md in name order."""
+    return [README, *sorted(glob.glob(os.path.join(DOCS, "*.md")))]
+
+
+def blocks_of(page: str) -> list[str]:
+    with open(page, encoding="utf-8") as f:
         return re.findall(r"```python\n(.*?)```", f.read(), re.S)
+
+
+def python_blocks() -> list[tuple[str, int, str]]:
+    """(page relative to the repository, index of the block on that page, block), every page's blocks."""
+    return [(os.path.relpath(page, ROOT), i, block) for page in pages() for i, block in enumerate(blocks_of(page))]
 
 
 def _fill(block: str) -> tuple[str, str]:
@@ -105,18 +119,32 @@ def _fill(block: str) -> tuple[str, str]:
 
 
 def test_the_readme_has_python_blocks():
-    assert len(python_blocks()) >= 2
+    assert len(blocks_of(README)) >= 2
+
+
+def test_docs_pages_are_collected():
+    names = [os.path.relpath(p, ROOT) for p in pages()]
+    assert names[0] == "README.md" and os.path.join("docs", "capture.md") in names
+    assert len(python_blocks()) > len(blocks_of(README))
+
+
+def test_every_fill_entry_is_used_by_exactly_one_block():
+    """A prelude whose block moved away (or was copied to a second page) would be skipped, or run twice."""
+    for key in FILL:
+        users = [f"{page} #{i}" for page, i, block in python_blocks() if key in block]
+        assert len(users) == 1, (key, users)
 
 
 def _block_params():
     # A block that starts Ray joins the ray xdist group: one cluster at a time (test_ray counts leftover raylets).
-    return [pytest.param(i, marks=[pytest.mark.xdist_group("ray")] if "ray.init" in _fill(b)[0] + b else [])
-            for i, b in enumerate(python_blocks())]
+    return [pytest.param(page, i, marks=[pytest.mark.xdist_group("ray")] if "ray.init" in _fill(b)[0] + b else [],
+                         id=f"{page}-{i}")
+            for page, i, b in python_blocks()]
 
 
-@pytest.mark.parametrize("index", _block_params())
-def test_readme_block_runs(tmp_path, index):
-    block = python_blocks()[index]
+@pytest.mark.parametrize("page, index", _block_params())
+def test_readme_block_runs(tmp_path, page, index):
+    block = blocks_of(os.path.join(ROOT, page))[index]
     pre, post = _fill(block)
     script = tmp_path / "block.py"
     script.write_text(textwrap.dedent(pre) + "\n" + block + "\n" + textwrap.dedent(post))
@@ -124,4 +152,4 @@ def test_readme_block_runs(tmp_path, index):
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env=env)
-    assert proc.returncode == 0, f"README block {index} failed:\n{block}\n--- stderr ---\n{proc.stderr[-4000:]}"
+    assert proc.returncode == 0, f"{page} block {index} failed:\n{block}\n--- stderr ---\n{proc.stderr[-4000:]}"
