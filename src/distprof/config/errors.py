@@ -22,11 +22,13 @@ from typing import Any, NamedTuple
 __all__ = [
     "README_TABLE",
     "ConfigError",
+    "ConfigFileError",
     "ConfigProblem",
     "FieldError",
     "Problems",
     "cut",
     "error",
+    "file_error",
     "from_pydantic",
     "label_of",
     "nest",
@@ -94,6 +96,16 @@ class ConfigError(ValueError):
     def __reduce__(self) -> tuple[Any, ...]:
         # Ray and multiprocessing pickle a worker's exception; the default would rebuild it from the message.
         return (type(self), (self.problems, self.title))
+
+
+class ConfigFileError(ConfigError):
+    """A config file (or object) that cannot be read as a config: one problem, whose line names the file and
+    says why (missing, not a regular file, too big, not UTF-8, not valid YAML/JSON/TOML, too deep, too many
+    values once aliases are expanded)."""
+
+
+def file_error(message: str) -> ConfigFileError:
+    return ConfigFileError([problem("", None, message)])
 
 
 class FieldError(ValueError):

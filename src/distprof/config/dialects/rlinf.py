@@ -20,6 +20,8 @@ from typing import Any
 
 from distprof.config.dialects.source import MISSING
 from distprof.config.dialects.translation import Builder
+from distprof.config.errors import suggest
+from distprof.config.plan import steps_to_windows
 from distprof.config.process_tools import nsys_capture_options
 
 BACKENDS = {"nsight": "nsys", "rocprof_sys": "rocprof_sys"}
@@ -52,8 +54,6 @@ def translate(b: Builder) -> None:
 
     for k in sec:
         if k not in KNOWN:
-            from distprof.config.errors import suggest
-
             tip = suggest(k, KNOWN) or f"fields: {', '.join(KNOWN)}"
             b.error(src(str(k)), sec[k], f"not an RLinf profiling field; {tip}")
 
@@ -214,6 +214,4 @@ def _rocprof(b: Builder, src, sec: Mapping[str, Any]) -> None:
 
 
 def _windows(steps: list[int]) -> list[Any]:
-    from distprof.config.plan import steps_to_windows
-
     return steps_to_windows(steps)

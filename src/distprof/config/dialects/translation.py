@@ -12,13 +12,22 @@ import ast
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from distprof.config.dialects.source import MISSING, Unresolved, clip, get, short
 from distprof.config.errors import MAX_MESSAGE, ConfigError, ConfigProblem, cut, label_of, nest, suggest
-from distprof.config.limits import MAX_ROLES, PATH_FIX, check_roles, path_text
+from distprof.config.limits import MAX_ROLES, MAX_STEPS, PATH_FIX, check_roles, path_text
+from distprof.config.plan import role_selected
 
-__all__ = ["Builder", "Dropped", "Mapped", "Problem", "Translation", "finish"]
+__all__ = ["Builder", "ConfigClass", "Dropped", "Mapped", "Problem", "Translation", "finish"]
+
+
+
+class ConfigClass(Protocol):
+    """The config class a translation validates with (``ProfilerConfig``), passed in by the caller: the dialects
+    sit below the model and never import it."""
+
+    def model_validate(self, obj: Any, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -132,8 +141,6 @@ def _jsonable(v: Any) -> Any:
 
 
 def _role_summary(pc: Any, role: str) -> dict[str, Any]:
-    from distprof.config.plan import role_selected
-
     eff = pc if role == "*" else pc.for_role(role)
     # a name of roles selects itself: only per_role's other names are matched against the globs
     captures = bool(eff.enable and (role == "*" or role in (pc.roles or ()) or role_selected(pc.roles, role)))
@@ -236,10 +243,8 @@ class Builder:
 
     def as_range(self, source: str, value: Any, start: int, stop: int, note: str = "") -> list[int] | None:
         """``range(start, stop)`` as a step list, refused (one error) when it is longer than any step list can be."""
-        from distprof.config.model import _MAX_STEPS
-
-        if stop - start > _MAX_STEPS:
-            self.error(source, value, f"spans {stop - start:,} steps, more than the {_MAX_STEPS:,} a step list may "
+        if stop - start > MAX_STEPS:
+            self.error(source, value, f"spans {stop - start:,} steps, more than the {MAX_STEPS:,} a step list may "
                                       "hold; profile a short range")
             return None
         return list(range(start, stop))
@@ -372,16 +377,14 @@ def _find_unresolved(v: Any) -> Unresolved | None:
 MAX_ERRORS = 100  # problems listed for one config
 
 
-def finish(b: Builder, section: str | None) -> Translation:
-    """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ProfilerConfig when
-    nothing is wrong, and add the warnings for what would capture nothing."""
-    from distprof.config.model import ProfilerConfig
-
+def finish(b: Builder, section: str | None, config: ConfigClass) -> Translation:
+    """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ``config`` (the
+    ProfilerConfig class) when nothing is wrong, and add the warnings for what would capture nothing."""
     t = Translation(b.dialect, section, b.config, None, b.mapping, b.dropped, list(b.errors), list(b.warnings))
-    _validate_fields(b, t)
+    _validate_fields(b, t, config)
     if not t.errors:
         try:  # DISTPROF_* environment variables are applied here, as they are at run time
-            t.profiler_config = ProfilerConfig.model_validate(b.config)
+            t.profiler_config = config.model_validate(b.config)
         except ValueError as e:
             for p in _problems(e):
                 _add(b, t, p)
@@ -390,9 +393,7 @@ def finish(b: Builder, section: str | None) -> Translation:
     return t
 
 
-def _validate_fields(b: Builder, t: Translation) -> None:
-    from distprof.config.model import ProfilerConfig
-
+def _validate_fields(b: Builder, t: Translation, config: ConfigClass) -> None:
     skipped = [0]
 
     def check(prefix: str, fields: Mapping[str, Any]) -> None:
@@ -403,7 +404,7 @@ def _validate_fields(b: Builder, t: Translation) -> None:
                 skipped[0] += 1
                 continue
             try:
-                ProfilerConfig.model_validate({name: value}, context={"no_env": True, "fields_only": True})
+                config.model_validate({name: value}, context={"no_env": True, "fields_only": True})
             except ValueError as e:
                 for p in _problems(e):
                     _add(b, t, p if p.field else p._replace(field=name), prefix)

@@ -22,6 +22,7 @@ Rules (verl 0.5+, ``verl/trainer/config/ppo_trainer.yaml`` and ``profiler/profil
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,7 +204,6 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
     elif tool in NO_BACKEND:
         b.error(tool_src, tool, f"role {role}: {NO_BACKEND[tool]}")
     elif backend is None:
-        import difflib
 
         close = difflib.get_close_matches(str(tool), [*TOOLS, *NO_BACKEND], n=1, cutoff=0.4)
         b.error(tool_src, tool, f"role {role}: unknown tool; {f'did you mean {close[0]!r}? ' if close else ''}use one "

@@ -1,0 +1,240 @@
+"""The option sections of a profiler config: the schedule, torch.profiler's flags, the CUDA memory snapshot and
+the process-wrapping tools (nsys, rocprof-sys, py-spy, memray). ``ProfilerConfig`` (:mod:`.model`) holds one of
+each; the capture backends read them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from distprof.config.errors import show
+from distprof.config.names import ACTIVITIES, AUTO_ACTIVITIES
+from distprof.config.plan import Schedule
+from distprof.config.validation import StrictModel, non_negative_int
+
+__all__ = ["DEFAULT_SCHEDULE", "CudaMemoryOptions", "MemrayOptions", "NsysOptions", "ProcessOptions",
+           "PySpyOptions", "RocprofSysOptions", "ScheduleConfig", "TorchOptions"]
+
+
+class ScheduleConfig(StrictModel):
+    """torch.profiler.schedule's fields, applied to global step numbers."""
+
+    skip_first: int = 0
+    wait: int = 0
+    warmup: int = 1
+    active: int = 1
+    repeat: int = 1
+
+    @field_validator("skip_first", "wait", "warmup", "active", "repeat", mode="before")
+    @classmethod
+    def _whole(cls, v: Any, info: ValidationInfo) -> int:
+        fix = "use an integer >= 0 (repeat=0 means forever)"
+        if v is None:
+            raise ValueError(f"schedule.{info.field_name} must be an integer, got null; {fix}")
+        return non_negative_int(f"schedule.{info.field_name}", v, fix)
+
+    @field_validator("active")
+    @classmethod
+    def _active(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"schedule.active must be >= 1, got {v}; a window has to record at least one step")
+        return v
+
+    def to_plan(self) -> Schedule:
+        return Schedule(**self.model_dump())
+
+
+class TorchOptions(StrictModel):
+    """torch.profiler's capture surface. Every memory-amplifying flag is off by default."""
+
+    # ["auto"]: cpu plus the accelerator present (CUDA, ROCm, XPU), found when a window opens (so building a config
+    # never imports torch) and silent on a CPU-only machine. Activities named explicitly warn once when missing.
+    activities: list[str] = Field(default_factory=lambda: [AUTO_ACTIVITIES])
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    gzip: bool = True
+    export_chrome_trace: bool = True
+    export_stacks: bool = False
+    stacks_metric: Literal["self_cpu_time_total", "self_cuda_time_total"] = "self_cpu_time_total"
+    summary_top: int = 20
+    post_processing_timeout_s: float | None = None  # passed on only where the installed torch accepts it
+
+    @field_validator("summary_top")
+    @classmethod
+    def _top(cls, v: int) -> int:
+        if v < 1:
+            raise ValueError(f"torch.summary_top must be >= 1, got {v}; it is how many ops summary() keeps")
+        return v
+
+    @field_validator("post_processing_timeout_s")
+    @classmethod
+    def _pp_timeout(cls, v: float | None) -> float | None:
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise ValueError(f"torch.post_processing_timeout_s must be a finite number of seconds > 0, got {v}")
+        return v
+
+    @field_validator("activities", mode="before")
+    @classmethod
+    def _activities(cls, v: Any) -> list[str]:
+        fix = f"list one or more of {', '.join(ACTIVITIES)}, or 'auto' (cpu + the accelerator present)"
+        if v is None:
+            raise ValueError(f"torch.activities must be a list, got null; {fix}")
+        if isinstance(v, str):
+            v = [p for p in re.split(r"[,\s]+", v) if p]
+        if not isinstance(v, (list, tuple)) or not v:
+            raise ValueError(f"torch.activities must be a non-empty list, got {show(v)}; {fix}")
+        out = []
+        for a in v:
+            name = a.strip().lower() if isinstance(a, str) else None
+            if name not in (*ACTIVITIES, AUTO_ACTIVITIES):
+                raise ValueError(f"torch.activities has unknown activity {show(a)}; {fix}")
+            if name not in out:
+                out.append(name)
+        if AUTO_ACTIVITIES in out and len(out) > 1:
+            raise ValueError(f"torch.activities {show(v)} mixes 'auto' with named activities; 'auto' already means "
+                             "cpu + the accelerator present: give 'auto' alone, or name every activity")
+        return out
+
+    @model_validator(mode="after")
+    def _exports(self) -> TorchOptions:
+        if self.export_stacks and not self.with_stack:
+            raise ValueError(
+                "torch.export_stacks=True needs torch.with_stack=True (stacks are only recorded with it); "
+                "set with_stack: true or drop export_stacks"
+            )
+        if not (self.export_chrome_trace or self.export_stacks):
+            raise ValueError(
+                "torch.export_chrome_trace=False with export_stacks=False would write nothing; enable one of them"
+            )
+        return self
+
+
+_OPTION_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class ProcessOptions(StrictModel):
+    """A process-wrapping tool's command line, rendered as RLinf does.
+
+    ``options`` with one-letter keys render as ``-k v``, longer keys as ``--key=v``; ``flags``
+    render as bare ``--flag`` (``-f`` for one letter); ``env`` is added to the wrapped worker's
+    environment. Options are passed through to the tool untouched after validation.
+    """
+
+    executable: str | None = None  # the tool's command; None = the backend's default
+    options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    flags: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    finalize_timeout_s: float = 120.0  # how long collect() waits for this tool's outputs still being written
+
+    @field_validator("finalize_timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        if not (math.isfinite(v) and v > 0):
+            raise ValueError(f"finalize_timeout_s must be a finite number of seconds > 0, got {v}")
+        return v
+
+    @field_validator("executable")
+    @classmethod
+    def _executable(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or not v.isprintable()):
+            raise ValueError(f"executable {v!r} must be a command name or path, without control characters")
+        return v
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, Mapping):
+            raise ValueError(f"options must be a mapping of option name to value, got {show(v)}; e.g. {{t: cuda,nvtx}}")
+        for k, val in v.items():
+            if not isinstance(k, str) or not _OPTION_KEY.fullmatch(k):
+                raise ValueError(
+                    f"options key {show(k)} is not an option name; write it without dashes, e.g. 't' or 'capture-range'"
+                )
+            if val is None or isinstance(val, (list, dict)):
+                raise ValueError(f"options[{show(k)}] = {show(val)} must be a single value; put bare switches in flags")
+        return dict(v)
+
+    @field_validator("flags", mode="before")
+    @classmethod
+    def _flags(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"flags must be a list of flag names, got {show(v)}; e.g. flags: [python-backtrace]")
+        out = []
+        for f in v:
+            name = str(f).lstrip("-") if isinstance(f, (str, int)) and not isinstance(f, bool) else ""
+            if not _OPTION_KEY.fullmatch(name):
+                raise ValueError(f"flags entry {show(f)} is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
+            out.append(name)
+        return out
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, Mapping):
+            raise ValueError(f"env must be a mapping of variable name to value, got {show(v)}")
+        for k in v:
+            if not isinstance(k, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ValueError(f"env variable name {show(k)} is not valid; use letters, digits and '_'")
+        return {k: str(val) for k, val in v.items()}
+
+
+class NsysOptions(ProcessOptions):
+    options: dict[str, str | int | float | bool] = Field(default_factory=lambda: {"t": "cuda,cudnn,cublas,nvtx"})
+
+
+class RocprofSysOptions(ProcessOptions):
+    pass
+
+
+class PySpyOptions(ProcessOptions):
+    rate: int = 100
+
+    @field_validator("rate")
+    @classmethod
+    def _rate(cls, v: int) -> int:
+        if not 1 <= v <= 10_000:
+            raise ValueError(f"py_spy.rate must be between 1 and 10000 samples per second, got {v}")
+        return v
+
+    format: Literal["speedscope", "chrometrace", "raw", "flamegraph"] = "speedscope"
+    native: bool = False
+    subprocesses: bool = False
+
+
+class MemrayOptions(ProcessOptions):
+    native: bool = False
+
+
+class CudaMemoryOptions(StrictModel):
+    """torch.cuda.memory._record_memory_history during a window; a snapshot at its end and on OOM."""
+
+    stacks: Literal["python", "all"] = "python"  # "all" adds C++ frames: dumps slow down by 100x on big models
+    max_entries: int = 100_000
+    dump_on_oom: bool = True
+
+    @field_validator("max_entries")
+    @classmethod
+    def _max(cls, v: int) -> int:
+        if not 1 <= v <= 100_000_000:
+            raise ValueError(f"cuda_memory.max_entries must be between 1 and 100,000,000, got {v}; it bounds the "
+                             "allocator history kept in memory")
+        return v
+
+
+DEFAULT_SCHEDULE = ScheduleConfig(skip_first=10, wait=0, warmup=1, active=2, repeat=1)
