@@ -18,9 +18,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from distprof.config.dialects.source import MISSING, resolve_interpolations, short
-from distprof.config.dialects.translation import Builder, ConfigClass, Dropped, Mapped, Problem, Translation, finish
-from distprof.config.errors import ConfigFileError
+from distprof.config.dialects.source import resolve_interpolations
+from distprof.config.dialects.translation import Builder, ConfigClass, Dropped, Mapped, Translation, finish
+from distprof.config.errors import MISSING, ConfigFileError, Problem, short
 from distprof.config.load import check_bounded, load_file, select, to_plain
 
 __all__ = [
@@ -90,7 +90,7 @@ def translate(name: str, cfg: Any, section: str | None = None, *, config: Config
     if t.errors and key == NATIVE:
         hint = guess(b.data)
         if hint:  # first: the rest are this file's keys refused as distprof settings
-            t.errors.insert(0, Problem("dialect", MISSING, f"this looks like a {hint} config, not a distprof one; "
+            t.errors.insert(0, Problem.about("dialect", MISSING, f"this looks like a {hint} config, not a distprof one; "
                                                            f"validate it with --dialect {hint}"))
     return t
 

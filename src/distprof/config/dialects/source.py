@@ -9,14 +9,14 @@ environment (``${oc.env:...}``) into what ``distprof validate`` prints: only ``$
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from distprof.config.errors import MISSING, Unresolved, clip, short
 
 __all__ = [
     "MISSING",
@@ -28,25 +28,6 @@ __all__ = [
     "resolve_interpolations",
     "short",
 ]
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING: Any = _Missing()
-
-
-@dataclass(frozen=True)
-class Unresolved:
-    """An interpolation distprof does not evaluate (``${oc.env:X}``, custom resolvers, missing keys)."""
-
-    text: str
-    why: str
-
-    def __repr__(self) -> str:
-        return repr(self.text)
 
 
 def get(data: Any, path: str, default: Any = MISSING) -> Any:
@@ -171,42 +152,3 @@ def parse_flags(tokens: Sequence[str] | str, spec: Mapping[str, dict[str, Any]],
 def normalize_keys(data: Mapping[str, Any]) -> dict[str, Any]:
     """Flag-style keys (``--profile-step-start``, ``profile-step-start``) as argparse dests (``profile_step_start``)."""
     return {str(k).lstrip("-").replace("-", "_"): v for k, v in data.items()}
-
-
-# ---- bounded values for messages and JSON -----------------------------------------------------------------
-def clip(v: Any, depth: int = 3, items: int = 12, chars: int = 200) -> Any:
-    """A small JSON-able copy of ``v`` for reports: long strings, lists and mappings cut, deep parts elided."""
-    if v is MISSING:
-        return None
-    if isinstance(v, Unresolved):
-        return v.text[:chars]
-    if isinstance(v, str):
-        return v if len(v) <= chars else v[:chars - 1] + "…"
-    if isinstance(v, (bool, int, float)) or v is None:
-        return v
-    if depth <= 0:
-        return "…"
-    if isinstance(v, Mapping):
-        out = {str(k)[:chars]: clip(x, depth - 1, items, chars) for k, x in list(v.items())[:items]}
-        if len(v) > items:
-            out["…"] = f"{len(v) - items} more"
-        return out
-    if isinstance(v, (list, tuple)):
-        out_l = [clip(x, depth - 1, items, chars) for x in list(v)[:items]]
-        if len(v) > items:
-            out_l.append(f"… {len(v) - items} more")
-        return out_l
-    return clip(str(v), depth, items, chars)
-
-
-def short(v: Any) -> str:
-    """``v`` as a short readable string for one-line messages."""
-    if v is MISSING:
-        return "(not set)"
-    if isinstance(v, Unresolved):
-        return repr(v.text[:120])
-    try:
-        text = json.dumps(clip(v, depth=2, items=8, chars=80), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(clip(str(v)))
-    return text if len(text) <= 160 else text[:159] + "…"
