@@ -283,11 +283,8 @@ def _one(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str], root: A
     loc = list(err["loc"])
     last = loc.pop() if err["type"] in ("extra_forbidden", "invalid_key") and loc else None
     parts = [p for p in loc if isinstance(p, int) or not _TAG.fullmatch(p)] + ([last] if last is not None else [])
-    if err["type"] == "invalid_key":  # a mapping key that is not a string: name it as a key, not a list index
-        parts, key = parts[:-1], err.get("input")
-        path = ".".join(str(p) for p in parts if isinstance(p, str))
-        field = f"{path}.{show(key, 40)}" if path else show(key, 40)
-        return [problem(field, key, f"{field}: setting names are strings, got {show(key, 40)}; {README_TABLE}")]
+    if err["type"] == "invalid_key":
+        return [_invalid_key(parts, err.get("input"))]
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     names = tuple(p for p in parts if isinstance(p, str))
     value = err.get("input")
@@ -303,22 +300,41 @@ def _one(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str], root: A
     label = next((lab for path, lab in sorted(sources.items(), key=lambda kv: -len(kv[0]))
                   if names[: len(path)] == path), None)
     if err["type"] == "value_error":
-        text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
-        leaf = field.rsplit(".", 1)[-1].split("[")[0]
-        if label:
-            text = f"{label}: {text}"
-        elif field and not text.startswith(field):
-            if "." in field and text.startswith(leaf):  # "options key ..." -> "nsys.options key ..."
-                text = field.rsplit(".", 1)[0] + "." + text
-            elif leaf not in text:
-                text = f"{field}: {text}"
+        text = _value_error_line(err, cause, field, label)
     else:
-        why = _PYDANTIC_TYPES.get(err["type"])
-        if err["type"] == "literal_error":
-            why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
-        why = why or str(err["msg"]).lower()
-        text = f"{label}: {why}" if label else f"{field or 'config'}={show(value)}: {why}"
+        text = _type_error_line(err, field, value, label)
     return [problem(field, value, text)]
+
+
+def _invalid_key(parts: list[Any], key: Any) -> Problem:
+    """A mapping key that is not a string: named as a key, not a list index."""
+    path = ".".join(str(p) for p in parts[:-1] if isinstance(p, str))
+    field = f"{path}.{show(key, 40)}" if path else show(key, 40)
+    return problem(field, key, f"{field}: setting names are strings, got {show(key, 40)}; {README_TABLE}")
+
+
+def _value_error_line(err: Mapping[str, Any], cause: Any, field: str, label: str | None) -> str:
+    """A validator's own message, led by the flag or variable the value came from, or by the field's path when
+    the message does not name it already."""
+    text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
+    leaf = field.rsplit(".", 1)[-1].split("[")[0]
+    if label:
+        return f"{label}: {text}"
+    if field and not text.startswith(field):
+        if "." in field and text.startswith(leaf):  # "options key ..." -> "nsys.options key ..."
+            return field.rsplit(".", 1)[0] + "." + text
+        if leaf not in text:
+            return f"{field}: {text}"
+    return text
+
+
+def _type_error_line(err: Mapping[str, Any], field: str, value: Any, label: str | None) -> str:
+    """pydantic's type errors in these words: ``field=value: expected ...``."""
+    why = _PYDANTIC_TYPES.get(err["type"])
+    if err["type"] == "literal_error":
+        why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
+    why = why or str(err["msg"]).lower()
+    return f"{label}: {why}" if label else f"{field or 'config'}={show(value)}: {why}"
 
 
 def from_pydantic(errors: Iterable[Mapping[str, Any]], sources: Mapping[tuple[str, ...], str],
