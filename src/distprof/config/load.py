@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from distprof.config.errors import ConfigError, cut, error, file_error, show
+from distprof.config.errors import ConfigError, ConfigFileError, cut, error, file_error, show
 from distprof.config.limits import MAX_DEPTH, MAX_FILE_BYTES, MAX_VALUES
 
 __all__ = ["check_bounded", "is_omegaconf", "load_file", "load_mapping", "load_yaml", "read_config_text", "select",

@@ -137,7 +137,8 @@ class ProfilerConfig(StrictModel):
     def _backend(cls, v: Any) -> str:
         if v not in BACKENDS:
             tip = suggest(v, BACKENDS)
-            raise ValueError(f"backend {show(v)} is unknown; {tip + ' ' if tip else ''}choose one of {', '.join(BACKENDS)}")
+            raise ValueError(f"backend {show(v)} is unknown; {tip + ' ' if tip else ''}"
+                             f"choose one of {', '.join(BACKENDS)}")
         return v
 
     @field_validator("on_error", mode="before")
@@ -182,7 +183,8 @@ class ProfilerConfig(StrictModel):
             return {}
         v = _mapping_of(v) if isinstance(v, Mapping) else v
         if not isinstance(v, Mapping):
-            raise ValueError(f"per_role must map role names to settings, got {show(v)}; e.g. per_role: {{actor: {{ranks: all}}}}")
+            raise ValueError(f"per_role must map role names to settings, got {show(v)}; "
+                             f"e.g. per_role: {{actor: {{ranks: all}}}}")
         check_roles("per_role", v, "entries")
         out, problems = {}, []  # every role's problems at once
         for role, over in v.items():
@@ -214,7 +216,8 @@ class ProfilerConfig(StrictModel):
     @classmethod
     def _limit(cls, v: Any, info: ValidationInfo) -> Any:
         unit = "MB" if info.field_name == "max_trace_mb" else "GB"
-        fix = f"give a number of {unit} > 0 (e.g. {info.field_name}: {500 if unit == 'MB' else 8}), or null to turn it off"
+        fix = (f"give a number of {unit} > 0 (e.g. {info.field_name}: {500 if unit == 'MB' else 8}), "
+               "or null to turn it off")
         if v is None:
             return None
         if isinstance(v, str):
@@ -302,13 +305,14 @@ class ProfilerConfig(StrictModel):
 
     def _conflicts(self) -> list[tuple[Any, str]]:
         """Settings that are fine alone but not together: (the value at fault, what is wrong and the fix)."""
-        out = []
+        out: list[tuple[Any, str]] = []
         if self.steps is not None and self.schedule is not None:
             out.append((self.steps, f"steps={show(self.steps)} and schedule are both set; they are exclusive: keep "
                                     "steps for explicit global steps or schedule for a periodic pattern"))
         if self.discrete and self.backend in PROCESS_BACKENDS:
             out.append((self.backend,
-                        f"discrete=True needs an in-process backend, but backend is {self.backend!r} (it wraps the whole "
+                        f"discrete=True needs an in-process backend, but backend is {self.backend!r} "
+                        "(it wraps the whole "
                         "worker process); use backend torch or cuda_memory, or drop discrete"))
         if self.trigger and (self.discrete or self.backend not in ("torch", "cuda_memory")):
             out.append((self.backend,
@@ -321,7 +325,8 @@ class ProfilerConfig(StrictModel):
                         "where requests are sent and traces written (e.g. DISTPROF_SAVE_PATH=...)"))
         if self.enable and not self.save_path:
             out.append((self.save_path, f"save_path is {show(self.save_path)} but enable=True; set save_path to a "
-                                        "directory or URL (e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"))
+                                        "directory or URL "
+                                        "(e.g. save_path: runs/exp1/profile, or DISTPROF_SAVE_PATH=...)"))
         return out
 
     # ---- per role -----------------------------------------------------------------------

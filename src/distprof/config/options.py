@@ -177,7 +177,8 @@ class ProcessOptions(StrictModel):
         for f in v:
             name = str(f).lstrip("-") if isinstance(f, (str, int)) and not isinstance(f, bool) else ""
             if not _OPTION_KEY.fullmatch(name):
-                raise ValueError(f"flags entry {show(f)} is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
+                raise ValueError(f"flags entry {show(f)} "
+                                 "is not a flag name; write e.g. 'python-backtrace' (no '=' or spaces)")
             out.append(name)
         return out
 
@@ -194,8 +195,11 @@ class ProcessOptions(StrictModel):
         return {k: str(val) for k, val in v.items()}
 
 
+_NSYS_DEFAULT: dict[str, str | int | float | bool] = {"t": "cuda,cudnn,cublas,nvtx"}
+
+
 class NsysOptions(ProcessOptions):
-    options: dict[str, str | int | float | bool] = Field(default_factory=lambda: {"t": "cuda,cudnn,cublas,nvtx"})
+    options: dict[str, str | int | float | bool] = Field(default_factory=lambda: _NSYS_DEFAULT.copy())
 
 
 class RocprofSysOptions(ProcessOptions):

@@ -90,7 +90,8 @@ def translate(name: str, cfg: Any, section: str | None = None, *, config: Config
     if t.errors and key == NATIVE:
         hint = guess(b.data)
         if hint:  # first: the rest are this file's keys refused as distprof settings
-            t.errors.insert(0, Problem.about("dialect", MISSING, f"this looks like a {hint} config, not a distprof one; "
+            t.errors.insert(0, Problem.about("dialect", MISSING, f"this looks like a {hint} config, not a distprof "
+                                                                 "one; "
                                                            f"validate it with --dialect {hint}"))
     return t
 

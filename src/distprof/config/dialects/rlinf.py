@@ -116,7 +116,8 @@ def _steps(b: Builder, source: str, raw: Any) -> list[int] | None:
         return None
     steps = b.as_int_list(source, raw, what="global steps")
     if steps == []:
-        b.error(source, raw, "is empty, so no step would be profiled; list steps such as [3], or null for the whole run")
+        b.error(source, raw,
+                "is empty, so no step would be profiled; list steps such as [3], or null for the whole run")
         return None
     return sorted(set(steps)) if steps else None
 
@@ -157,7 +158,8 @@ def _nsight(b: Builder, src, sec: Mapping[str, Any], steps: list[int] | None) ->
         return
     if "stop-on-range-end" in opts:
         if "capture-range-end" in opts:
-            b.error(src("options"), opts, "sets both stop-on-range-end and capture-range-end; keep one (RLinf refuses both)")
+            b.error(src("options"), opts,
+                    "sets both stop-on-range-end and capture-range-end; keep one (RLinf refuses both)")
             return
         v = str(opts.pop("stop-on-range-end")).strip().lower()
         opts["capture-range-end"] = "stop" if v in ("true", "1", "yes", "on") else "none" if v in (

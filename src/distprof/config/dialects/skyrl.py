@@ -118,7 +118,8 @@ def _torch(b: Builder, v: Mapping[str, Any], src: Any, sec: Mapping[str, Any]) -
         if not acts:
             b.error(src("activities"), v["activities"], "is empty, so nothing would be recorded; use [cpu, cuda]")
         elif bad:
-            b.error(src("activities"), v["activities"], f"{', '.join(map(repr, bad))} not allowed; SkyRL takes cpu and cuda")
+            b.error(src("activities"), v["activities"],
+                    f"{', '.join(map(repr, bad))} not allowed; SkyRL takes cpu and cuda")
         else:
             b.set("torch.activities", [a.lower() for a in acts], src("activities"), v["activities"])
     for k in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
@@ -141,4 +142,5 @@ def _torch(b: Builder, v: Mapping[str, Any], src: Any, sec: Mapping[str, Any]) -
 
 
 def _job(b: Builder) -> None:
-    b.job_size("trainer.max_training_steps", "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node")
+    b.job_size("trainer.max_training_steps", "trainer.placement.policy_num_nodes",
+               "trainer.placement.policy_num_gpus_per_node")

@@ -146,7 +146,8 @@ def _role_summary(pc: Any, role: str) -> dict[str, Any]:
         out["discrete"] = True
     if eff.backend == "torch":
         t = eff.torch
-        out["torch"] = {"activities": t.activities, **{k: True for k in ("record_shapes", "profile_memory", "with_stack",
+        out["torch"] = {"activities": t.activities, **{k: True for k in ("record_shapes", "profile_memory",
+                                                                          "with_stack",
                                                                           "with_flops", "with_modules")
                                                          if getattr(t, k)}}
     elif eff.is_process_backend:
@@ -438,7 +439,8 @@ def _add(b: Builder, t: Translation, p: Problem, prefix: str = "") -> None:
     if label:
         problem = Problem.about(label, _literal(p.value), p.message, text=p.message)
     elif b.dialect == "distprof":
-        problem = Problem.about(target or "distprof config", _value_at(b.config, target) if target else MISSING, p.message,
+        problem = Problem.about(target or "distprof config", _value_at(b.config, target) if target else MISSING,
+                                p.message,
                           text=p.message)
     elif target:
         problem = Problem.about(_sources_for(b, target), _value_at(b.config, target), p.message)
@@ -510,16 +512,19 @@ def _check_steps(t: Translation, eff: Any, who: str, src: str, last: int) -> Non
     if eff.steps is not None:
         late = [s for s in eff.steps if s > last]
         if late and len(late) == len(eff.steps):
-            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: every profiled step ({_steps(late)}) comes "
+            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: every profiled step ({_steps(late)}) "
+                                                       "comes "
                                                  f"after the job's last step {last}; profile earlier steps"))
         elif late:
-            t.warnings.append(Problem.about(src, last, f"{who}steps {_steps(late)} come after the job's last step {last} and "
+            t.warnings.append(Problem.about(src, last, f"{who}steps {_steps(late)} come after the job's last step "
+                                                       f"{last} and "
                                                  "will not be captured"))
         return
     if eff.schedule is not None:
         w = eff.plan().next_window(0)
         if w is not None and w.start > last:
-            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: the schedule's first window records step "
+            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: the schedule's first window records "
+                                                       "step "
                                                  f"{w.start}, after the job's last step {last}"))
 
 
