@@ -78,33 +78,49 @@ class ProfilerConfig(StrictModel):
     """Everything a Profiler needs. See the README's configuration table."""
 
     enable: bool = False
+    """Capture at all. Off by default; ``trigger: true`` also turns profiling on, for requested windows."""
     backend: str = "torch"
+    """The capture tool: ``torch`` or ``cuda_memory`` run in the process; ``nsys``, ``rocprof_sys``, ``py_spy``
+    and ``memray`` wrap whole Ray worker processes."""
     save_path: str | None = None
-    # Global ranks: [0] (default), "all", a list, or mesh coordinates {pp: "*", tp: 0, dp: 0} (the Profiler is
-    # then given the job's mesh: a torch DeviceMesh, or {dim: size} outermost first; see distprof.config.mesh).
+    """Where the run directory goes: a local path or an fsspec URL (``s3://``, ``gs://``, ``memory://``).
+    Required when enabled; checked writable when the Profiler is built."""
     ranks: list[int] | Literal["all"] | dict[str, Any] = Field(default_factory=lambda: [0])
-    # Keep only the first N local ranks of every node (LOCAL_RANK, or rank % LOCAL_WORLD_SIZE): per_node: 1 is
-    # "rank 0 of every node". Combined with ranks (both must select).
+    """The global ranks that capture: ``[0]`` (default), ``all``, a list, or mesh coordinates such as ``{pp: "*",
+    tp: 0, dp: 0}`` (the Profiler is then given the job's mesh; see distprof.config.mesh)."""
     per_node: int | None = None
+    """Keep only the first N local ranks of every node (``LOCAL_RANK``, or rank % ``LOCAL_WORLD_SIZE``);
+    ``per_node: 1`` is rank 0 of every node. Combined with ranks; null = no limit."""
     roles: list[str] | None = None
+    """Role names or globs that capture (at most 64); null = every role."""
     steps: list[int] | None = None
+    """Explicit global steps to capture, e.g. ``[3, 10]`` or ``"20-25"``; consecutive steps form one window.
+    Exclusive with schedule; null = the schedule decides."""
     schedule: ScheduleConfig | None = None
+    """A torch.profiler schedule evaluated on global step numbers; null with no steps uses skip_first 10,
+    warmup 1, active 2, repeat 1."""
     torch: TorchOptions = Field(default_factory=TorchOptions)
+    """torch.profiler's options, for backend torch."""
     cuda_memory: CudaMemoryOptions = Field(default_factory=CudaMemoryOptions)
+    """The CUDA memory snapshot's options, for backend cuda_memory."""
     nsys: NsysOptions = Field(default_factory=NsysOptions)
+    """Nsight Systems' command line, for backend nsys."""
     rocprof_sys: RocprofSysOptions = Field(default_factory=RocprofSysOptions)
+    """rocprof-sys's command line, for backend rocprof_sys."""
     py_spy: PySpyOptions = Field(default_factory=PySpyOptions)
+    """py-spy's command line, for backend py_spy."""
     memray: MemrayOptions = Field(default_factory=MemrayOptions)
+    """memray's command line, for backend memray."""
     on_error: str = "disable"
-    # verl's discrete mode: during the planned steps, every outermost annotate() range of a selected role opens
-    # and closes its own window (one trace per stage run, e.g. rollout/generate at step 3), so traces of big
-    # jobs stay small and openable. In-process backends only (torch, cuda_memory).
+    """What a fault inside the profiler does: ``disable`` (log it once, profile no more, keep training) or
+    ``raise`` (for tests)."""
     discrete: bool = False
-    # Per-role settings over the ones above, for frameworks that choose ranks, steps and tools per role (verl,
-    # RLinf): {actor: {ranks: all, torch: {record_shapes: true}}, rollout: {enable: false}}. Keys are role names or
-    # globs (the first that matches wins); a value may set any field but save_path, on_error, roles and per_role.
-    # DISTPROF_* variables still win over them.
+    """verl's discrete mode: during the planned steps every outermost ``annotate`` range of a selected role is
+    its own window, so each stage run is one small trace. In-process backends only (torch, cuda_memory)."""
     per_role: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Settings per role over the top level, e.g. ``{actor: {ranks: all}, rollout: {enable: false}}``. Keys are
+    role names or globs (first match wins; at most 64); any field but save_path, on_error, roles and per_role.
+    ``DISTPROF_*`` variables still win."""
     # Guardrails (distprof.capture.guard), sampled at step boundaries while a window is open. Off by default: a limit
     # that fires by default would make which steps get captured depend on the host's load, and the heavy flags
     # that grow memory are off by default too. When one is crossed the window closes early, keeps what it
@@ -112,24 +128,27 @@ class ProfilerConfig(StrictModel):
     # and this profiler opens no more windows. Windows that end at step boundaries only (not discrete mode's stage
     # windows, not the process backends, whose tools hold their own buffers).
     max_host_memory_gb: float | None = None
-    """Limit on this process's resident memory (RSS, GB = 1e9 bytes) while a window is open; None = off."""
+    """Limit on this process's resident memory (RSS, GB = 1e9 bytes) while a window is open; crossing it closes
+    the window early and stops profiling. null = off."""
     min_available_memory_gb: float | None = None
-    """Floor on the host's available memory (MemAvailable, GB = 1e9 bytes) while a window is open; None = off."""
+    """Floor on the host's available memory (MemAvailable, GB = 1e9 bytes) while a window is open; crossing it
+    closes the window early and stops profiling. null = off."""
     max_trace_mb: float | None = None
-    """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes); None = off. Estimated before export:
-    the growth of the C heap in use (glibc mallinfo2; RSS growth elsewhere) since the window's first recorded
-    step, times ``guard.TRACE_BYTES_PER_HEAP_BYTE`` (1.4; JSON bytes per heap byte measured 1.27-1.41 on CPU loops
-    with and without the heavy flags). A proxy, not a count: memory the training code itself keeps during the
-    window counts too, so it errs towards stopping early."""
+    """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes), estimated from the C heap's growth
+    since the window's first recorded step (times 1.4): a proxy that errs towards stopping early. null = off."""
     # On-demand capture (`distprof trigger RUN_DIR --steps N`, distprof.trigger()): the profiler also looks for
     # capture requests in save_path/.requests, at most every trigger_poll_s seconds (monotonic clock, checked at
     # step() ends). trigger: true turns profiling on like enable; with neither steps nor schedule, nothing is
     # captured until a request comes. DISTPROF_TRIGGER=1 opts a job in without editing it.
     trigger: bool = False
+    """On-demand capture: look for requests sent with ``distprof trigger RUN_DIR`` in save_path; with neither
+    steps nor schedule nothing is captured until one comes. Backend torch or cuda_memory, not discrete."""
     trigger_poll_s: float = 2.0
-    trigger_max_steps: int = 20  # a request for more steps is refused (acknowledged "refused")
+    """Seconds between looks for capture requests (0 to 3600), checked when ``step()`` ends."""
+    trigger_max_steps: int = 20
+    """The most steps one capture request may record (1 to 10,000); a request for more is refused."""
     engine: EngineConfig | None = None
-    """The rollout engine (vLLM, SGLang) whose own profiler this role drives at its windows (config/engine.py)."""
+    """The rollout engine (vLLM, SGLang) whose own profiler this role drives at its windows; null = none."""
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")

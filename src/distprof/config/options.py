@@ -25,10 +25,15 @@ class ScheduleConfig(StrictModel):
     """torch.profiler.schedule's fields, applied to global step numbers."""
 
     skip_first: int = 0
+    """Global steps before the first cycle starts (torch.profiler's skip_first, counted in global step numbers)."""
     wait: int = 0
+    """Steps at the start of each cycle that are neither warmed up nor recorded."""
     warmup: int = 1
+    """Steps each cycle traces but throws away before recording (torch.profiler's warm-up)."""
     active: int = 1
+    """Steps each cycle records, as one window (at least 1)."""
     repeat: int = 1
+    """Cycles to run; 0 means forever."""
 
     @field_validator("skip_first", "wait", "warmup", "active", "repeat", mode="before")
     @classmethod
@@ -52,20 +57,33 @@ class ScheduleConfig(StrictModel):
 class TorchOptions(StrictModel):
     """torch.profiler's capture surface. Every memory-amplifying flag is off by default."""
 
-    # ["auto"]: cpu plus the accelerator present (CUDA, ROCm, XPU), found when a window opens (so building a config
-    # never imports torch) and silent on a CPU-only machine. Activities named explicitly warn once when missing.
     activities: list[str] = Field(default_factory=lambda: [AUTO_ACTIVITIES])
+    """What torch.profiler records: ``[auto]`` (default) is cpu plus the accelerator present (CUDA, ROCm, XPU),
+    found when a window opens and silent on a CPU-only machine; or a list of ``cpu``, ``cuda``, ``xpu`` (one
+    named but missing logs one warning and is skipped)."""
     record_shapes: bool = False
+    """Record operator input shapes (torch.profiler's record_shapes; grows memory and trace size)."""
     profile_memory: bool = False
+    """Record tensor allocations and frees (torch.profiler's profile_memory; grows memory and trace size)."""
     with_stack: bool = False
+    """Record Python source locations of ops (torch.profiler's with_stack; needed by export_stacks)."""
     with_flops: bool = False
+    """Estimate FLOPs of matrix multiplications and convolutions (torch.profiler's with_flops)."""
     with_modules: bool = False
+    """Record the nn.Module hierarchy of ops (torch.profiler's with_modules)."""
     gzip: bool = True
+    """Write traces gzipped (``.pt.trace.json.gz``); false writes plain ``.pt.trace.json``."""
     export_chrome_trace: bool = True
+    """Write each window's Chrome/Kineto trace (the file the analysis verbs read)."""
     export_stacks: bool = False
+    """Also write a stacks file per window (flame-graph input); needs with_stack."""
     stacks_metric: Literal["self_cpu_time_total", "self_cuda_time_total"] = "self_cpu_time_total"
+    """The metric export_stacks weighs stacks by: self_cpu_time_total or self_cuda_time_total."""
     summary_top: int = 20
-    post_processing_timeout_s: float | None = None  # passed on only where the installed torch accepts it
+    """How many ops the window's short summary keeps (at least 1)."""
+    post_processing_timeout_s: float | None = None
+    """Seconds torch may spend post-processing a trace, passed on only where the installed torch accepts it;
+    null = torch's default."""
 
     @field_validator("summary_top")
     @classmethod
@@ -128,11 +146,17 @@ class ProcessOptions(StrictModel):
     environment. Options are passed through to the tool untouched after validation.
     """
 
-    executable: str | None = None  # the tool's command; None = the backend's default
+    executable: str | None = None
+    """The tool's command or path; null = the backend's default (nsys, rocprof-sys-python, py-spy; memray runs
+    as ``python -m memray``)."""
     options: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """The tool's options: a one-letter key renders as ``-k v``, a longer one as ``--key=v``."""
     flags: list[str] = Field(default_factory=list)
+    """The tool's bare switches, rendered as ``--flag`` (``-f`` for one letter)."""
     env: dict[str, str] = Field(default_factory=dict)
-    finalize_timeout_s: float = 120.0  # how long collect() waits for this tool's outputs still being written
+    """Variables added to the wrapped worker's environment."""
+    finalize_timeout_s: float = 120.0
+    """Seconds ``collect()`` waits for this tool's outputs still being written."""
 
     @field_validator("finalize_timeout_s")
     @classmethod
@@ -199,15 +223,21 @@ _NSYS_DEFAULT: dict[str, str | int | float | bool] = {"t": "cuda,cudnn,cublas,nv
 
 
 class NsysOptions(ProcessOptions):
+    """Nsight Systems (``nsys profile``) wrapping each worker."""
+
     options: dict[str, str | int | float | bool] = Field(default_factory=lambda: _NSYS_DEFAULT.copy())
+    """nsys profile's options (``-k v`` / ``--key=v``); default ``{t: cuda,cudnn,cublas,nvtx}``, the APIs traced."""
 
 
 class RocprofSysOptions(ProcessOptions):
-    pass
+    """rocprof-sys (ROCm Systems Profiler) wrapping each worker; reports go where distprof points it."""
 
 
 class PySpyOptions(ProcessOptions):
+    """py-spy sampling each wrapped worker (``py-spy record``)."""
+
     rate: int = 100
+    """Samples per second (py-spy's ``-r``), from 1 to 10,000."""
 
     @field_validator("rate")
     @classmethod
@@ -217,20 +247,30 @@ class PySpyOptions(ProcessOptions):
         return v
 
     format: Literal["speedscope", "chrometrace", "raw", "flamegraph"] = "speedscope"
+    """Output format (py-spy's ``-f``): speedscope, chrometrace, raw or flamegraph."""
     native: bool = False
+    """Also sample native (C/C++) frames (py-spy's ``--native``)."""
     subprocesses: bool = False
+    """Also sample the worker's child processes (py-spy's ``--subprocesses``)."""
 
 
 class MemrayOptions(ProcessOptions):
+    """memray tracking each wrapped worker's allocations (``python -m memray run``)."""
+
     native: bool = False
+    """Also record native (C/C++) stacks of allocations (memray's ``--native``)."""
 
 
 class CudaMemoryOptions(StrictModel):
     """torch.cuda.memory._record_memory_history during a window; a snapshot at its end and on OOM."""
 
-    stacks: Literal["python", "all"] = "python"  # "all" adds C++ frames: dumps slow down by 100x on big models
+    stacks: Literal["python", "all"] = "python"
+    """Stack frames kept per allocation: ``python``, or ``all`` (adds C++ frames: dumps slow down by 100x on big
+    models)."""
     max_entries: int = 100_000
+    """Allocator events kept in memory (1 to 100,000,000); older ones are dropped."""
     dump_on_oom: bool = True
+    """Also write a snapshot when CUDA runs out of memory."""
 
     @field_validator("max_entries")
     @classmethod
