@@ -15,7 +15,13 @@ from tracekit import cli
 
 import distprof
 from distprof import ProfilerConfig
-from distprof.config.dialects import load_file, translate
+from distprof.config.dialects import load_file
+from distprof.config.dialects import translate as _translate
+from distprof.config.model import ProfilerConfig as _ProfilerConfig
+
+
+def translate(*args, **kwargs):  # the dialects are given the config class they validate with
+    return _translate(*args, config=_ProfilerConfig, **kwargs)
 from distprof.config.model import ConfigError, ConfigProblem
 
 README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")

@@ -13,7 +13,13 @@ from tracekit import cli, load
 
 import distprof
 from distprof import Profiler, ProfilerConfig
-from distprof.config.dialects import load_file, translate
+from distprof.config.dialects import load_file
+from distprof.config.dialects import translate as _translate
+from distprof.config.model import ProfilerConfig as _ProfilerConfig
+
+
+def translate(*args, **kwargs):  # the dialects are given the config class they validate with
+    return _translate(*args, config=_ProfilerConfig, **kwargs)
 
 HERE = os.path.join(os.path.dirname(__file__), "dialects")
 VERL_ROLES = ("actor", "ref", "rollout", "critic")

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from tracekit import cli
 
 from distprof import ProfilerConfig
-from distprof.config.dialects import load_file, translate
+from distprof.config.dialects import load_file
+from distprof.config.dialects import translate as _translate
+from distprof.config.model import ProfilerConfig as _ProfilerConfig
+
+
+def translate(*args, **kwargs):  # the dialects are given the config class they validate with
+    return _translate(*args, config=_ProfilerConfig, **kwargs)
 from distprof.config.errors import ConfigError
 from distprof.config.limits import MAX_ROLES
 

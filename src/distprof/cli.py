@@ -433,9 +433,10 @@ def validate(
     Exit code 0 valid; 1 valid, but it captures less than it asks for (see the warnings); 2 invalid or unreadable.
     """
     from distprof.config.dialects import NATIVE, ConfigFileError, load_file, translate
+    from distprof.config.model import ProfilerConfig
 
     try:
-        t = translate(dialect or NATIVE, load_file(file), section)
+        t = translate(dialect or NATIVE, load_file(file), section, config=ProfilerConfig)
     except (ConfigFileError, ValueError) as e:  # an unreadable file or an unknown dialect: one line, exit 2
         if as_json:
             print_json({"file": file, "dialect": dialect, "valid": False,

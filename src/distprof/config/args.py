@@ -13,7 +13,7 @@ import dataclasses
 import re
 from typing import Any
 
-from distprof.config.model import BACKENDS
+from distprof.config.names import BACKENDS
 
 __all__ = ["ProfilerArguments", "add_profiler_args", "flag_values"]
 

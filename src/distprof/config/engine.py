@@ -15,7 +15,7 @@ __all__ = ["EngineConfig"]
 class EngineConfig(BaseModel):
     """A rollout engine whose profiler is started and stopped at the planned global steps."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     kind: Literal["vllm", "sglang"]
     """The engine: ``vllm`` (0.13+) or ``sglang`` (see capture/engines/contract.py for the API each follows)."""

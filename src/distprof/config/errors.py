@@ -13,23 +13,32 @@ model is imported here (config/model.py hands in the model class to look setting
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import reprlib
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
+    "MISSING",
     "README_TABLE",
     "ConfigError",
+    "ConfigFileError",
     "ConfigProblem",
     "FieldError",
+    "Problem",
     "Problems",
+    "Unresolved",
+    "clip",
     "cut",
     "error",
+    "file_error",
     "from_pydantic",
     "label_of",
     "nest",
+    "short",
     "show",
     "suggest",
     "unknown",
@@ -60,13 +69,70 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class ConfigProblem(NamedTuple):
-    """One unusable setting: ``field`` (dotted, e.g. ``per_role.actor.torch.record_shape``; "" for the whole
-    config), ``value`` (a short repr) and ``message`` (the whole line: where, value, what is wrong, the fix)."""
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()  # "no value": a problem about a section or a whole config, a field not set
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """An interpolation distprof does not evaluate (``${oc.env:X}``, custom resolvers, missing keys)."""
+
+    text: str
+    why: str
+
+    def __repr__(self) -> str:
+        return repr(self.text)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a config, or a warning about it: the one record of "what went wrong" for
+    ``ProfilerConfig``'s validation (``ConfigError.problems``) and for a dialect's translation
+    (``Translation.errors`` / ``.warnings``). Pure data, no pydantic: any layer can raise or report it.
+
+    ``field``: where, as the person wrote it: a dotted distprof field (``per_role.actor.torch.record_shape``), the
+    framework's own field in a dialect (``global_profiler.steps``), or the ``DISTPROF_*`` variable / flag the value
+    came from; "" for the whole config. ``value``: the value at fault (a validation keeps it as a short repr, at
+    most 80 characters, since a config value may be huge or hostile; a translation keeps it as read, and clips it
+    when shown; ``MISSING`` when there is none). ``message``: the whole line (where, value, what is wrong, the
+    fix), what ``str()`` gives. ``reason``: the line without its ``field = value:`` lead, when it has one.
+    """
 
     field: str
-    value: str
+    value: Any
     message: str
+    reason: str = ""
+
+    @classmethod
+    def about(cls, source: str, value: Any, reason: str, text: str = "") -> Problem:
+        """A problem with ``source`` (= ``value``) and what is wrong (``reason``); ``text``, when given, is already
+        the whole line (a distprof config problem names its field, or variable, and value)."""
+        line = text or (f"{source}: {reason}" if value is MISSING else f"{source} = {short(value)}: {reason}")
+        return cls(source, value, line, reason)
+
+    @property
+    def source(self) -> str:
+        """``field``, under the name a dialect's translation reports it (``--json``'s ``source``)."""
+        return self.field
+
+    @property
+    def text(self) -> str:
+        return self.message
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``distprof validate --json`` lists it: ``source``, ``value``, ``message`` (the reason), ``text``."""
+        return {"source": self.field, "value": clip(self.value), "message": self.reason or self.message,
+                "text": self.message}
+
+
+ConfigProblem = Problem  # the name ConfigError's problems have always had
 
 
 class ConfigError(ValueError):
@@ -74,8 +140,8 @@ class ConfigError(ValueError):
     readable without pydantic; past 20 lines or about 1,800 characters the rest is counted, ``.problems`` holds
     them all. A problem met twice (the same line) is kept once."""
 
-    def __init__(self, problems: Iterable[ConfigProblem], title: str | None = None):
-        self.problems = list({p.message: ConfigProblem(*p) for p in problems}.values())
+    def __init__(self, problems: Iterable[Problem], title: str | None = None):
+        self.problems = list({p.message: p if isinstance(p, Problem) else Problem(*p) for p in problems}.values())
         self.title = title
         lines = [title] if title else []
         size = sum(map(len, lines))
@@ -88,12 +154,22 @@ class ConfigError(ValueError):
         super().__init__("\n".join(lines))
 
     @property
-    def errors(self) -> list[ConfigProblem]:
+    def errors(self) -> list[Problem]:
         return self.problems
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Ray and multiprocessing pickle a worker's exception; the default would rebuild it from the message.
         return (type(self), (self.problems, self.title))
+
+
+class ConfigFileError(ConfigError):
+    """A config file (or object) that cannot be read as a config: one problem, whose line names the file and
+    says why (missing, not a regular file, too big, not UTF-8, not valid YAML/JSON/TOML, too deep, too many
+    values once aliases are expanded)."""
+
+
+def file_error(message: str) -> ConfigFileError:
+    return ConfigFileError([problem("", None, message)])
 
 
 class FieldError(ValueError):
@@ -108,7 +184,7 @@ class Problems(ValueError):
     """Several problems found by one validator (every role of per_role, every whole-config rule), each already a
     line with its field relative to the model that raised it."""
 
-    def __init__(self, problems: Sequence[ConfigProblem]):
+    def __init__(self, problems: Sequence[Problem]):
         super().__init__("; ".join(p.message for p in problems))
         self.problems = list(problems)
 
@@ -117,8 +193,9 @@ def error(message: str, field: str = "", value: Any = None) -> ConfigError:
     return ConfigError([problem(field, value, message)])
 
 
-def problem(field: str, value: Any, message: str) -> ConfigProblem:
-    return ConfigProblem(field, show(value), cut(message, MAX_MESSAGE))
+def problem(field: str, value: Any, message: str) -> Problem:
+    """A validation's problem: ``value`` shown short, the line cut to 400 characters."""
+    return Problem(field, show(value), cut(message, MAX_MESSAGE))
 
 
 def suggest(name: Any, choices: Iterable[str], prefix: str = "") -> str:
@@ -142,7 +219,7 @@ def _key(key: Any) -> str:
 
 
 def unknown(path: str, key: Any, value: Any, known: Sequence[str], what: str = "setting",
-            hint: str | None = None) -> ConfigProblem:
+            hint: str | None = None) -> Problem:
     """``path.key=value: unknown setting; did you mean ...?`` (or the few settings of a small section, or
     ``hint``, or the README's table when nothing is close)."""
     field = f"{path}.{_key(key)}" if path else _key(key)
@@ -156,21 +233,21 @@ def unknown(path: str, key: Any, value: Any, known: Sequence[str], what: str = "
 _LABEL = re.compile(r"(DISTPROF_[A-Z0-9_]+=|--[a-z][a-z0-9-]*[ :])")
 
 
-def label_of(p: ConfigProblem) -> str | None:
+def label_of(p: Problem) -> str | None:
     """The ``DISTPROF_*`` variable or flag a problem's value came from (its line starts with it), else None."""
     if not _LABEL.match(p.message):
         return None
     return re.split(r"[= :]", p.message, maxsplit=1)[0]
 
 
-def nest(p: ConfigProblem, prefix: str) -> ConfigProblem:
+def nest(p: Problem, prefix: str) -> Problem:
     """``p`` found in a part of the config that sits at ``prefix`` (``per_role.actor``): its field and its line
     name the full dotted path. A problem that names the variable or flag it came from stays as it is."""
     if label_of(p):
         return p
     field = f"{prefix}.{p.field}" if p.field else prefix
     text = f"{prefix}.{p.message}" if p.field and p.message.startswith(p.field) else f"{prefix}: {p.message}"
-    return ConfigProblem(field, p.value, cut(text, MAX_MESSAGE))
+    return Problem(field, p.value, cut(text, MAX_MESSAGE))
 
 
 # ---- pydantic's errors, in these words ---------------------------------------------------------------------
@@ -200,17 +277,14 @@ def _model_at(root: Any, names: Sequence[str]) -> Any:
     return cls
 
 
-def _one(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str], root: Any) -> list[ConfigProblem]:
+def _one(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str], root: Any) -> list[Problem]:
     # Union member tags (e.g. "list[int]", "literal['all']") are pydantic's, not the user's: keep only the path
     # the user wrote. The last part of an unknown or non-string key is the key itself, whatever it looks like.
     loc = list(err["loc"])
     last = loc.pop() if err["type"] in ("extra_forbidden", "invalid_key") and loc else None
     parts = [p for p in loc if isinstance(p, int) or not _TAG.fullmatch(p)] + ([last] if last is not None else [])
-    if err["type"] == "invalid_key":  # a mapping key that is not a string: name it as a key, not a list index
-        parts, key = parts[:-1], err.get("input")
-        path = ".".join(str(p) for p in parts if isinstance(p, str))
-        field = f"{path}.{show(key, 40)}" if path else show(key, 40)
-        return [problem(field, key, f"{field}: setting names are strings, got {show(key, 40)}; {README_TABLE}")]
+    if err["type"] == "invalid_key":
+        return [_invalid_key(parts, err.get("input"))]
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
     names = tuple(p for p in parts if isinstance(p, str))
     value = err.get("input")
@@ -226,32 +300,90 @@ def _one(err: Mapping[str, Any], sources: Mapping[tuple[str, ...], str], root: A
     label = next((lab for path, lab in sorted(sources.items(), key=lambda kv: -len(kv[0]))
                   if names[: len(path)] == path), None)
     if err["type"] == "value_error":
-        text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
-        leaf = field.rsplit(".", 1)[-1].split("[")[0]
-        if label:
-            text = f"{label}: {text}"
-        elif field and not text.startswith(field):
-            if "." in field and text.startswith(leaf):  # "options key ..." -> "nsys.options key ..."
-                text = field.rsplit(".", 1)[0] + "." + text
-            elif leaf not in text:
-                text = f"{field}: {text}"
+        text = _value_error_line(err, cause, field, label)
     else:
-        why = _PYDANTIC_TYPES.get(err["type"])
-        if err["type"] == "literal_error":
-            why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
-        why = why or str(err["msg"]).lower()
-        text = f"{label}: {why}" if label else f"{field or 'config'}={show(value)}: {why}"
+        text = _type_error_line(err, field, value, label)
     return [problem(field, value, text)]
 
 
+def _invalid_key(parts: list[Any], key: Any) -> Problem:
+    """A mapping key that is not a string: named as a key, not a list index."""
+    path = ".".join(str(p) for p in parts[:-1] if isinstance(p, str))
+    field = f"{path}.{show(key, 40)}" if path else show(key, 40)
+    return problem(field, key, f"{field}: setting names are strings, got {show(key, 40)}; {README_TABLE}")
+
+
+def _value_error_line(err: Mapping[str, Any], cause: Any, field: str, label: str | None) -> str:
+    """A validator's own message, led by the flag or variable the value came from, or by the field's path when
+    the message does not name it already."""
+    text = str(cause) if cause is not None else str(err["msg"]).removeprefix("Value error, ")
+    leaf = field.rsplit(".", 1)[-1].split("[")[0]
+    if label:
+        return f"{label}: {text}"
+    if field and not text.startswith(field):
+        if "." in field and text.startswith(leaf):  # "options key ..." -> "nsys.options key ..."
+            return field.rsplit(".", 1)[0] + "." + text
+        if leaf not in text:
+            return f"{field}: {text}"
+    return text
+
+
+def _type_error_line(err: Mapping[str, Any], field: str, value: Any, label: str | None) -> str:
+    """pydantic's type errors in these words: ``field=value: expected ...``."""
+    why = _PYDANTIC_TYPES.get(err["type"])
+    if err["type"] == "literal_error":
+        why = f"expected one of {(err.get('ctx') or {}).get('expected', '')}"
+    why = why or str(err["msg"]).lower()
+    return f"{label}: {why}" if label else f"{field or 'config'}={show(value)}: {why}"
+
+
 def from_pydantic(errors: Iterable[Mapping[str, Any]], sources: Mapping[tuple[str, ...], str],
-                  root: Any) -> list[ConfigProblem]:
+                  root: Any) -> list[Problem]:
     """pydantic's errors (``ValidationError.errors()``) as problems; ``root`` is the model validated (for the
     names a typo is compared with), ``sources`` the variable or flag that set each field."""
-    seen: dict[str, ConfigProblem] = {}
+    seen: dict[str, Problem] = {}
     for err in errors:
         several = isinstance((err.get("ctx") or {}).get("error"), Problems)
         for p in _one(err, sources, root):
             # a union reports once per member: one problem per field (per line for a validator's several)
             seen.setdefault(p.message if several or not p.field else p.field, p)
     return list(seen.values())
+
+
+# ---- bounded values for messages and JSON -----------------------------------------------------------------
+def clip(v: Any, depth: int = 3, items: int = 12, chars: int = 200) -> Any:
+    """A small JSON-able copy of ``v`` for reports: long strings, lists and mappings cut, deep parts elided."""
+    if v is MISSING:
+        return None
+    if isinstance(v, Unresolved):
+        return v.text[:chars]
+    if isinstance(v, str):
+        return v if len(v) <= chars else v[:chars - 1] + "…"
+    if isinstance(v, (bool, int, float)) or v is None:
+        return v
+    if depth <= 0:
+        return "…"
+    if isinstance(v, Mapping):
+        out = {str(k)[:chars]: clip(x, depth - 1, items, chars) for k, x in list(v.items())[:items]}
+        if len(v) > items:
+            out["…"] = f"{len(v) - items} more"
+        return out
+    if isinstance(v, (list, tuple)):
+        out_l = [clip(x, depth - 1, items, chars) for x in list(v)[:items]]
+        if len(v) > items:
+            out_l.append(f"… {len(v) - items} more")
+        return out_l
+    return clip(str(v), depth, items, chars)
+
+
+def short(v: Any) -> str:
+    """``v`` as a short readable string for one-line messages."""
+    if v is MISSING:
+        return "(not set)"
+    if isinstance(v, Unresolved):
+        return repr(v.text[:120])
+    try:
+        text = json.dumps(clip(v, depth=2, items=8, chars=80), ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(clip(str(v)))
+    return text if len(text) <= 160 else text[:159] + "…"

@@ -12,8 +12,16 @@ import os
 from collections.abc import Sized
 from typing import Any
 
-__all__ = ["MAX_ROLES", "PATH_FIX", "check_roles", "path_text"]
+__all__ = ["MAX_DEPTH", "MAX_DIGITS", "MAX_FILE_BYTES", "MAX_ROLES", "MAX_STEPS", "MAX_VALUES", "PATH_FIX",
+           "check_roles", "path_text"]
 
+MAX_STEPS = 1_000_000  # an explicit step list longer than this is a typo, not a plan
+MAX_DIGITS = 18  # a step or rank with more digits is a typo (and int() of 4,300+ digits raises)
+# Untrusted input bounds: a profiler config is a few dozen values. Past these it is a mistake or an attack
+# (a YAML "billion laughs" is 358 bytes that expand to 10^9 values), refused before anything walks it.
+MAX_VALUES = 2 * MAX_STEPS  # values visited, counting every alias expansion
+MAX_DEPTH = 32  # nesting of mappings and lists
+MAX_FILE_BYTES = 4 << 20  # a config file's size
 MAX_ROLES = 64  # names or globs in roles, entries in per_role (a dialect's worker groups, targets, patterns)
 PATH_FIX = "write it as a string, e.g. runs/exp1/profile or s3://bucket/exp1"
 

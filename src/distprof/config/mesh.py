@@ -46,12 +46,13 @@ class RankMesh:
         if len(set(self.names)) != len(self.names):
             raise ValueError(f"mesh dimension names must be distinct, got {self.names}")
         size = 1
-        for n, s in zip(self.names, self.shape):
+        for n, s in zip(self.names, self.shape, strict=False):
             if isinstance(s, bool) or not isinstance(s, int) or s < 1:
                 raise ValueError(f"mesh dimension {n!r} has size {s!r}; sizes are whole numbers >= 1")
             size *= s
         if len(self.ranks) != size:
-            raise ValueError(f"mesh {dict(zip(self.names, self.shape))} holds {size} ranks, got {len(self.ranks)}")
+            raise ValueError(f"mesh {dict(zip(self.names, self.shape, strict=False))} holds {size} ranks, "
+                             f"got {len(self.ranks)}")
         if len(set(self.ranks)) != size:
             raise ValueError("mesh lists a rank twice; every global rank appears once")
 
@@ -60,7 +61,7 @@ class RankMesh:
         """From ``{"pp": 4, "dp": 2, "tp": 2}`` (outermost first), ranks laid out row-major from 0."""
         items = list(dims.items()) if isinstance(dims, Mapping) else [tuple(d) for d in dims]
         names = tuple(str(n) for n, _ in items)
-        shape = tuple(s for _, s in items)
+        shape: tuple[int, ...] = tuple(s for _, s in items)  # type: ignore[misc]  # checked by __post_init__
         size = 1
         for s in shape:
             size *= s if isinstance(s, int) and s > 0 else 1
@@ -74,7 +75,8 @@ class RankMesh:
         if tensor is None:
             raise ValueError(f"expected a torch DeviceMesh (with .mesh and .mesh_dim_names), got {type(mesh).__name__}")
         if not names:
-            raise ValueError("the DeviceMesh has no mesh_dim_names; build it with init_device_mesh(..., mesh_dim_names=(...))")
+            raise ValueError("the DeviceMesh has no mesh_dim_names; "
+                             "build it with init_device_mesh(..., mesh_dim_names=(...))")
         return cls(tuple(names), tuple(int(s) for s in tensor.shape), tuple(int(r) for r in tensor.flatten().tolist()))
 
     @classmethod
@@ -95,9 +97,10 @@ class RankMesh:
         try:
             flat = self.ranks.index(rank)
         except ValueError:
-            raise ValueError(f"rank {rank} is not in the mesh {dict(zip(self.names, self.shape))}") from None
+            mesh = dict(zip(self.names, self.shape, strict=False))
+            raise ValueError(f"rank {rank} is not in the mesh {mesh}") from None
         out: dict[str, int] = {}
-        for name, size in zip(reversed(self.names), reversed(self.shape)):
+        for name, size in zip(reversed(self.names), reversed(self.shape), strict=False):
             flat, out[name] = divmod(flat, size)
         return {n: out[n] for n in self.names}
 
@@ -128,7 +131,7 @@ def parse_coordinate_selection(spec: Mapping[Any, Any]) -> dict[str, tuple[int, 
 
 def check_against_mesh(selection: Mapping[str, Any], mesh: RankMesh) -> None:
     """Refuse dimensions the mesh lacks and indices past a dimension's size, with the fix."""
-    sizes = dict(zip(mesh.names, mesh.shape))
+    sizes = dict(zip(mesh.names, mesh.shape, strict=False))
     for dim, value in selection.items():
         if dim not in sizes:
             close = difflib.get_close_matches(dim, list(sizes), n=1)

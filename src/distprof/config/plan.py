@@ -56,21 +56,22 @@ def steps_to_windows(steps: Iterable[int], warmup: int = 1) -> list[Window]:
     that the previous window records (it then starts recording directly).
     """
     ordered = sorted(set(steps))
-    windows: list[Window] = []
-    run_start = prev = None
+    windows: list[tuple[int, int]] = []
+    run_start: int | None = None
+    prev: int | None = None
     for s in ordered:
         if prev is not None and s == prev + 1:
             prev = s
             continue
-        if run_start is not None:
-            windows.append((run_start, prev))  # type: ignore[arg-type]
+        if run_start is not None and prev is not None:
+            windows.append((run_start, prev))
         run_start = prev = s
-    if run_start is not None:
-        windows.append((run_start, prev))  # type: ignore[arg-type]
+    if run_start is not None and prev is not None:
+        windows.append((run_start, prev))
 
     out: list[Window] = []
     last_end = -1
-    for start, end in windows:  # type: ignore[misc]
+    for start, end in windows:
         warm = max(start - warmup, last_end + 1, 0)
         out.append(Window(start=start, end=end, warmup_start=warm))
         last_end = end
@@ -135,11 +136,11 @@ class Plan:
         # Index of the cycle that contains `step` (or the first one after it).
         k = 0 if step <= sch.skip_first else (step - sch.skip_first) // sch.cycle
         for cand in (k, k + 1):
-            w = sch.window(cand)
-            if w is None:
+            found = sch.window(cand)
+            if found is None:
                 return None
-            if w.end >= step:
-                return w.clipped(step)
+            if found.end >= step:
+                return found.clipped(step)
         return None  # pragma: no cover - one of two consecutive cycles always qualifies
 
     def recorded(self, step: int) -> bool:

@@ -18,17 +18,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from distprof.config.dialects.source import (
-    MISSING,
-    ConfigFileError,
-    check_bounded,
-    load_file,
-    resolve_interpolations,
-    select,
-    short,
-    to_plain,
-)
-from distprof.config.dialects.translation import Builder, Dropped, Mapped, Problem, Translation, finish
+from distprof.config.dialects.source import resolve_interpolations
+from distprof.config.dialects.translation import Builder, ConfigClass, Dropped, Mapped, Translation, finish
+from distprof.config.errors import MISSING, ConfigFileError, Problem, short
+from distprof.config.load import check_bounded, load_file, select, to_plain
 
 __all__ = [
     "DIALECTS",
@@ -52,7 +45,7 @@ NATIVE = "distprof"  # a distprof config itself, validated the same way (``distp
 _ALIASES = {"ms_swift": "swift", "nemorl": "nemo_rl", "nemo": "nemo_rl", "sky_rl": "skyrl"}
 
 
-def _module(name: Any):
+def _module(name: Any) -> tuple[str, Any]:
     key = str(name).strip().lower().replace("-", "_")
     key = _ALIASES.get(key, key)
     if key == NATIVE:
@@ -64,13 +57,16 @@ def _module(name: Any):
     return key, importlib.import_module(f".{key}", __name__)
 
 
-def translate(name: str, cfg: Any, section: str | None = None, *, env: Mapping[str, str] | None = None) -> Translation:
+def translate(name: str, cfg: Any, section: str | None = None, *, config: ConfigClass,
+              env: Mapping[str, str] | None = None) -> Translation:
     """Translate ``cfg`` (a mapping, an OmegaConf config, an argparse Namespace, or, for flag-driven frameworks,
     a list of command-line tokens) written for framework ``name`` into a distprof config.
 
     ``section`` is a dotted path to the part of ``cfg`` that holds the framework's config, when it is nested
     (interpolations such as ``${global_profiler.tool}`` are still resolved from the top). ``env`` holds the
-    framework's environment variables (``SLIME_PROFILE_*``, ``NRL_NSYS_*``); default ``os.environ``.
+    framework's environment variables (``SLIME_PROFILE_*``, ``NRL_NSYS_*``); default ``os.environ``. ``config`` is
+    the config class that validates the result (``ProfilerConfig``: passed in, so that the dialects never import the
+    model that calls them).
     Never raises for a bad config: read ``.errors`` (or call ``.raise_for_errors()``).
     """
     key, module = _module(name)
@@ -88,23 +84,24 @@ def translate(name: str, cfg: Any, section: str | None = None, *, env: Mapping[s
             b.data = select(data, section)
         except ValueError as e:
             b.error("section", section, str(e))
-            return finish(b, section)
+            return finish(b, section, config)
     module.translate(b)
-    t = finish(b, section)
+    t = finish(b, section, config)
     if t.errors and key == NATIVE:
         hint = guess(b.data)
         if hint:  # first: the rest are this file's keys refused as distprof settings
-            t.errors.insert(0, Problem("dialect", MISSING, f"this looks like a {hint} config, not a distprof one; "
+            t.errors.insert(0, Problem.about("dialect", MISSING, f"this looks like a {hint} config, not a distprof "
+                                                                 "one; "
                                                            f"validate it with --dialect {hint}"))
     return t
 
 
 
-def to_config(name: str, cfg: Any, section: str | None = None):
+def to_config(name: str, cfg: Any, section: str | None = None, *, config: ConfigClass) -> Any:
     """The ProfilerConfig for ``cfg``; one ConfigError listing every error. Each dropped field is logged, one line
     naming its dotted key: a key the dialect does not know as a warning (it may be a typo), a field distprof
     knows but does not honour at INFO; the translation's warnings as warnings."""
-    t = translate(name, cfg, section)
+    t = translate(name, cfg, section, config=config)
     t.raise_for_errors()
     for d in t.dropped:
         level = logging.WARNING if d.unknown else logging.INFO

@@ -21,7 +21,8 @@ def translate(b: Builder) -> None:
                 b.data = data = data[key]
                 break
     if not isinstance(data, Mapping):
-        b.error("config", data, "expected a mapping of distprof settings (enable, backend, save_path, ranks, steps ...)")
+        b.error("config", data,
+                "expected a mapping of distprof settings (enable, backend, save_path, ranks, steps ...)")
         return
     for key, value in data.items():
         b.set(str(key), value, str(key))

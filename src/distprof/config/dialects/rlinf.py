@@ -20,6 +20,8 @@ from typing import Any
 
 from distprof.config.dialects.source import MISSING
 from distprof.config.dialects.translation import Builder
+from distprof.config.errors import suggest
+from distprof.config.plan import steps_to_windows
 from distprof.config.process_tools import nsys_capture_options
 
 BACKENDS = {"nsight": "nsys", "rocprof_sys": "rocprof_sys"}
@@ -52,8 +54,6 @@ def translate(b: Builder) -> None:
 
     for k in sec:
         if k not in KNOWN:
-            from distprof.config.errors import suggest
-
             tip = suggest(k, KNOWN) or f"fields: {', '.join(KNOWN)}"
             b.error(src(str(k)), sec[k], f"not an RLinf profiling field; {tip}")
 
@@ -116,7 +116,8 @@ def _steps(b: Builder, source: str, raw: Any) -> list[int] | None:
         return None
     steps = b.as_int_list(source, raw, what="global steps")
     if steps == []:
-        b.error(source, raw, "is empty, so no step would be profiled; list steps such as [3], or null for the whole run")
+        b.error(source, raw,
+                "is empty, so no step would be profiled; list steps such as [3], or null for the whole run")
         return None
     return sorted(set(steps)) if steps else None
 
@@ -157,7 +158,8 @@ def _nsight(b: Builder, src, sec: Mapping[str, Any], steps: list[int] | None) ->
         return
     if "stop-on-range-end" in opts:
         if "capture-range-end" in opts:
-            b.error(src("options"), opts, "sets both stop-on-range-end and capture-range-end; keep one (RLinf refuses both)")
+            b.error(src("options"), opts,
+                    "sets both stop-on-range-end and capture-range-end; keep one (RLinf refuses both)")
             return
         v = str(opts.pop("stop-on-range-end")).strip().lower()
         opts["capture-range-end"] = "stop" if v in ("true", "1", "yes", "on") else "none" if v in (
@@ -214,6 +216,4 @@ def _rocprof(b: Builder, src, sec: Mapping[str, Any]) -> None:
 
 
 def _windows(steps: list[int]) -> list[Any]:
-    from distprof.config.plan import steps_to_windows
-
     return steps_to_windows(steps)

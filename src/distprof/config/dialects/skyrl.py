@@ -41,6 +41,26 @@ def _has(data: Any, path: str) -> bool:
 
 
 def translate(b: Builder) -> None:
+    found = _section(b)
+    if found is None:
+        return
+    sec, where = found
+    v, src = b.section_fields(sec, where, DEFAULTS, "SkyRL TorchProfilerConfig")
+    enable = b.as_bool(src("enable"), v["enable"])
+    b.set("enable", bool(enable), src("enable"), v["enable"])
+    if not enable:
+        b.captures_nothing(f"{src('enable')} is false")
+    b.set("roles", [ROLE])
+    b.note(where or "torch_profiler_config", "policy", "roles",
+           "SkyRL profiles policy workers only (not critic, ref, controller or inference engines): role policy")
+    _where(b, v, src, enable)
+    _schedule(b, v, src)
+    _torch(b, v, src, sec)
+    _job(b)
+
+
+def _section(b: Builder) -> tuple[Mapping[str, Any], str] | None:
+    """The profiler section and its dotted place ("" for the section itself), or None (an error recorded)."""
     sec, where = MISSING, ""
     for s in SECTIONS:
         sec = b.get(s, MISSING)
@@ -52,20 +72,15 @@ def translate(b: Builder) -> None:
     if sec is MISSING:
         b.error(SECTIONS[0], MISSING, "not found; SkyRL reads trainer.policy.torch_profiler_config (RL) or "
                                       "torch_profiler_config (SFT); give --section for another place")
-        return
+        return None
     if not isinstance(sec, Mapping):
         b.error(where or "torch_profiler_config", sec, "expected a mapping of profiler settings")
-        return
+        return None
+    return sec, where
 
-    v, src = b.section_fields(sec, where, DEFAULTS, "SkyRL TorchProfilerConfig")
 
-    enable = b.as_bool(src("enable"), v["enable"])
-    b.set("enable", bool(enable), src("enable"), v["enable"])
-    if not enable:
-        b.captures_nothing(f"{src('enable')} is false")
-    b.set("roles", [ROLE])
-    b.note(where or "torch_profiler_config", "policy", "roles",
-           "SkyRL profiles policy workers only (not critic, ref, controller or inference engines): role policy")
+def _where(b: Builder, v: Mapping[str, Any], src: Any, enable: bool | None) -> None:
+    """ranks and save_path."""
     ranks = b.as_int_list(src("ranks"), v["ranks"], what="global ranks")
     if ranks == []:
         b.error(src("ranks"), v["ranks"], "is empty; SkyRL requires at least one rank, e.g. [0]")
@@ -78,6 +93,9 @@ def translate(b: Builder) -> None:
     elif enable and not v["save_path"]:
         b.error(src("save_path"), v["save_path"], "required when enable is true: an absolute local path (or, with "
                                                   "distprof, an fsspec URL)")
+
+
+def _schedule(b: Builder, v: Mapping[str, Any], src: Any) -> None:
     sched = {}
     for k in ("skip_first", "wait", "warmup", "active", "repeat"):
         n = b.as_int(src(k), v[k], minimum=1 if k == "active" else 0)
@@ -90,13 +108,18 @@ def translate(b: Builder) -> None:
               {k: v[k] for k in ("skip_first", "wait", "warmup", "active", "repeat")},
               note=f"skip_first {skyrl_skip} -> {skyrl_skip + 1}: SkyRL counts schedule steps from its first training "
                    "step, global step 1; pass trainer.global_step as the Profiler's global_step")
+
+
+def _torch(b: Builder, v: Mapping[str, Any], src: Any, sec: Mapping[str, Any]) -> None:
+    """activities, the torch.profiler flags and export_type."""
     acts = b.as_str_list(src("activities"), v["activities"])
     if acts is not None:
         bad = [a for a in acts if a.lower() not in ("cpu", "cuda")]
         if not acts:
             b.error(src("activities"), v["activities"], "is empty, so nothing would be recorded; use [cpu, cuda]")
         elif bad:
-            b.error(src("activities"), v["activities"], f"{', '.join(map(repr, bad))} not allowed; SkyRL takes cpu and cuda")
+            b.error(src("activities"), v["activities"],
+                    f"{', '.join(map(repr, bad))} not allowed; SkyRL takes cpu and cuda")
         else:
             b.set("torch.activities", [a.lower() for a in acts], src("activities"), v["activities"])
     for k in ("record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"):
@@ -116,8 +139,8 @@ def translate(b: Builder) -> None:
             b.set("torch.stacks_metric", "self_cuda_time_total", src("export_type"), export)
     else:
         b.error(src("export_type"), export, "use chrome_trace or stacks")
-    _job(b)
 
 
 def _job(b: Builder) -> None:
-    b.job_size("trainer.max_training_steps", "trainer.placement.policy_num_nodes", "trainer.placement.policy_num_gpus_per_node")
+    b.job_size("trainer.max_training_steps", "trainer.placement.policy_num_nodes",
+               "trainer.placement.policy_num_gpus_per_node")

@@ -110,54 +110,18 @@ def translate(b: Builder) -> None:
 
     torch_on = b.as_bool(flag("use_pytorch_profiler"), a["use_pytorch_profiler"])
     memory_on = b.as_bool(flag("record_memory_history"), a["record_memory_history"])
-    targets = b.as_str_list(flag("profile_target"), a["profile_target"]) or []
-    bad = [t for t in targets if t not in TARGETS]
-    if bad:
-        b.error(flag("profile_target"), a["profile_target"], f"{', '.join(map(repr, bad))} not a slime target; use "
-                                                              f"{', '.join(TARGETS)}")
-    targets = [t for t in targets if t in TARGETS]
-
+    targets = _targets(b, a)
     roles: list[str] = []
     if torch_on:
         roles += targets
-        start = b.as_int(flag("profile_step_start"), a["profile_step_start"], minimum=0, what="a rollout id")
-        end = b.as_int(flag("profile_step_end"), a["profile_step_end"], minimum=0, what="a rollout id")
-        if start is not None and end is not None:
-            if end <= start:
-                b.error(flag("profile_step_end"), end, f"must be greater than --profile-step-start ({start}): slime "
-                                                       "records rollouts start .. end-1")
-            else:
-                src = f"{flag('profile_step_start')}, {flag('profile_step_end')}"
-                steps = b.as_range(src, [start, end], start, end)
-                if steps is not None:
-                    b.set("steps", steps, src, [start, end],
-                          note="rollout ids from 0; the end is exclusive; pass the rollout id as global_step")
-        _torch_flags(b, env)
-        for t in targets:
-            if t != "train_overall":
-                b.note(flag("profile_target"), t, f"roles: {t}",
-                       "slime has no caller for this target since its FSDP backend was removed, so slime captures "
-                       f"nothing for it; distprof captures it where your code builds Profiler(config, role={t!r})")
-        if a["tensorboard_dir"]:
-            path = b.as_path(flag("tensorboard_dir"), a["tensorboard_dir"])
-            if path is not None:
-                b.set("save_path", path, flag("tensorboard_dir"))
-        else:
-            b.error(flag("tensorboard_dir"), a["tensorboard_dir"], "slime writes torch traces to --tensorboard-dir; "
-                                                                    "set it (it becomes save_path)")
+        _torch(b, a, env, targets)
     if memory_on and "train_overall" in targets:
         roles.append(MEMORY_ROLE)
         _memory(b, a, given, save_path_set=bool(torch_on))
     elif memory_on:
         b.drop(flag("record_memory_history"), True, "slime records memory history only with the train_overall target")
     _ranks(b, a, given, env)
-    for k in ("profile", "pytorch_profiler_collect_shapes", "pytorch_profiler_collect_callstack",
-              "pytorch_profiler_collect_chakra"):
-        if args.get(k):
-            why = ("slime's training loop does not drive Megatron's nsys capture range; use a distprof nsys backend"
-                   if k == "profile" else "slime ignores Megatron's collect flags (it hard-codes its own; see "
-                                          "SLIME_PROFILE_*)")
-            b.drop(flag(k), True, why)
+    _ignored(b, args)
     if a["num_rollout"] is not None:
         n = b.as_int(flag("num_rollout"), a["num_rollout"], minimum=1)
         if n is not None:
@@ -166,6 +130,56 @@ def translate(b: Builder) -> None:
         b.captures_nothing("neither --use-pytorch-profiler nor --record-memory-history is set")
     b.set("enable", bool(roles))
     b.set("roles", roles or None)
+
+
+def _targets(b: Builder, a: Mapping[str, Any]) -> list[str]:
+    """--profile-target's names that are slime targets (the others are one error)."""
+    targets = b.as_str_list(flag("profile_target"), a["profile_target"]) or []
+    bad = [t for t in targets if t not in TARGETS]
+    if bad:
+        b.error(flag("profile_target"), a["profile_target"], f"{', '.join(map(repr, bad))} not a slime target; use "
+                                                              f"{', '.join(TARGETS)}")
+    return [t for t in targets if t in TARGETS]
+
+
+def _torch(b: Builder, a: Mapping[str, Any], env: Mapping[str, tuple[str, str]], targets: list[str]) -> None:
+    """--use-pytorch-profiler: the rollouts recorded, torch's flags, the targets' notes, --tensorboard-dir."""
+    start = b.as_int(flag("profile_step_start"), a["profile_step_start"], minimum=0, what="a rollout id")
+    end = b.as_int(flag("profile_step_end"), a["profile_step_end"], minimum=0, what="a rollout id")
+    if start is not None and end is not None:
+        if end <= start:
+            b.error(flag("profile_step_end"), end, f"must be greater than --profile-step-start ({start}): slime "
+                                                   "records rollouts start .. end-1")
+        else:
+            src = f"{flag('profile_step_start')}, {flag('profile_step_end')}"
+            steps = b.as_range(src, [start, end], start, end)
+            if steps is not None:
+                b.set("steps", steps, src, [start, end],
+                      note="rollout ids from 0; the end is exclusive; pass the rollout id as global_step")
+    _torch_flags(b, env)
+    for t in targets:
+        if t != "train_overall":
+            b.note(flag("profile_target"), t, f"roles: {t}",
+                   "slime has no caller for this target since its FSDP backend was removed, so slime captures "
+                   f"nothing for it; distprof captures it where your code builds Profiler(config, role={t!r})")
+    if a["tensorboard_dir"]:
+        path = b.as_path(flag("tensorboard_dir"), a["tensorboard_dir"])
+        if path is not None:
+            b.set("save_path", path, flag("tensorboard_dir"))
+    else:
+        b.error(flag("tensorboard_dir"), a["tensorboard_dir"], "slime writes torch traces to --tensorboard-dir; "
+                                                                "set it (it becomes save_path)")
+
+
+def _ignored(b: Builder, args: Mapping[str, Any]) -> None:
+    """Megatron's profiling flags that slime does not act on: dropped, each with why."""
+    for k in ("profile", "pytorch_profiler_collect_shapes", "pytorch_profiler_collect_callstack",
+              "pytorch_profiler_collect_chakra"):
+        if args.get(k):
+            why = ("slime's training loop does not drive Megatron's nsys capture range; use a distprof nsys backend"
+                   if k == "profile" else "slime ignores Megatron's collect flags (it hard-codes its own; see "
+                                          "SLIME_PROFILE_*)")
+            b.drop(flag(k), True, why)
 
 
 def _torch_flags(b: Builder, env: Mapping[str, tuple[str, str]]) -> None:

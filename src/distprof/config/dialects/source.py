@@ -1,161 +1,33 @@
-"""Reading another framework's config as plain data: files, OmegaConf objects, argparse namespaces, flag lists.
+"""Another framework's config as data a dialect reads: interpolations, flag lists, bounded values for messages.
 
-Configs are untrusted input. A file is read only when it is a regular file below a size bound, parsed with
-safe loaders only (YAML through distprof's one YAML reader: no ``!!python/...`` tags, aliases measured before
-they are expanded), and refused past a config's size or depth. OmegaConf-style
-interpolations are resolved here without OmegaConf's resolvers, so a config cannot read the environment
-(``${oc.env:...}``) into what ``distprof validate`` prints: only ``${a.b}`` and ``${oc.select:a.b,default}``.
+Files and objects are read by the one loader (:mod:`distprof.config.load`: bounded, safe loaders only).
+OmegaConf-style interpolations are resolved here without OmegaConf's resolvers, so a config cannot read the
+environment (``${oc.env:...}``) into what ``distprof validate`` prints: only ``${a.b}`` and
+``${oc.select:a.b,default}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+import yaml
+
+from distprof.config.errors import MISSING, Unresolved, clip, short
 
 __all__ = [
     "MISSING",
-    "ConfigFileError",
     "Unresolved",
-    "check_bounded",
     "clip",
-    "load_file",
+    "get",
+    "normalize_keys",
     "parse_flags",
     "resolve_interpolations",
-    "select",
     "short",
-    "to_plain",
 ]
-
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING: Any = _Missing()
-
-
-class ConfigFileError(ValueError):
-    """A config file that cannot be read as a config: the message names the file and says why."""
-
-
-@dataclass(frozen=True)
-class Unresolved:
-    """An interpolation distprof does not evaluate (``${oc.env:X}``, custom resolvers, missing keys)."""
-
-    text: str
-    why: str
-
-    def __repr__(self) -> str:
-        return repr(self.text)
-
-
-# ---- files -----------------------------------------------------------------------------------------------
-def _load_file(path: str | os.PathLike) -> Any:
-    """A YAML, JSON or TOML file as plain data (by its suffix; anything else is read as YAML).
-
-    Raises a ValueError naming the file for a missing file, a directory, a file over 4 MB, text that is
-    not UTF-8, a parse error, an unsafe YAML tag, or nesting / aliases past a config's size. YAML goes through the
-    one YAML reader distprof has (``config._load_yaml``: safe loader, alias expansion measured before loading).
-    """
-    from distprof.config.model import ConfigError, _check_bounded, _load_yaml, read_config_text
-
-    p = Path(path)
-    try:
-        if p.suffix.lower() not in (".json", ".toml"):
-            return _load_yaml(p)
-        text = read_config_text(p)
-    except ConfigError as e:
-        raise ConfigFileError(str(e)) from None
-    suffix = p.suffix.lower()
-    raw = text.encode()
-    data = _json(p, raw) if suffix == ".json" else _toml(p, text)
-    _check_bounded(data, str(p))
-    return data
-
-
-def load_file(path: str | os.PathLike) -> Any:
-    """:func:`_load_file`, with nesting too deep for Python's parsers refused by one line naming the file."""
-    try:
-        return _load_file(path)
-    except RecursionError:
-        raise ConfigFileError(f"{path}: nests too deep to read; a profiler config is a few levels deep") from None
-    except ValueError as e:
-        if isinstance(e, ConfigFileError) or "int_max_str_digits" not in str(e):
-            raise
-        raise ConfigFileError(f"{path}: holds a number with too many digits; this is not a training config") from None
-
-
-def _json(p: Path, raw: bytes) -> Any:
-    import msgspec
-
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as e:
-        raise ConfigFileError(f"{p}: not valid JSON ({e})") from None
-
-
-def _toml(p: Path, text: str) -> Any:
-    import tomllib
-
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigFileError(f"{p}: not valid TOML ({e})") from None
-
-
-def check_bounded(data: Any, what: str) -> None:
-    """Refuse data too deep or too big to be a config (aliases counted as expanded) before anything walks it."""
-    from distprof.config.model import _check_bounded
-
-    _check_bounded(data, what)
-
-
-# ---- objects ----------------------------------------------------------------------------------------------
-def to_plain(cfg: Any) -> Any:
-    """A mapping, an OmegaConf DictConfig (unresolved: interpolations are resolved by us), an argparse
-    Namespace or a dataclass, as plain dicts and lists. Lists and strings are returned as they are."""
-    if cfg is None:
-        return {}
-    if type(cfg).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(cfg, resolve=False)
-    if isinstance(cfg, argparse.Namespace):
-        return dict(vars(cfg))
-    import dataclasses
-
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return dataclasses.asdict(cfg)
-    if isinstance(cfg, Mapping):
-        return {k: to_plain(v) if _is_object(v) else v for k, v in cfg.items()}
-    return cfg
-
-
-def _is_object(v: Any) -> bool:
-    return isinstance(v, (Mapping, argparse.Namespace)) or type(v).__module__.startswith("omegaconf")
-
-
-def select(data: Any, section: str) -> Any:
-    """The part of ``data`` at dotted ``section``; ValueError naming the first missing part."""
-    cur = data
-    done: list[str] = []
-    for part in section.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            where = ".".join(done) or "the top level"
-            keys = ", ".join(map(str, list(cur)[:12])) if isinstance(cur, Mapping) else type(cur).__name__
-            raise ValueError(f"section {section!r}: {part!r} not found under {where} (it has: {keys}); "
-                             "check the dotted path")
-        cur = cur[part]
-        done.append(part)
-    return cur
 
 
 def get(data: Any, path: str, default: Any = MISSING) -> Any:
@@ -243,8 +115,6 @@ _SCALARS = (int, float, type(None))
 
 
 def _scalar(text: str) -> Any:
-    import yaml
-
     try:
         return yaml.safe_load(text) if text else None
     except yaml.YAMLError:
@@ -282,44 +152,3 @@ def parse_flags(tokens: Sequence[str] | str, spec: Mapping[str, dict[str, Any]],
 def normalize_keys(data: Mapping[str, Any]) -> dict[str, Any]:
     """Flag-style keys (``--profile-step-start``, ``profile-step-start``) as argparse dests (``profile_step_start``)."""
     return {str(k).lstrip("-").replace("-", "_"): v for k, v in data.items()}
-
-
-# ---- bounded values for messages and JSON -----------------------------------------------------------------
-def clip(v: Any, depth: int = 3, items: int = 12, chars: int = 200) -> Any:
-    """A small JSON-able copy of ``v`` for reports: long strings, lists and mappings cut, deep parts elided."""
-    if v is MISSING:
-        return None
-    if isinstance(v, Unresolved):
-        return v.text[:chars]
-    if isinstance(v, str):
-        return v if len(v) <= chars else v[:chars - 1] + "…"
-    if isinstance(v, (bool, int, float)) or v is None:
-        return v
-    if depth <= 0:
-        return "…"
-    if isinstance(v, Mapping):
-        out = {str(k)[:chars]: clip(x, depth - 1, items, chars) for k, x in list(v.items())[:items]}
-        if len(v) > items:
-            out["…"] = f"{len(v) - items} more"
-        return out
-    if isinstance(v, (list, tuple)):
-        out_l = [clip(x, depth - 1, items, chars) for x in list(v)[:items]]
-        if len(v) > items:
-            out_l.append(f"… {len(v) - items} more")
-        return out_l
-    return clip(str(v), depth, items, chars)
-
-
-def short(v: Any) -> str:
-    """``v`` as a short readable string for one-line messages."""
-    if v is MISSING:
-        return "(not set)"
-    if isinstance(v, Unresolved):
-        return repr(v.text[:120])
-    import json
-
-    try:
-        text = json.dumps(clip(v, depth=2, items=8, chars=80), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(clip(str(v)))
-    return text if len(text) <= 160 else text[:159] + "…"

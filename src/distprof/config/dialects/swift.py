@@ -49,20 +49,10 @@ def flag(dest: str) -> str:
 
 
 def translate(b: Builder) -> None:
-    data = b.data
-    rest: dict[str, Any] = {}  # the other arguments: those named like the profiler's are listed as unknown
-    if isinstance(data, (list, tuple, str)):
-        try:
-            args = parse_flags(data, {k: {**v, "flags": [f"--{k}"]} for k, v in SPEC.items()}, rest)
-        except ValueError as e:
-            b.error("arguments", MISSING, str(e))
-            return
-    elif isinstance(data, Mapping):
-        args = {k: v for k, v in normalize_keys(data).items() if k in SPEC}
-        rest = {flag(k): v for k, v in normalize_keys(data).items() if k not in SPEC}
-    else:
-        b.error("arguments", data, "expected ms-swift's arguments: a mapping, an argparse Namespace or a list of flags")
+    got = _arguments(b)
+    if got is None:
         return
+    args, rest = got
     a = {**DEFAULTS, **{k: v for k, v in args.items() if v is not None}}
     b.unknown_keys({k: v for k, v in rest.items() if k.startswith(("--profiler", "--enable_profiler"))}, "",
                    [flag(k) for k in SPEC], "ms-swift profiler argument")
@@ -84,6 +74,35 @@ def translate(b: Builder) -> None:
             b.set("save_path", path, flag("profiler_save_path"))
     else:
         b.error(flag("profiler_save_path"), None, "required when --enable_profiler is true")
+    _steps_and_ranks(b, a)
+    _contents(b, a)
+    discrete = b.as_bool(flag("profiler_discrete"), a["profiler_discrete"])
+    if discrete:
+        b.set("discrete", True, flag("profiler_discrete"), a["profiler_discrete"],
+              note="ms-swift's PR refuses it; distprof traces each annotated stage of a profiled step on its own")
+    _last_step(b, a)
+
+
+def _arguments(b: Builder) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """ms-swift's profiler arguments and the others (named like flags), or None (an error recorded)."""
+    data = b.data
+    rest: dict[str, Any] = {}  # the other arguments: those named like the profiler's are listed as unknown
+    if isinstance(data, (list, tuple, str)):
+        try:
+            args = parse_flags(data, {k: {**v, "flags": [f"--{k}"]} for k, v in SPEC.items()}, rest)
+        except ValueError as e:
+            b.error("arguments", MISSING, str(e))
+            return None
+    elif isinstance(data, Mapping):
+        args = {k: v for k, v in normalize_keys(data).items() if k in SPEC}
+        rest = {flag(k): v for k, v in normalize_keys(data).items() if k not in SPEC}
+    else:
+        b.error("arguments", data, "expected ms-swift's arguments: a mapping, an argparse Namespace or a list of flags")
+        return None
+    return args, rest
+
+
+def _steps_and_ranks(b: Builder, a: Mapping[str, Any]) -> None:
     steps = b.as_int_list(flag("profiler_steps"), a["profiler_steps"], what="global steps")
     if steps == []:
         b.error(flag("profiler_steps"), a["profiler_steps"], "required: the global steps to profile, e.g. 5 6 7")
@@ -101,6 +120,10 @@ def translate(b: Builder) -> None:
     else:
         b.error(flag("profiler_ranks"), a["profiler_ranks"], "give --profiler_ranks (e.g. 0) or --profiler_all_ranks "
                                                               "true; ms-swift requires one of them")
+
+
+def _contents(b: Builder, a: Mapping[str, Any]) -> None:
+    """--profiler_contents: the activities and torch.profiler flags."""
     contents = b.as_str_list(flag("profiler_contents"), a["profiler_contents"])
     if contents is not None:
         bad = [c for c in contents if c not in CONTENTS]
@@ -116,10 +139,9 @@ def translate(b: Builder) -> None:
                 if CONTENTS[c]:
                     b.set(f"torch.{CONTENTS[c]}", True, flag("profiler_contents"), a["profiler_contents"],
                           note=f"'{c}' -> torch.{CONTENTS[c]}")
-    discrete = b.as_bool(flag("profiler_discrete"), a["profiler_discrete"])
-    if discrete:
-        b.set("discrete", True, flag("profiler_discrete"), a["profiler_discrete"],
-              note="ms-swift's PR refuses it; distprof traces each annotated stage of a profiled step on its own")
+
+
+def _last_step(b: Builder, a: Mapping[str, Any]) -> None:
     max_steps = b.as_int(flag("max_steps"), a["max_steps"], minimum=None)
     if max_steps is not None and max_steps > 0:
         b.last_step = (flag("max_steps"), max_steps - 1)  # global steps 0 .. max_steps-1 begin

@@ -84,7 +84,7 @@ def _trace(b: Builder, src, v: Mapping[str, Any], dump: Any) -> None:
     freq = b.as_int(src("profile_freq"), v["profile_freq"], minimum=1)
     warmup = b.as_int(src("profiler_warmup"), v["profiler_warmup"], minimum=0)
     active = b.as_int(src("profiler_active"), v["profiler_active"], minimum=1)
-    if None in (freq, warmup, active):
+    if freq is None or warmup is None or active is None:
         return
     if freq < warmup + active:
         b.error(src("profile_freq"), freq, f"must be >= profiler_warmup + profiler_active ({warmup} + {active}); "

@@ -9,16 +9,38 @@ errors, each named by its source field, then builds the :class:`~distprof.config
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from distprof.config.dialects.source import MISSING, Unresolved, clip, get, short
-from distprof.config.errors import MAX_MESSAGE, ConfigError, ConfigProblem, cut, label_of, nest, suggest
-from distprof.config.limits import MAX_ROLES, PATH_FIX, check_roles, path_text
+from distprof.config.dialects.source import get
+from distprof.config.errors import (
+    MAX_MESSAGE,
+    MISSING,
+    ConfigError,
+    Problem,
+    Unresolved,
+    clip,
+    cut,
+    label_of,
+    nest,
+    short,
+    suggest,
+)
+from distprof.config.limits import MAX_ROLES, MAX_STEPS, PATH_FIX, check_roles, path_text
+from distprof.config.plan import role_selected
 
-__all__ = ["Builder", "Dropped", "Mapped", "Problem", "Translation", "finish"]
+__all__ = ["Builder", "ConfigClass", "Dropped", "Mapped", "Problem", "Translation", "finish"]
+
+
+
+class ConfigClass(Protocol):
+    """The config class a translation validates with (``ProfilerConfig``), passed in by the caller: the dialects
+    sit below the model and never import it."""
+
+    def model_validate(self, obj: Any, *args: Any, **kwargs: Any) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -48,27 +70,6 @@ class Dropped:
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "value": clip(self.value), "reason": self.reason, "unknown": self.unknown}
-
-
-@dataclass(frozen=True)
-class Problem:
-    """An error or a warning about ``source``; ``message`` says what is wrong and how to fix it. ``text``, when
-    set, is the whole line (a distprof config problem already names its field, or variable, and value)."""
-
-    source: str
-    value: Any
-    message: str
-    text: str = ""
-
-    def __str__(self) -> str:
-        if self.text:
-            return self.text
-        if self.value is MISSING:
-            return f"{self.source}: {self.message}"
-        return f"{self.source} = {short(self.value)}: {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "value": clip(self.value), "message": self.message, "text": str(self)}
 
 
 @dataclass
@@ -107,9 +108,9 @@ class Translation:
         calls this); its ``problems`` are (source field, value, line)."""
         if self.ok:
             return
-        errors = self.errors or [Problem(self.dialect, MISSING, "could not be translated")]
+        errors = self.errors or [Problem.about(self.dialect, MISSING, "could not be translated")]
         n = len(errors)
-        raise ConfigError([ConfigProblem(e.source, "" if e.value is MISSING else short(e.value), str(e)) for e in errors],
+        raise ConfigError([Problem(e.field, "" if e.value is MISSING else short(e.value), e.message) for e in errors],
                           title=f"{self.dialect} config has {n} problem{'s' if n != 1 else ''}:")
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,8 +133,6 @@ def _jsonable(v: Any) -> Any:
 
 
 def _role_summary(pc: Any, role: str) -> dict[str, Any]:
-    from distprof.config.plan import role_selected
-
     eff = pc if role == "*" else pc.for_role(role)
     # a name of roles selects itself: only per_role's other names are matched against the globs
     captures = bool(eff.enable and (role == "*" or role in (pc.roles or ()) or role_selected(pc.roles, role)))
@@ -147,7 +146,8 @@ def _role_summary(pc: Any, role: str) -> dict[str, Any]:
         out["discrete"] = True
     if eff.backend == "torch":
         t = eff.torch
-        out["torch"] = {"activities": t.activities, **{k: True for k in ("record_shapes", "profile_memory", "with_stack",
+        out["torch"] = {"activities": t.activities, **{k: True for k in ("record_shapes", "profile_memory",
+                                                                          "with_stack",
                                                                           "with_flops", "with_modules")
                                                          if getattr(t, k)}}
     elif eff.is_process_backend:
@@ -236,10 +236,8 @@ class Builder:
 
     def as_range(self, source: str, value: Any, start: int, stop: int, note: str = "") -> list[int] | None:
         """``range(start, stop)`` as a step list, refused (one error) when it is longer than any step list can be."""
-        from distprof.config.model import _MAX_STEPS
-
-        if stop - start > _MAX_STEPS:
-            self.error(source, value, f"spans {stop - start:,} steps, more than the {_MAX_STEPS:,} a step list may "
+        if stop - start > MAX_STEPS:
+            self.error(source, value, f"spans {stop - start:,} steps, more than the {MAX_STEPS:,} a step list may "
                                       "hold; profile a short range")
             return None
         return list(range(start, stop))
@@ -329,10 +327,10 @@ class Builder:
 
     def error(self, source: str, value: Any, message: str) -> None:
         # a message may list what it refuses (slime's targets, verl's contents): one line, cut as config_errors cuts
-        self.errors.append(Problem(source, value, cut(message, MAX_MESSAGE)))
+        self.errors.append(Problem.about(source, value, cut(message, MAX_MESSAGE)))
 
     def warn(self, source: str, value: Any, message: str) -> None:
-        self.warnings.append(Problem(source, value, message))
+        self.warnings.append(Problem.about(source, value, message))
 
     def captures_nothing(self, reason: str) -> None:
         self.nothing.append(reason)
@@ -372,16 +370,14 @@ def _find_unresolved(v: Any) -> Unresolved | None:
 MAX_ERRORS = 100  # problems listed for one config
 
 
-def finish(b: Builder, section: str | None) -> Translation:
-    """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ProfilerConfig when
-    nothing is wrong, and add the warnings for what would capture nothing."""
-    from distprof.config.model import ProfilerConfig
-
+def finish(b: Builder, section: str | None, config: ConfigClass) -> Translation:
+    """Validate what ``b`` wrote (each field alone, so every bad one is reported), build the ``config`` (the
+    ProfilerConfig class) when nothing is wrong, and add the warnings for what would capture nothing."""
     t = Translation(b.dialect, section, b.config, None, b.mapping, b.dropped, list(b.errors), list(b.warnings))
-    _validate_fields(b, t)
+    _validate_fields(b, t, config)
     if not t.errors:
         try:  # DISTPROF_* environment variables are applied here, as they are at run time
-            t.profiler_config = ProfilerConfig.model_validate(b.config)
+            t.profiler_config = config.model_validate(b.config)
         except ValueError as e:
             for p in _problems(e):
                 _add(b, t, p)
@@ -390,9 +386,7 @@ def finish(b: Builder, section: str | None) -> Translation:
     return t
 
 
-def _validate_fields(b: Builder, t: Translation) -> None:
-    from distprof.config.model import ProfilerConfig
-
+def _validate_fields(b: Builder, t: Translation, config: ConfigClass) -> None:
     skipped = [0]
 
     def check(prefix: str, fields: Mapping[str, Any]) -> None:
@@ -403,10 +397,10 @@ def _validate_fields(b: Builder, t: Translation) -> None:
                 skipped[0] += 1
                 continue
             try:
-                ProfilerConfig.model_validate({name: value}, context={"no_env": True, "fields_only": True})
+                config.model_validate({name: value}, context={"no_env": True, "fields_only": True})
             except ValueError as e:
                 for p in _problems(e):
-                    _add(b, t, p if p.field else p._replace(field=name), prefix)
+                    _add(b, t, p if p.field else dataclasses.replace(p, field=name), prefix)
 
     check("", b.config)
     per_role = b.config.get("per_role")
@@ -414,25 +408,25 @@ def _validate_fields(b: Builder, t: Translation) -> None:
         try:
             check_roles("per_role", per_role, "entries")
         except ValueError as e:
-            _add(b, t, ConfigProblem("per_role", "", str(e)))
+            _add(b, t, Problem("per_role", "", str(e)))
         per_role = None
     for role, over in (per_role.items() if isinstance(per_role, Mapping) else ()):
         if isinstance(over, Mapping):  # anything else is refused, named, by the whole config's check
             check(f"per_role.{role}.", over)
     if skipped[0]:
-        t.errors.append(Problem("distprof config", MISSING, f"... and {skipped[0]:,} more fields not checked "
+        t.errors.append(Problem.about("distprof config", MISSING, f"... and {skipped[0]:,} more fields not checked "
                                                              f"(only the first {MAX_ERRORS} problems are listed)"))
 
 
-def _problems(e: ValueError) -> list[ConfigProblem]:
+def _problems(e: ValueError) -> list[Problem]:
     """The problems of a config error (ProfilerConfig raises ConfigError; anything else is one line)."""
     problems = getattr(e, "problems", None)
     if problems is not None:
-        return [ConfigProblem(*p) for p in problems]
-    return [ConfigProblem("", "", str(e))]
+        return list(problems)
+    return [Problem("", "", str(e))]
 
 
-def _add(b: Builder, t: Translation, p: ConfigProblem, prefix: str = "") -> None:
+def _add(b: Builder, t: Translation, p: Problem, prefix: str = "") -> None:
     """A distprof config problem as an error of the translation, named in the user's terms, listed once.
 
     A value from a ``DISTPROF_*`` variable is named by the variable (with its value, not the file's); in a
@@ -443,14 +437,15 @@ def _add(b: Builder, t: Translation, p: ConfigProblem, prefix: str = "") -> None
     target = re.sub(r"\[\d+\]", "", p.field)
     label = label_of(p)
     if label:
-        problem = Problem(label, _literal(p.value), p.message, text=p.message)
+        problem = Problem.about(label, _literal(p.value), p.message, text=p.message)
     elif b.dialect == "distprof":
-        problem = Problem(target or "distprof config", _value_at(b.config, target) if target else MISSING, p.message,
+        problem = Problem.about(target or "distprof config", _value_at(b.config, target) if target else MISSING,
+                                p.message,
                           text=p.message)
     elif target:
-        problem = Problem(_sources_for(b, target), _value_at(b.config, target), p.message)
+        problem = Problem.about(_sources_for(b, target), _value_at(b.config, target), p.message)
     else:
-        problem = Problem("distprof config", MISSING, p.message)
+        problem = Problem.about("distprof config", MISSING, p.message)
     if str(problem) not in b.error_lines:
         b.error_lines.add(str(problem))
         t.errors.append(problem)
@@ -487,12 +482,12 @@ def _warnings(b: Builder, t: Translation) -> None:
     pc = t.profiler_config
     if not pc.enable:
         why = "; ".join(b.nothing) or "profiling is not enabled"
-        t.warnings.append(Problem(b.dialect, MISSING, f"this config captures nothing: {why}"))
+        t.warnings.append(Problem.about(b.dialect, MISSING, f"this config captures nothing: {why}"))
         return
     summaries = t.roles()
     if summaries and not any(s["captures"] for s in summaries.values()):
         why = "; ".join(b.nothing) or "no role is enabled"
-        t.warnings.append(Problem(b.dialect, MISSING, f"this config captures nothing: {why}"))
+        t.warnings.append(Problem.about(b.dialect, MISSING, f"this config captures nothing: {why}"))
         return
     for role, s in summaries.items():
         if not s["captures"]:
@@ -507,7 +502,7 @@ def _warnings(b: Builder, t: Translation) -> None:
             beyond = [r for r in eff.ranks if r >= n]
             if beyond:
                 all_gone = len(beyond) == len(eff.ranks)
-                t.warnings.append(Problem(
+                t.warnings.append(Problem.about(
                     src, n, f"{who}ranks {beyond} do not exist in a job of {n} ranks (0..{n - 1}); "
                             f"{'nothing would be captured and ' if all_gone else ''}distprof's Profiler refuses "
                             "them when it starts: remove them or select all ranks"))
@@ -517,16 +512,19 @@ def _check_steps(t: Translation, eff: Any, who: str, src: str, last: int) -> Non
     if eff.steps is not None:
         late = [s for s in eff.steps if s > last]
         if late and len(late) == len(eff.steps):
-            t.warnings.append(Problem(src, last, f"{who}captures nothing: every profiled step ({_steps(late)}) comes "
+            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: every profiled step ({_steps(late)}) "
+                                                       "comes "
                                                  f"after the job's last step {last}; profile earlier steps"))
         elif late:
-            t.warnings.append(Problem(src, last, f"{who}steps {_steps(late)} come after the job's last step {last} and "
+            t.warnings.append(Problem.about(src, last, f"{who}steps {_steps(late)} come after the job's last step "
+                                                       f"{last} and "
                                                  "will not be captured"))
         return
     if eff.schedule is not None:
         w = eff.plan().next_window(0)
         if w is not None and w.start > last:
-            t.warnings.append(Problem(src, last, f"{who}captures nothing: the schedule's first window records step "
+            t.warnings.append(Problem.about(src, last, f"{who}captures nothing: the schedule's first window records "
+                                                       "step "
                                                  f"{w.start}, after the job's last step {last}"))
 
 

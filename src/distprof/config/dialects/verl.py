@@ -22,6 +22,7 @@ Rules (verl 0.5+, ``verl/trainer/config/ppo_trainer.yaml`` and ``profiler/profil
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,14 +75,7 @@ def _get(data: Any, path: str) -> Any:
 
 def translate(b: Builder) -> None:
     if not isinstance(b.data, Mapping) or not looks_like(b.data):
-        if isinstance(b.data, Mapping) and b.get("trainer.profile_steps") is not MISSING:
-            b.error("trainer.profile_steps", b.get("trainer.profile_steps"),
-                    "this is verl's pre-0.5 layout; move the steps to global_profiler.steps and set "
-                    "global_profiler.tool (nsys, torch, ...), then enable the roles' profiler sections")
-            return
-        b.error(G, MISSING, "no global_profiler section and no role profiler section (actor_rollout_ref.actor.profiler, "
-                            "critic.profiler ...); give the trainer config (ppo_trainer.yaml), or --section for the "
-                            "part that holds global_profiler")
+        _not_verl(b)
         return
     _unknown(b, G, b.get(G, None), GLOBAL_KEYS, "global_profiler")
     tool = _tool_name(b, f"{G}.tool", b.get(f"{G}.tool", None))
@@ -89,7 +83,37 @@ def translate(b: Builder) -> None:
     save_path = b.get(f"{G}.save_path", DEFAULT_SAVE_PATH)
     save_path = DEFAULT_SAVE_PATH if save_path is None else b.as_path(f"{G}.save_path", save_path)
     _job_size(b)
+    capturing, backends = _roles(b, tool)
+    _enable_and_steps(b, steps, capturing)
+    if save_path is not None:
+        b.set("save_path", save_path, f"{G}.save_path",
+              note="every role writes under it, in {save_path}/{role}/rank{R}/" if capturing else "")
+    b.set("roles", capturing or None)
+    if tool is not None:
+        top = TOOLS.get(tool)
+        if top is not None:
+            b.set("backend", top, f"{G}.tool", tool, note="the default tool of every role")
+    if "nsys" in backends:
+        _nsys(b)
+    if "cuda_memory" in backends:
+        _torch_memory_global(b)
+    _global_extras(b)
 
+
+def _not_verl(b: Builder) -> None:
+    """The error for a config without verl's profiler sections (verl's pre-0.5 layout named as such)."""
+    if isinstance(b.data, Mapping) and b.get("trainer.profile_steps") is not MISSING:
+        b.error("trainer.profile_steps", b.get("trainer.profile_steps"),
+                "this is verl's pre-0.5 layout; move the steps to global_profiler.steps and set "
+                "global_profiler.tool (nsys, torch, ...), then enable the roles' profiler sections")
+        return
+    b.error(G, MISSING, "no global_profiler section and no role profiler section (actor_rollout_ref.actor.profiler, "
+                        "critic.profiler ...); give the trainer config (ppo_trainer.yaml), or --section for the "
+                        "part that holds global_profiler")
+
+
+def _roles(b: Builder, tool: str | None) -> tuple[list[str], set[str]]:
+    """Each role's profiler section as its per_role entry: the roles that capture and their backends."""
     capturing: list[str] = []
     backends: set[str] = set()
     for role, path in ROLES.items():
@@ -104,7 +128,10 @@ def translate(b: Builder) -> None:
         if backend is not None:
             capturing.append(role)
             backends.add(backend)
+    return capturing, backends
 
+
+def _enable_and_steps(b: Builder, steps: list[int] | None, capturing: list[str]) -> None:
     if steps is None and capturing:
         b.captures_nothing(f"{G}.steps is {'empty' if b.get(f'{G}.steps', None) == [] else 'null'}, so verl profiles "
                            "no step")
@@ -125,19 +152,6 @@ def translate(b: Builder) -> None:
     if b.get(f"{G}.profile_continuous_steps", False):
         b.note(f"{G}.profile_continuous_steps", True, "steps",
                "always so in distprof: consecutive steps form one window")
-    if save_path is not None:
-        b.set("save_path", save_path, f"{G}.save_path",
-              note="every role writes under it, in {save_path}/{role}/rank{R}/" if capturing else "")
-    b.set("roles", capturing or None)
-    if tool is not None:
-        top = TOOLS.get(tool)
-        if top is not None:
-            b.set("backend", top, f"{G}.tool", tool, note="the default tool of every role")
-    if "nsys" in backends:
-        _nsys(b)
-    if "cuda_memory" in backends:
-        _torch_memory_global(b)
-    _global_extras(b)
 
 
 def _tool_name(b: Builder, source: str, tool: Any) -> str | None:
@@ -196,6 +210,27 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
               note=f"role {role} has no tool (its tool and {G}.tool are null), so verl profiles nothing for it")
         b.captures_nothing(f"{path} is enabled but neither it nor {G} names a tool")
         return None
+    backend = _role_backend(b, role, path, tool, tool_src)
+    # The role's other fields are read even when its tool is refused, so every error is reported at once.
+    _role_ranks(b, role, path, sec)
+    role_save = sec.get("save_path")
+    global_save = b.get(f"{G}.save_path", DEFAULT_SAVE_PATH)
+    if role_save is not None and role_save != global_save:
+        b.drop(f"{path}.save_path", role_save, f"distprof writes every role under one save_path "
+                                               f"({global_save!s}), in {{save_path}}/{role}/; set it there")
+    _hooks(b, path, sec)
+    if backend is None:
+        return None
+    tc = sec.get("tool_config") or {}
+    if not isinstance(tc, Mapping):
+        b.error(f"{path}.tool_config", tc, "expected a mapping of tool sections (torch, nsys, torch_memory ...)")
+        return backend
+    _tool_config(b, role, path, backend, tc)
+    return backend
+
+
+def _role_backend(b: Builder, role: str, path: str, tool: Any, tool_src: str) -> str | None:
+    """The role's tool as a distprof backend (its enable and backend written), or None (refused: one error)."""
     backend = TOOLS.get(tool) if isinstance(tool, str) else None
     if not isinstance(tool, str):  # a list or mapping: the global one is refused once, where it is read
         if tool_src != f"{G}.tool":
@@ -203,15 +238,16 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
     elif tool in NO_BACKEND:
         b.error(tool_src, tool, f"role {role}: {NO_BACKEND[tool]}")
     elif backend is None:
-        import difflib
-
         close = difflib.get_close_matches(str(tool), [*TOOLS, *NO_BACKEND], n=1, cutoff=0.4)
         b.error(tool_src, tool, f"role {role}: unknown tool; {f'did you mean {close[0]!r}? ' if close else ''}use one "
                                 f"of {', '.join(TOOLS)} (verl would silently profile nothing)")
     else:
         b.set(f"per_role.{role}.enable", True, f"{path}.enable", True)
         b.set(f"per_role.{role}.backend", backend, tool_src, tool)
-    # The role's other fields are read even when its tool is refused, so every error is reported at once.
+    return backend
+
+
+def _role_ranks(b: Builder, role: str, path: str, sec: Mapping[str, Any]) -> None:
     all_ranks = b.as_bool(f"{path}.all_ranks", sec.get("all_ranks", False))
     ranks_raw = sec.get("ranks") or []
     if all_ranks:
@@ -226,18 +262,9 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
         b.set(f"per_role.{role}.ranks", [0], f"{path}.ranks", sec.get("ranks", MISSING),
               note="verl profiles rank 0 when all_ranks is false and ranks is empty")
 
-    role_save = sec.get("save_path")
-    global_save = b.get(f"{G}.save_path", DEFAULT_SAVE_PATH)
-    if role_save is not None and role_save != global_save:
-        b.drop(f"{path}.save_path", role_save, f"distprof writes every role under one save_path "
-                                               f"({global_save!s}), in {{save_path}}/{role}/; set it there")
-    _hooks(b, path, sec)
-    if backend is None:
-        return None
-    tc = sec.get("tool_config") or {}
-    if not isinstance(tc, Mapping):
-        b.error(f"{path}.tool_config", tc, "expected a mapping of tool sections (torch, nsys, torch_memory ...)")
-        return backend
+
+def _tool_config(b: Builder, role: str, path: str, backend: str, tc: Mapping[str, Any]) -> None:
+    """The role's tool_config section of its backend's tool."""
     if backend == "torch":
         _torch(b, role, f"{path}.tool_config.torch", tc.get("torch") or {})
     elif backend == "nsys":
@@ -257,7 +284,6 @@ def _role(b: Builder, role: str, path: str, sec: Mapping[str, Any], global_tool:
         if n not in (None, 1):
             b.drop(f"{path}.tool_config.memray.memory_snapshot_num_steps", n,
                    "distprof writes one memray capture per window of consecutive profiled steps")
-    return backend
 
 
 def _torch(b: Builder, role: str, src: str, tc: Any) -> None:
