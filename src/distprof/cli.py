@@ -29,7 +29,7 @@ from distprof.cli_support import (
     progress_bar,
 )
 from distprof.report import terminal as render
-from distprof.report.termfit import FitConsole
+from distprof.report.termfit import FitConsole, FitTable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -550,9 +550,6 @@ def _render_validation(t: Any, file: str) -> None:
 
     from distprof.config.dialects.source import MISSING, short
 
-    def txt(v: Any) -> Text:
-        return Text(render.plain(v))
-
     what = "distprof config" if t.dialect == "distprof" else f"{t.dialect} config"
     where = f", section {t.section}" if t.section else ""
     console.print(Text(f"{render.plain(file)}: {what}{render.plain(where)}", style="bold"), soft_wrap=True)
@@ -561,42 +558,55 @@ def _render_validation(t: Any, file: str) -> None:
                               default_flow_style=None, width=100).rstrip()
         console.print(Text("Resulting distprof config (settings that differ from the defaults):", style="bold"))
         for line in (body or "{}").splitlines():
-            console.print(txt(line), soft_wrap=True)
-        roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
-                                       "options"])
-        for role, s in t.roles().items():
-            steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
-            opts = s.get("torch") or s.get(s["backend"]) or {}
-            if s.get("discrete"):
-                opts = {"discrete": True, **opts}
-            roles.add_row(txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
-                          txt(s["backend"]), txt(short(s["ranks"])), txt(steps), txt(short(opts)))
-        console.print(roles)
+            console.print(_txt(line), soft_wrap=True)
+        console.print(_roles_table(t, short))
     if t.dialect != "distprof" and t.mapping:
         table = render.table("Mapping, field by field", [("source field", "name"), "value", ("distprof field", "name"),
                                                                  "becomes", "note"])
         for m in t.mapping:
-            table.add_row(txt(m.source), txt(short(m.value)), txt(m.target),
-                          txt("-" if m.result is MISSING else short(m.result)), txt(m.note))
+            table.add_row(_txt(m.source), _txt(short(m.value)), _txt(m.target),
+                          _txt("-" if m.result is MISSING else short(m.result)), _txt(m.note))
         console.print(table)
     if t.dropped:
         table = render.table("Dropped (not honoured)", [("source field", "name"), "value", "why"])
         for d in t.dropped:
-            table.add_row(txt(d.source), txt(short(d.value)), txt(d.reason))
+            table.add_row(_txt(d.source), _txt(short(d.value)), _txt(d.reason))
         console.print(table)
     for e in t.errors:
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
     for w in t.warnings:
         err.print(Text.assemble(("warning: ", "yellow"), render.plain(w)), soft_wrap=True)
+    console.print(_validation_verdict(t))
+
+
+def _txt(v: Any) -> Text:
+    return Text(render.plain(v))
+
+
+def _roles_table(t: Any, short: Callable[[Any], str]) -> FitTable:
+    """validate's table of each role's captures (``short`` renders a config value in one short line)."""
+    roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
+                                   "options"])
+    for role, s in t.roles().items():
+        steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
+        opts = s.get("torch") or s.get(s["backend"]) or {}
+        if s.get("discrete"):
+            opts = {"discrete": True, **opts}
+        roles.add_row(_txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
+                      _txt(s["backend"]), _txt(short(s["ranks"])), _txt(steps), _txt(short(opts)))
+    return roles
+
+
+def _validation_verdict(t: Any) -> Text:
+    """validate's last line: invalid, valid but capturing less than asked, or valid; unknown keys counted."""
     unknown = sum(d.unknown for d in t.dropped)
     ignored = f"; {unknown} unknown key{'s' if unknown != 1 else ''} ignored (see Dropped)" if unknown else ""
     if not t.ok:
         n = len(t.errors)
-        console.print(Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red"))
-    elif t.warnings:
-        console.print(Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow"))
-    else:
-        console.print(Text(f"valid{ignored}", style="yellow" if unknown else "green"))
+        return Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red")
+    if t.warnings:
+        return Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow")
+    return Text(f"valid{ignored}", style="yellow" if unknown else "green")
 
 
 def main() -> None:
