@@ -308,7 +308,7 @@ def test_untrusted_fields_merge_go_through_as_read(tmp_path):
 
 @given(st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=30))
 def test_nesting_check_agrees_with_counting_overlaps(spans):
-    from distprof.analysis.merge import _nested
+    from distprof.analysis.lanes import _nested
 
     start = np.array([s for s, _ in spans], dtype=np.int64)
     end = start + np.array([d for _, d in spans], dtype=np.int64)

@@ -13,7 +13,7 @@ import os
 import tempfile
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 from rich.logging import RichHandler
@@ -29,7 +29,7 @@ from distprof.cli_support import (
     progress_bar,
 )
 from distprof.report import terminal as render
-from distprof.report.termfit import FitConsole
+from distprof.report.termfit import FitConsole, FitTable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -65,7 +65,8 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (-v info, -vv debug)."),
           debug: bool = typer.Option(False, "--debug", help="Show the traceback of an internal error."),
-          _v: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version.")) -> None:
+          _v: bool = typer.Option(False, "--version", is_eager=True, callback=_version, help="Print the version."),
+          ) -> None:
     _debug["on"] = debug
     _setup_logging(verbose)
 
@@ -82,21 +83,22 @@ def _guarded(fn: Callable) -> Callable:
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt:
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
         except Exception as e:
             if input_error(e):
                 err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
                 if as_json:
                     print_json(failure_doc(fn.__name__, kwargs, e, internal=False), EXIT_NOTHING)
-                raise typer.Exit(EXIT_NOTHING)
+                raise typer.Exit(EXIT_NOTHING) from None
             logging.getLogger("distprof").debug("internal error", exc_info=True)
             if _debug["on"]:
                 err.print(traceback.format_exc(), markup=False, highlight=False)
             err.print(Text.assemble(("internal error: ", "red"), f"{type(e).__name__}: {render.plain(e)}"
-                                    f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"), soft_wrap=True)
+                                    f"{'' if _debug['on'] else ' (run with --debug for the traceback)'}"),
+                      soft_wrap=True)
             if as_json:
                 print_json(failure_doc(fn.__name__, kwargs, e, internal=True), EXIT_INTERNAL)
-            raise typer.Exit(EXIT_INTERNAL)
+            raise typer.Exit(EXIT_INTERNAL) from None
     return run
 
 
@@ -105,7 +107,7 @@ def _guarded(fn: Callable) -> Callable:
 def demo(
     out: str | None = typer.Option(None, "--out", help="Run directory to write (default: a new temporary directory)."),
     steps: int = typer.Option(5, "--steps", min=3, help="RL steps to run; the two before the last are profiled."),
-    slow: list[str] | None = typer.Option(None, "--slow", metavar="ROLE/PHASE:MS", help="Sleep MS in that phase "
+    slow: list[str] | None = typer.Option(None, "--slow", metavar="ROLE/PHASE:MS", help="Sleep MS in that phase "  # noqa: B008 (typer)
         "every step (repeatable; actor phases: rank 1), e.g. rollout/generate:300. Default: actor/prepare:150."),
     slow_ms: float | None = typer.Option(None, "--slow-ms", min=0.0, help="--slow actor/prepare:MS"),
     async_rollout: bool = typer.Option(False, "--async", help="Rollout generates step N+1 during step N's update"),
@@ -125,7 +127,8 @@ def demo(
         err.print(f"[red]the run directory is incomplete[/red]; see: distprof check {result.run_dir}", soft_wrap=True)
         raise typer.Exit(1)
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
-                  f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.", soft_wrap=True)
+                  f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.",
+                  soft_wrap=True)
     from distprof.report import write_report
 
     with console.status("diagnosing and writing the report..."):
@@ -203,7 +206,8 @@ def _opt_steps():
 
 
 def _opt_steps_only():
-    return typer.Option(False, "--steps-only", help="Count only work inside ProfilerStep ranges (default: the whole trace).")
+    return typer.Option(False, "--steps-only",
+                        help="Count only work inside ProfilerStep ranges (default: the whole trace).")
 
 
 def _opt_workers():
@@ -259,7 +263,8 @@ def summary(
     rank: int | None = typer.Option(None, "--rank", hidden=True, help="Only this rank (same as --ranks R)."),
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: kernels, ops, phases, categories, ranks, ..."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object: kernels, ops, phases, categories, ranks, ..."),
 ) -> None:
     """Where the time goes: device kernels, CPU ops and phases over all ranks; per rank its device and host
     breakdown (compute, exposed communication, memory, idle), comm/compute overlap and average step."""
@@ -277,7 +282,8 @@ def stragglers(
     top: int = typer.Option(10, "--top", min=1, help="Worst collectives to list."),
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: ranks, steps, worst, mismatched, waits."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object: ranks, steps, worst, mismatched, waits."),
 ) -> None:
     """Match collectives across ranks: who arrives last, how long the others wait for it."""
     from distprof.analysis import analyze
@@ -313,7 +319,8 @@ def diagnose(
     path: str = typer.Argument(..., help=PATH_HELP),
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object: findings (ranked), analysed, thresholds."),
+    as_json: bool = typer.Option(False, "--json",
+                                 help="Print one JSON object: findings (ranked), analysed, thresholds."),
 ) -> None:
     """What is wrong, in words: findings ranked by the step time they cost, each with its evidence, what fixing it
     would save on the step's path across ranks, and a next step."""
@@ -369,12 +376,13 @@ def diff(
     workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: rows, totals, only_in_a, only_in_b."),
 ) -> None:
-    """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""
+    """What got slower or faster between two runs, two steps or two ranks: per kernel, op (self time), phase, category."""  # noqa: E501 (typer's help shows line breaks)
     from distprof.analysis import analyze
 
     sel_a = _selection(None, roles, None if step_a is None else str(step_a), steps_only, rank_a)
     sel_b = _selection(None, roles, None if step_b is None else str(step_b), steps_only, rank_b)
-    d = _run(analyze.diff, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers, ray_address=ray_address)
+    d = _run(analyze.diff, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers,
+             ray_address=ray_address)
     _done(d, as_json, lambda: render.diff(console, d))
 
 
@@ -385,7 +393,8 @@ def report(
     out: str | None = typer.Option(None, "-o", "--out", help="Output HTML file (one self-contained page; opens "
                                       "offline). Default: PATH/report.html for a folder, NAME.report.html beside a "
                                       "single trace, ./report.html for a URL."),
-    compare: str | None = typer.Option(None, "--compare", help="Another run to compare with (adds the run-to-run diff)."),
+    compare: str | None = typer.Option(None, "--compare",
+                                       help="Another run to compare with (adds the run-to-run diff)."),
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: out, bytes, findings, plots, ..."),
@@ -409,7 +418,8 @@ def report(
     def draw() -> None:
         n = len(r["findings"])
         console.print(Text(f"report: {render.plain(r['out'])} ({r['bytes']:,} bytes, "
-                           f"{n} finding{'' if n == 1 else 's'}; open it in a browser, no network needed)"), soft_wrap=True)
+                           f"{n} finding{'' if n == 1 else 's'}; open it in a browser, no network needed)"),
+                      soft_wrap=True)
 
     _done(r, as_json, draw)
 
@@ -419,8 +429,8 @@ def report(
 def validate(
     file: str = typer.Argument(..., help="A config file: YAML, JSON or TOML."),
     dialect: str | None = typer.Option(
-        None, "--dialect", help="The framework the config is written for: verl, skyrl, slime, swift, rlinf, torchtitan, "
-                                "nemo_rl (default: a distprof config)."),
+        None, "--dialect", help="The framework the config is written for: verl, skyrl, slime, swift, rlinf, "
+                                "torchtitan, nemo_rl (default: a distprof config)."),
     section: str | None = typer.Option(None, "--section", help="Dotted path to the part of the file that holds the "
                                                                   "config, e.g. trainer.policy.torch_profiler_config."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: config, roles, mapping, dropped, "
@@ -443,7 +453,7 @@ def validate(
                          "errors": [{"path": file, "source": file, "message": str(e), "text": str(e)}], "warnings": []},
                         EXIT_NOTHING)
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-        raise typer.Exit(EXIT_NOTHING)
+        raise typer.Exit(EXIT_NOTHING) from None
     code = EXIT_NOTHING if not t.ok else EXIT_SOME_UNREADABLE if t.warnings else EXIT_OK
     if as_json:
         doc = {"file": file, **t.to_dict()}
@@ -466,7 +476,8 @@ def trigger(
                                                               "profile_memory,with_stack,with_flops,with_modules."),
     lead_steps: int = typer.Option(5, "--lead-steps", help="Start at least this many steps after the first process "
                                                            "sees the request."),
-    align: int = typer.Option(10, "--align", help="Start on a multiple of this step (so ranks a few steps apart agree)."),
+    align: int = typer.Option(10, "--align",
+                              help="Start on a multiple of this step (so ranks a few steps apart agree)."),
     start_step: int | None = typer.Option(None, "--start-step", help="Start at this global step instead."),
     tag: str = typer.Option("", "--tag", help="Make an otherwise identical request a new one (to capture again)."),
     show_status: bool = typer.Option(False, "--status", help="Show the requests and each rank's answer."),
@@ -486,7 +497,7 @@ def trigger(
 
     from distprof.capture.trigger import send, status
 
-    def fail(e: Exception) -> None:
+    def fail(e: Exception) -> NoReturn:
         raise BadArgument(str(e)) from None  # one line, exit 2 (with --json, one object with errors)
 
     new = None
@@ -551,9 +562,6 @@ def _render_validation(t: Any, file: str) -> None:
 
     from distprof.config.dialects.source import MISSING, short
 
-    def txt(v: Any) -> Text:
-        return Text(render.plain(v))
-
     what = "distprof config" if t.dialect == "distprof" else f"{t.dialect} config"
     where = f", section {t.section}" if t.section else ""
     console.print(Text(f"{render.plain(file)}: {what}{render.plain(where)}", style="bold"), soft_wrap=True)
@@ -562,42 +570,55 @@ def _render_validation(t: Any, file: str) -> None:
                               default_flow_style=None, width=100).rstrip()
         console.print(Text("Resulting distprof config (settings that differ from the defaults):", style="bold"))
         for line in (body or "{}").splitlines():
-            console.print(txt(line), soft_wrap=True)
-        roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
-                                       "options"])
-        for role, s in t.roles().items():
-            steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
-            opts = s.get("torch") or s.get(s["backend"]) or {}
-            if s.get("discrete"):
-                opts = {"discrete": True, **opts}
-            roles.add_row(txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
-                          txt(s["backend"]), txt(short(s["ranks"])), txt(steps), txt(short(opts)))
-        console.print(roles)
+            console.print(_txt(line), soft_wrap=True)
+        console.print(_roles_table(t, short))
     if t.dialect != "distprof" and t.mapping:
         table = render.table("Mapping, field by field", [("source field", "name"), "value", ("distprof field", "name"),
                                                                  "becomes", "note"])
         for m in t.mapping:
-            table.add_row(txt(m.source), txt(short(m.value)), txt(m.target),
-                          txt("-" if m.result is MISSING else short(m.result)), txt(m.note))
+            table.add_row(_txt(m.source), _txt(short(m.value)), _txt(m.target),
+                          _txt("-" if m.result is MISSING else short(m.result)), _txt(m.note))
         console.print(table)
     if t.dropped:
         table = render.table("Dropped (not honoured)", [("source field", "name"), "value", "why"])
         for d in t.dropped:
-            table.add_row(txt(d.source), txt(short(d.value)), txt(d.reason))
+            table.add_row(_txt(d.source), _txt(short(d.value)), _txt(d.reason))
         console.print(table)
     for e in t.errors:
         err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
     for w in t.warnings:
         err.print(Text.assemble(("warning: ", "yellow"), render.plain(w)), soft_wrap=True)
+    console.print(_validation_verdict(t))
+
+
+def _txt(v: Any) -> Text:
+    return Text(render.plain(v))
+
+
+def _roles_table(t: Any, short: Callable[[Any], str]) -> FitTable:
+    """validate's table of each role's captures (``short`` renders a config value in one short line)."""
+    roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
+                                   "options"])
+    for role, s in t.roles().items():
+        steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
+        opts = s.get("torch") or s.get(s["backend"]) or {}
+        if s.get("discrete"):
+            opts = {"discrete": True, **opts}
+        roles.add_row(_txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
+                      _txt(s["backend"]), _txt(short(s["ranks"])), _txt(steps), _txt(short(opts)))
+    return roles
+
+
+def _validation_verdict(t: Any) -> Text:
+    """validate's last line: invalid, valid but capturing less than asked, or valid; unknown keys counted."""
     unknown = sum(d.unknown for d in t.dropped)
     ignored = f"; {unknown} unknown key{'s' if unknown != 1 else ''} ignored (see Dropped)" if unknown else ""
     if not t.ok:
         n = len(t.errors)
-        console.print(Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red"))
-    elif t.warnings:
-        console.print(Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow"))
-    else:
-        console.print(Text(f"valid{ignored}", style="yellow" if unknown else "green"))
+        return Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red")
+    if t.warnings:
+        return Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow")
+    return Text(f"valid{ignored}", style="yellow" if unknown else "green")
 
 
 def main() -> None:

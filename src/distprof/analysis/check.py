@@ -143,8 +143,8 @@ def check_run(run_dir: str) -> CheckResult:
         return res.fail(f"{view.url(RUN_JSON)}: its config cannot be used ({short(e)})")
 
     tree = {rel: (dirs, files) for rel, dirs, files in view.walk()}
-    roles = [_read_role(view, tree, name, config, run, res) for name in _roles(tree)]
-    roles = [r for r in roles if r is not None]
+    read = [_read_role(view, tree, name, config, run, res) for name in _roles(tree)]
+    roles = [r for r in read if r is not None]
     if not res.roles:
         res.problems.append("no role captured anything (no role directories)")
     run_reached = max((_reached(r) for r in roles), default=-1)
@@ -165,14 +165,15 @@ def check_run(run_dir: str) -> CheckResult:
 
 
 def _explain_missing(view: RunView, res: CheckResult) -> None:
-    """Missing windows of ranks whose node the last ``distprof.integrations.ray.collect`` could not reach (its ``collect.json``):
-    say so, naming the node. The file is untrusted like the rest: anything of the wrong shape is ignored."""
+    """Missing windows of ranks whose node the last ``distprof.integrations.ray.collect`` could not reach (its
+    ``collect.json``): say so, naming the node. The file is untrusted like the rest: anything of the wrong shape is
+    ignored."""
     note, why = _read_json(view, COLLECT_JSON)
     if note is None:
         if why != "missing":
             res.notes.append(f"{COLLECT_JSON}: {why}")
         return
-    lost: dict[tuple[str, int], str] = {}
+    lost: dict[tuple[str, int | None], str] = {}
     nodes = note.get("unreachable_nodes")
     for u in nodes if isinstance(nodes, list) else []:
         if not isinstance(u, dict) or not isinstance(u.get("ranks"), list):
@@ -189,7 +190,8 @@ def _explain_missing(view: RunView, res: CheckResult) -> None:
                 lost.setdefault((role, r["rank"]), f"not collected: {where} was unreachable{because}")
     for item in res.items:
         if item.status == "missing" and (item.role, item.rank) in lost:
-            item.detail = f"{item.detail}; {lost[(item.role, item.rank)]}" if item.detail else lost[(item.role, item.rank)]
+            why = lost[(item.role, item.rank)]
+            item.detail = f"{item.detail}; {why}" if item.detail else why
 
 
 # ---- reading ------------------------------------------------------------------------------------------------
@@ -245,7 +247,7 @@ def _read_role(view: RunView, tree, name: str, config: Any, run: dict[str, Any],
             config = ProfilerConfig.from_saved(info["config"])
         except (ValueError, TypeError) as e:
             res.items.append(Item(name, None, None, "broken", rel, f"its config cannot be used ({short(e)})"))
-    backend = info.get("backend") if isinstance(info.get("backend"), str) else config.backend
+    backend = b if isinstance(b := info.get("backend"), str) else config.backend
     res.roles.append({"role": name, "world_size": world, "backend": backend})
     role = _Role(name, config, world, backend)
     if backend in PROCESS_BACKENDS:
@@ -337,7 +339,8 @@ def _expected_windows(config: Any, reached: int, res: CheckResult, role: str) ->
             out.append(w)
             step = w.end + 1
     if len(out) >= MAX_WINDOWS:
-        res.notes.append(f"{role}: the plan has more than {MAX_WINDOWS:,} windows; the first {MAX_WINDOWS:,} are checked")
+        res.notes.append(f"{role}: the plan has more than {MAX_WINDOWS:,} windows; the first {MAX_WINDOWS:,} are "
+                         "checked")
     return out
 
 
@@ -354,36 +357,42 @@ def _check_role(view: RunView, tree, role: _Role, run_reached: int, listed: set[
         if rank not in role.ranks and not recs:
             continue
         _writers(role.name, rank, recs, res)
-        rank_rel = rank_dir(role.name, rank)
         seen: set[str] = set()
         planned = [r for r in recs if r.trigger is None and r.stopped_by != OOM and r.backend != RAY_TIMELINE]
         if rank not in role.ranks:  # files from a rank the config does not select: checked, not expected
             for rec in planned:
-                for f, status, why in _files(view, rank_rel, rec, seen):
+                for f, status, why in _files(view, rank_dir(role.name, rank), rec, seen):
                     res.items.append(Item(role.name, rank, list(rec.steps), status, f,
                                           why or "a rank the config does not select"))
         elif role.config.discrete:
             _check_discrete(view, role.name, rank, planned, expected, reached, seen, res)
         else:
             _check_windows(view, role.name, rank, planned, expected, reached, seen, res)
-        for rec in recs:
-            if rec.backend == RAY_TIMELINE:  # the driver's copy of Ray's task timeline, beside its window's trace
-                res.items += [Item(role.name, rank, list(rec.steps), st, f, why or "Ray's task timeline")
-                              for f, st, why in _files(view, rank_rel, rec, seen)]
-            elif rec.stopped_by == OOM:  # its own line beside its window's: the allocator's state when CUDA ran out
-                res.items += [Item(role.name, rank, list(rec.steps), st, f, why or f"CUDA out-of-memory snapshot, taken "
-                                   f"in step {rec.last}") for f, st, why in _files(view, rank_rel, rec, seen)]
-            elif rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault
-                res.notes.append(f"{role.name} rank {rank}: skipped requested steps {rec.first}-{rec.last} "
-                                 f"(request {rec.trigger}, {rec.stopped_by})")
-            elif rec.trigger is not None:
-                detail = f"on demand (request {rec.trigger})"
-                for f, status, why in _files(view, rank_rel, rec, seen):
-                    if status == "ok" and not rec.complete:
-                        status, why = "incomplete", _cut_detail(rec, None, [])
-                    res.items.append(Item(role.name, rank, list(rec.steps), status, f, f"{detail}; {why}" if why else detail))
+        _check_side_lines(view, role.name, rank, recs, seen, res)
         listed |= seen
         _unlisted(view, tree, role.name, rank, seen, res)
+
+
+def _check_side_lines(view: RunView, role: str, rank: int, recs: list[WindowRecord], seen: set[str],
+                      res: CheckResult) -> None:
+    """The rank's lines beside the plan's windows: Ray timelines, OOM snapshots, on-demand windows."""
+    rank_rel = rank_dir(role, rank)
+    for rec in recs:
+        if rec.backend == RAY_TIMELINE:  # the driver's copy of Ray's task timeline, beside its window's trace
+            res.items += [Item(role, rank, list(rec.steps), st, f, why or "Ray's task timeline")
+                          for f, st, why in _files(view, rank_rel, rec, seen)]
+        elif rec.stopped_by == OOM:  # its own line beside its window's: the allocator's state when CUDA ran out
+            res.items += [Item(role, rank, list(rec.steps), st, f, why or f"CUDA out-of-memory snapshot, taken "
+                               f"in step {rec.last}") for f, st, why in _files(view, rank_rel, rec, seen)]
+        elif rec.trigger is not None and not rec.files:  # a rank that saw the request too late: said, not a fault
+            res.notes.append(f"{role} rank {rank}: skipped requested steps {rec.first}-{rec.last} "
+                             f"(request {rec.trigger}, {rec.stopped_by})")
+        elif rec.trigger is not None:
+            detail = f"on demand (request {rec.trigger})"
+            for f, status, why in _files(view, rank_rel, rec, seen):
+                if status == "ok" and not rec.complete:
+                    status, why = "incomplete", _cut_detail(rec, None, [])
+                res.items.append(Item(role, rank, list(rec.steps), status, f, f"{detail}; {why}" if why else detail))
 
 
 def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord], expected: list[Window],
@@ -396,7 +405,8 @@ def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord]
         if len(gone) < len(expected):
             later = expected[len(gone)]
             res.items.append(Item(role, rank, [later.start, expected[-1].end], "not_reached",
-                                  detail=f"{len(expected) - len(gone)} windows not reached (the run ended at step {reached})"))
+                                  detail=f"{len(expected) - len(gone)} windows not reached (the run ended at step "
+                                         f"{reached})"))
         return
     rank_rel = rank_dir(role, rank)
     used: set[int] = set()
@@ -407,35 +417,42 @@ def _check_windows(view: RunView, role: str, rank: int, recs: list[WindowRecord]
                 res.items.append(Item(role, rank, [w.start, w.end], "not_reached",
                                       detail=f"not reached (the run ended at step {reached})"))
             else:
-                res.items.append(Item(role, rank, [w.start, w.end], "missing", detail="no manifest line for this window"))
+                res.items.append(Item(role, rank, [w.start, w.end], "missing",
+                                      detail="no manifest line for this window"))
             continue
         gaps = _gaps(w, over)
         for rec in over:
             used.add(id(rec))
-            continued = any(o is not rec and rec.first < o.first <= rec.last + 1 for o in over)
-            for f, status, why in _files(view, rank_rel, rec, seen):
-                if status == "ok":
-                    if gaps or (not rec.complete and not continued):
-                        status, why = "incomplete", _cut_detail(rec, w, gaps)
-                    elif (rec.first, rec.last) != (w.start, w.end):
-                        why = (f"steps {rec.first}-{rec.last} of {w.start}-{w.end}; the rest in another process's "
-                               "file (a resumed run)")
-                    elif len(over) > 1:
-                        why = "this window was captured more than once (both copies kept)"
-                res.items.append(Item(role, rank, [w.start, w.end], status, f, why))
-            if not rec.files and rec.stopped_by == "memory_guard":  # closed by the guard with no file: say why
-                g = rec.guard or {}
-                why = g.get("export_error") or g.get("reason") or "no file"
-                res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
-                    f"stopped by the memory guard after step {g.get('step', rec.last)}; no trace file: {why}")))
-            elif not rec.files and rec.engine is not None:  # a rollout engine's failed or slow flush (engines/)
-                res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
-                    f"the engine's traces were not taken ({rec.stopped_by}): {rec.engine.get('error')}")))
+            _check_window_line(view, role, rank, w, rec, over, gaps, seen, res)
     for rec in recs:  # lines for no window of the plan (the plan changed?): their files are still checked
         if id(rec) not in used:
             for f, status, why in _files(view, rank_rel, rec, seen):
                 res.items.append(Item(role, rank, list(rec.steps), status, f,
                                       why or f"steps {rec.first}-{rec.last}: not a window of the plan"))
+
+
+def _check_window_line(view: RunView, role: str, rank: int, w: Window, rec: WindowRecord, over: list[WindowRecord],
+                       gaps: list[tuple[int, int]], seen: set[str], res: CheckResult) -> None:
+    """The files of one line covering window ``w`` (``over``: every line covering it), or why it has none."""
+    continued = any(o is not rec and rec.first < o.first <= rec.last + 1 for o in over)
+    for f, status, why in _files(view, rank_dir(role, rank), rec, seen):
+        if status == "ok":
+            if gaps or (not rec.complete and not continued):
+                status, why = "incomplete", _cut_detail(rec, w, gaps)
+            elif (rec.first, rec.last) != (w.start, w.end):
+                why = (f"steps {rec.first}-{rec.last} of {w.start}-{w.end}; the rest in another process's "
+                       "file (a resumed run)")
+            elif len(over) > 1:
+                why = "this window was captured more than once (both copies kept)"
+        res.items.append(Item(role, rank, [w.start, w.end], status, f, why))
+    if not rec.files and rec.stopped_by == "memory_guard":  # closed by the guard with no file: say why
+        g = rec.guard or {}
+        why = g.get("export_error") or g.get("reason") or "no file"
+        res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
+            f"stopped by the memory guard after step {g.get('step', rec.last)}; no trace file: {why}")))
+    elif not rec.files and rec.engine is not None:  # a rollout engine's failed or slow flush (engines/)
+        res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
+            f"the engine's traces were not taken ({rec.stopped_by}): {rec.engine.get('error')}")))
 
 
 def _gaps(w: Window, over: list[WindowRecord]) -> list[tuple[int, int]]:
@@ -479,13 +496,13 @@ def _writers(role: str, rank: int, recs: list[WindowRecord], res: CheckResult) -
     pids = ", ".join(str(p) for _, p in sorted(who, key=lambda x: (str(x[0]), x[1])))
     timed = [r for r in recs if r.pid is not None and r.start_time is not None and r.end_time is not None]
     clash = any(r.writer_conflict and r not in timed for r in recs)
-    last_end: dict[tuple[str | None, int], float] = {}
-    for r in sorted(timed, key=lambda r: r.start_time):
-        me = (r.host, r.pid)
-        if any(k != me and end > r.start_time for k, end in last_end.items()):
+    last_end: dict[tuple[str | None, int | None], float] = {}
+    for r in sorted(timed, key=lambda r: r.start_time or 0.0):  # timed: start and end recorded, `or` never applies
+        me, start, end_ = (r.host, r.pid), r.start_time or 0.0, r.end_time or 0.0
+        if any(k != me and end > start for k, end in last_end.items()):
             clash = True
             break
-        last_end[me] = max(last_end.get(me, r.end_time), r.end_time)
+        last_end[me] = max(last_end.get(me, end_), end_)
     if clash:
         res.problems.append(f"two writers claimed {role} rank {rank} (pids {pids or 'unknown'})")
     elif len(who) > 1:

@@ -39,19 +39,20 @@ import posixpath
 import tempfile
 from array import array
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Union, cast
 
 import msgspec
 import numpy as np
 
 from distprof.analysis.analyze import nothing_read
 from distprof.analysis.fragments import Joiner, Part, PartWriter
+from distprof.analysis.lanes import overlap_lanes
 from distprof.analysis.parallel import FileError, Progress, map_files
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.trace.listing import TraceFile, find_traces
-from distprof.trace.reader import Duration, Int64, Time, TraceStream
+from distprof.trace.reader import Duration, Event, Int64, Time, TraceStream
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import profiler_step
 
@@ -104,7 +105,8 @@ _SEEN_OTHER = tuple(msgspec.defstruct(f"_SeenO{ord(p)}", [("tid", Int64 | str, 0
 
 
 def _seen_decoders(x: type) -> tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
-    union = Union[(x, _SeenM, *_SEEN_TIMED, *_SEEN_OTHER)]  # type: ignore[valid-type]
+    members = (x, _SeenM, *_SEEN_TIMED, *_SEEN_OTHER)
+    union = Union[members]  # type: ignore[valid-type]  # noqa: UP007 (a union built at run time)
     return msgspec.json.Decoder(list[union]), msgspec.json.Decoder(union)
 
 
@@ -188,63 +190,6 @@ def _label(role: str | None, rank: int | None, path: str) -> str:
     return f"{role} {who}" if role else who
 
 
-def overlap_lanes(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Lane of each complete event of one thread so that events on one lane nest (0 = stays put).
-
-    ``ts`` must be small (relative to the file's first event: epoch µs times 1000 exceed float64's
-    exact integers). Times are compared in integer ns, as Perfetto stores them, and the merged file's
-    timestamps are written as exactly those ns plus a whole-ns shift, so the nesting seen here is the
-    nesting a viewer sees. Events are taken by start (the
-    longer first on ties); each goes to the first lane where it fits inside the innermost open event
-    or where nothing is open.
-    """
-    start = np.round(ts * 1000.0).astype(np.int64)
-    end = start + np.round(dur * 1000.0).astype(np.int64)
-    lane_of = np.zeros(len(ts), dtype=np.int64)
-    if _nested(start, end):
-        return lane_of  # the usual case, found without the loop below
-    order = np.lexsort((start - end, start))
-    stacks: list[list[int]] = []  # per lane: ends of the open events, innermost last
-    s_list, e_list = start.tolist(), end.tolist()
-    for k in order.tolist():
-        s, e = s_list[k], e_list[k]
-        for lane, stack in enumerate(stacks):
-            while stack and stack[-1] <= s:
-                stack.pop()
-            if not stack or e <= stack[-1]:
-                stack.append(e)
-                break
-        else:
-            lane = len(stacks)
-            stacks.append([e])
-        lane_of[k] = lane
-    return lane_of
-
-
-def _nested(start: np.ndarray, end: np.ndarray) -> bool:
-    """Whether the spans ``[start, end)`` (integer ns) already nest: no two overlap without one holding the other.
-
-    Vectorised: every span of positive length is a ``(`` at its start and a ``)`` at its end, ordered by time
-    (at one time: ends before starts, as touching spans do not overlap; the inner span's end first, the outer
-    span's start first). In that balanced sequence the brackets that match are the consecutive ones at one
-    depth; the spans nest exactly when each matching pair is one span. Zero-length spans never overlap.
-    """
-    keep = end > start
-    s, e = start[keep], end[keep]
-    n = len(s)
-    if n < 2:
-        return True
-    ids = np.arange(n)
-    time = np.concatenate([s, e])
-    is_start = np.concatenate([np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)])
-    order = np.lexsort((np.concatenate([ids, -ids]), np.concatenate([-e, -s]), is_start, time))
-    step = np.where(is_start[order] == 1, 1, -1)
-    depth = np.cumsum(step)
-    level = np.where(step == 1, depth, depth + 1)  # a start's depth after it, an end's before it
-    span = np.concatenate([ids, ids])[order][np.argsort(level, kind="stable")]
-    return bool((span[0::2] == span[1::2]).all())
-
-
 def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection: Selection | None = None) -> _Scan:
     """Pass 1 over one file (in a worker): clocks, names, steps, and the complete events to move to lanes."""
     pick = selection is not None and selection.steps is not None
@@ -258,11 +203,7 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     steps: list[tuple[float, float]] = []
     x_type = _SeenXNamed if pick else _SeenX
     for batch in t.batches():
-        try:
-            tids = set([e.tid for e in batch])
-        except AttributeError:  # the reader's placeholder for an event of a phase merge does not read
-            tids = set([e.tid for e in batch if isinstance(e, _Seen)])
-        max_tid = max([max_tid, *(x for x in tids if type(x) is int)])  # a few distinct tids per batch
+        max_tid = max([max_tid, *(x for x in _tids(batch) if type(x) is int)])  # a few distinct tids per batch
         xe = [e for e in batch if type(e) is x_type]
         xt.extend([threads.setdefault((e.pid, e.tid), len(threads)) for e in xe])
         xs.extend([e.ts for e in xe])
@@ -270,38 +211,59 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
         low = min([e.ts for e in batch if type(e) in _TIMED_SEEN], default=None)
         if low is not None and (first is None or low < first):
             first = low
-        if pick:
-            steps += [(e.ts, e.ts + e.dur) for e in xe
-                      if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
-        for e in [e for e in batch if type(e) is _SeenM]:
-            if e.name == "process_name":
-                named[e.pid] = _meta_name(e)
-            elif e.name == "thread_name":
-                thread_names[(e.pid, e.tid)] = _meta_name(e)
+        if pick and selection is not None:
+            steps += _step_ranges(xe, selection)
+        _meta_names(batch, named, thread_names)
     first = first or 0.0
     scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
                  step_ranges=steps)
     if xt:
-        tn = np.frombuffer(xt, dtype=np.int64)
-        ts = np.frombuffer(xs, dtype="d")
-        dur = np.frombuffer(xd, dtype="d")
-        order = np.argsort(tn, kind="stable")
-        cuts = np.flatnonzero(np.diff(tn[order])) + 1
-        keys = list(threads)
-        for idx in np.split(order, cuts):
-            lanes = overlap_lanes(ts[idx] - first, dur[idx])
-            moved = np.flatnonzero(lanes)
-            if not len(moved):
-                continue
-            pid, tid = keys[tn[idx[0]]]
-            for k, lane in zip(idx[moved].tolist(), lanes[moved].tolist()):
-                scan.lanes[(pid, tid, xs[k], xd[k])] = lane
-                scan.flow_lanes[(pid, tid, xs[k])] = lane
-            scan.moved += len(moved)
+        _move_to_lanes(scan, list(threads), xt, xs, xd)
     if scan.moved:
         logger.info("%s: %d complete events overlap others on their thread; moved to lane threads",
                     f.path, scan.moved)
     return scan
+
+
+def _step_ranges(xe: list[Event], selection: Selection) -> list[tuple[float, float]]:
+    """(start, end) of the complete events that are a selected step's ``ProfilerStep#N``."""
+    return [(e.ts, e.ts + e.dur) for e in xe if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
+
+
+def _tids(batch: list[Event]) -> set:
+    try:
+        return set([e.tid for e in batch])
+    except AttributeError:  # the reader's placeholder for an event of a phase merge does not read
+        return set([e.tid for e in batch if isinstance(e, _Seen)])
+
+
+def _meta_names(batch: list[Event], named: dict, thread_names: dict) -> None:
+    """The names of processes and threads the batch's metadata events give (the last one written wins)."""
+    for e in [e for e in batch if type(e) is _SeenM]:
+        if e.name == "process_name":
+            named[e.pid] = _meta_name(e)
+        elif e.name == "thread_name":
+            thread_names[(e.pid, e.tid)] = _meta_name(e)
+
+
+def _move_to_lanes(scan: _Scan, keys: list[tuple[Any, Any]], xt: array, xs: array, xd: array) -> None:
+    """Per thread (``xt``: each complete event's thread, ``keys[n]``: thread n's (pid, tid)), the complete events
+    that overlap others there, moved to lane threads (``scan.lanes``, ``scan.flow_lanes``, ``scan.moved``)."""
+    tn = np.frombuffer(xt, dtype=np.int64)
+    ts = np.frombuffer(xs, dtype="d")
+    dur = np.frombuffer(xd, dtype="d")
+    order = np.argsort(tn, kind="stable")
+    cuts = np.flatnonzero(np.diff(tn[order])) + 1
+    for idx in np.split(order, cuts):
+        lanes = overlap_lanes(ts[idx] - scan.first, dur[idx])
+        moved = np.flatnonzero(lanes)
+        if not len(moved):
+            continue
+        pid, tid = keys[tn[idx[0]]]
+        for k, lane in zip(idx[moved].tolist(), lanes[moved].tolist(), strict=False):
+            scan.lanes[(pid, tid, xs[k], xd[k])] = lane
+            scan.flow_lanes[(pid, tid, xs[k])] = lane
+        scan.moved += len(moved)
 
 
 def _meta_name(e: Any) -> str | None:
@@ -466,7 +428,7 @@ def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, f
     events, sep = 0, b""
     stream = _stream(scan.file, on_read, False, _OUT_DECODERS)
     try:
-        for batch in stream.batches():
+        for batch in cast("Iterator[list[_Out]]", stream.batches()):  # as _OUT_DECODERS decode them
             if keep is not None:
                 batch = [e for e in batch if keep(e)]
             if not batch:
@@ -500,9 +462,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     problems: list[tuple[str, str]] = []
     found = find_traces(path, problems)
     check_output(out, [f.path for f in found], "merge", "merged.json.gz")
-    files = [f for f in found
-             if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank)) and (f.role is None or selection.role_ok(f.role))
-             and selection.window_ok(f.window.steps if f.window is not None else None)]
+    files = _selected(found, selection)
     by_step = selection.steps is not None
     total = 2 * len(files)
 
@@ -511,9 +471,47 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
 
     # Pass 1 (a few numbers per file kept): rank, role, clock offset, first timestamp, track names and
     # overlapping events. It orders the tracks by role then rank and fixes the clock base.
-    scans, errors = [], [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
-    skipped = len(found) - len(files)  # files the selection leaves out
-    for got in map_files(functools.partial(_scan, selection=selection), files, workers, report(0)):
+    errors = [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
+    scans, skipped = _first_pass(files, selection, workers, report(0), errors)
+    skipped += len(found) - len(files)  # files the selection leaves out
+    if not scans:
+        why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else
+                                                          "no trace files found")
+        raise nothing_read(f"{path}: no readable trace ({why})", errors)
+    base = min(s.first_us for s in scans)
+    for i, (scan, label) in enumerate(zip(scans, _labels(scans, path), strict=False)):
+        scan.index, scan.label = i, label
+    # Pass 2: every file's events into its own part (beside the output), joined in file order; the output is
+    # renamed into place when complete.
+    gz = out.endswith(".gz")
+    with atomic_output(out) as f:
+        with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(out)}.parts-",
+                                         dir=os.path.dirname(os.path.abspath(out))) as folder:
+            parts = map_files(functools.partial(_write, base_us=base, folder=folder, gz=gz, by_step=by_step),
+                              scans, workers, report(len(files)))  # type: ignore[arg-type]  # map_files reads .path
+            events_out, json_bytes, written, salvaged = _join(f, gz, base, scans, parts, errors)
+    return {"out": out, "files": len(written), "events": events_out, "base_time_us": base,
+            "moved_to_lanes": sum(s.moved for s in written),
+            "errors": errors, "salvaged": [s for s in salvaged if s],
+            "files_read": len(written), "skipped": skipped, "scope": selection.to_dict(), "json_bytes": json_bytes,
+            "warnings": _size_warning(out, json_bytes), "conflicts": []}
+
+
+def _selected(found: list[TraceFile], selection: Selection) -> list[TraceFile]:
+    """The files the selection keeps by what their manifest says (rank, role, window), before reading them."""
+    return [f for f in found
+            if (f.manifest_rank is None or selection.rank_ok(f.manifest_rank))
+            and (f.role is None or selection.role_ok(f.role))
+            and selection.window_ok(f.window.steps if f.window is not None else None)]
+
+
+def _first_pass(files: list[TraceFile], selection: Selection, workers: int | None,
+                report: Callable[[Progress], None] | None, errors: list[dict[str, Any]]) -> tuple[list[_Scan], int]:
+    """Pass 1 over the files: the scans of those the selection keeps, in track order (role, then rank), and how
+    many it leaves out once read; a file that cannot be read is an error in ``errors``."""
+    scans, skipped = [], 0
+    by_step = selection.steps is not None
+    for got in map_files(functools.partial(_scan, selection=selection), files, workers, report):
         if isinstance(got, FileError):  # one unreadable rank is reported, the others are still merged
             errors.append(got.to_dict())
         elif selection.rank_ok(got.rank) and selection.role_ok(got.role) and (got.step_ranges or not by_step):
@@ -521,46 +519,35 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
         else:
             skipped += 1
     scans.sort(key=lambda s: (s.role or "", -1 if s.rank is None else s.rank, s.file.path))
-    if not scans:
-        why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else "no trace files found")
-        raise nothing_read(f"{path}: no readable trace ({why})", errors)
-    base = min(s.first_us for s in scans)
-    for i, (scan, label) in enumerate(zip(scans, _labels(scans, path))):
-        scan.index, scan.label = i, label
-    # Pass 2: every file's events into its own part (beside the output), joined in file order; the output is
-    # renamed into place when complete.
-    gz = out.endswith(".gz")
-    events_out = json_bytes = 0
+    return scans, skipped
+
+
+def _join(f: Any, gz: bool, base: float, scans: list[_Scan], parts: Any, errors: list[dict[str, Any]]
+          ) -> tuple[int, int, list[_Scan], list[dict | None]]:
+    """The output around the files' parts, in file order: events written, bytes of JSON events, the scans
+    written and what each lacks (salvage); a part that failed (its file changed or gone since pass 1) is an error."""
+    events_out = 0
     written: list[_Scan] = []
     salvaged: list[dict | None] = []
-    with atomic_output(out) as f:
-        with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(out)}.parts-",
-                                         dir=os.path.dirname(os.path.abspath(out))) as folder:
-            parts = map_files(functools.partial(_write, base_us=base, folder=folder, gz=gz, by_step=by_step),
-                              scans, workers, report(len(files)))
-            w = Joiner(f, gz)
-            w.add(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
-                {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
-            head = w.length
-            for scan, got in zip(scans, parts):
-                if isinstance(got, FileError):  # changed or gone since pass 1
-                    errors.append(got.to_dict())
-                    continue
-                if got.part.length:
-                    if events_out:
-                        w.add(b",")
-                    w.add_part(got.part)
-                    events_out += got.events
-                written.append(scan)
-                salvaged.append({"path": scan.file.path, **got.salvaged} if got.salvaged else None)
-            json_bytes = w.length - head
-            w.add(b"]}")
-            w.close()
-    return {"out": out, "files": len(written), "events": events_out, "base_time_us": base,
-            "moved_to_lanes": sum(s.moved for s in written),
-            "errors": errors, "salvaged": [s for s in salvaged if s],
-            "files_read": len(written), "skipped": skipped, "scope": selection.to_dict(), "json_bytes": json_bytes,
-            "warnings": _size_warning(out, json_bytes), "conflicts": []}
+    w = Joiner(f, gz)
+    w.add(b'{"displayTimeUnit":"ms","distprofMerge":' + _enc.encode(
+        {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
+    head = w.length
+    for scan, got in zip(scans, parts, strict=False):
+        if isinstance(got, FileError):  # changed or gone since pass 1
+            errors.append(got.to_dict())
+            continue
+        if got.part.length:
+            if events_out:
+                w.add(b",")
+            w.add_part(got.part)
+            events_out += got.events
+        written.append(scan)
+        salvaged.append({"path": scan.file.path, **got.salvaged} if got.salvaged else None)
+    json_bytes = w.length - head
+    w.add(b"]}")
+    w.close()
+    return events_out, json_bytes, written, salvaged
 
 
 def _in_steps(ranges: list[tuple[float, float]]) -> Callable[[_Out], bool]:
@@ -596,4 +583,4 @@ def _labels(scans: list[_Scan], root: str) -> list[str]:
         p = p.removeprefix("file://")
         return posixpath.relpath(p, top) if p.startswith(top + "/") else posixpath.basename(p)
 
-    return [f"{b} ({where(s.file.path)})" if seen[b] > 1 else b for b, s in zip(base, scans)]
+    return [f"{b} ({where(s.file.path)})" if seen[b] > 1 else b for b, s in zip(base, scans, strict=False)]

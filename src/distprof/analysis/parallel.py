@@ -3,8 +3,9 @@
 Files are read in a process pool (``workers``), in this process (``workers=1``), or as Ray tasks
 (``ray_address``; "local" starts a loopback cluster). One file alone (the common case of a single rank
 profiled with heavy flags) is read in this process with a :class:`SplitPool`: its events list is cut into
-runs that the pool's workers decode and reduce while this process inflates and cuts the stream. Results come back **in file order**, whatever
-finishes first, so every analysis sees the same input for any number of workers. A file that cannot
+runs that the pool's workers decode and reduce while this process inflates and cuts the stream. Results come
+back **in file order**, whatever finishes first, so every analysis sees the same input for any number of
+workers. A file that cannot
 be read is one error (path and message), not a failure of the rest; any other exception is a bug and
 propagates.
 """
@@ -58,8 +59,11 @@ def _init_worker(counter) -> None:
 
 
 def _count(n: int) -> None:
-    with _counter.get_lock():
-        _counter.value += n
+    counter = _counter
+    if counter is None:  # not a pool worker (_in_pool passes _count only in one)
+        return
+    with counter.get_lock():
+        counter.value += n
 
 
 def _in_pool(fn: Callable, f: TraceFile) -> Any:
@@ -113,9 +117,9 @@ def _size(path: str) -> int:
 
 def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
     """Per-file tasks on a Ray cluster. A file listed on a node (``TraceFile.node``, by
-    :func:`distprof.analysis.rayfiles.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost before
-    its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are read
-    anywhere, one CPU each.
+    :func:`distprof.analysis.rayfiles.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost
+    before its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are
+    read anywhere, one CPU each.
 
     Pinned reads claim no CPU from Ray: the job's own actors may hold every CPU of the node that has the files
     (logically), and a read needing one would wait for the job to end. Instead the driver keeps at most as many
@@ -148,22 +152,22 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(ready[0])
-            node = files[k].node
-            if node and queued[node]:
-                submit(node)
+            holder = files[k].node
+            if holder and queued[holder]:
+                submit(holder)
             try:
                 ok, value = ray.get(ready[0])
             except Exception as e:
-                if not (node and node_lost(e)):
+                if not (holder and node_lost(e)):
                     raise  # fn's own exception: a bug, as in a process pool
-                ok, value = False, (f"{files[k].path}: {node_name(node, table)}, which holds this file, "
+                ok, value = False, (f"{files[k].path}: {node_name(holder, table)}, which holds this file, "
                                     f"is gone ({type(e).__name__}); not read")
             out[k] = share_strings(value, seen) if ok else FileError(files[k].path, value)
             done(k)
         return out
 
 
-def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], files: Sequence[TraceFile],
+def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
               workers: int | None = None, progress: Callable[[Progress], None] | None = None,
               ray_address: str | None = None, split: bool = False) -> list[Any]:
     """``fn(file, on_read)`` for every file; a list in file order of its results or :class:`FileError`.
@@ -209,8 +213,8 @@ def map_files(fn: Callable[[TraceFile, Callable[[int], None] | None], Any], file
         return out
     seen: dict[str, str] = {}
     counter = multiprocessing.get_context().Value("q", 0)
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as pool:
-        pending = {pool.submit(_in_pool, fn, f): k for k, f in enumerate(files)}
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as executor:
+        pending = {executor.submit(_in_pool, fn, f): k for k, f in enumerate(files)}
         while pending:
             # Wake up now and then to show bytes read by the workers, not only finished files.
             done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)

@@ -1,4 +1,5 @@
-"""Reading a window's Ray task timeline (written by :mod:`distprof.integrations.ray.timeline`) as busy intervals per (role, rank).
+"""Reading a window's Ray task timeline (written by :mod:`distprof.integrations.ray.timeline`) as busy intervals
+per (role, rank).
 
 :func:`busy_intervals` turns one file into ``[{"role", "rank", "name", "start_us", "dur_us"}]``: every actor task
 (method call) that ran on a worker of a profiled group, in **epoch µs**, the clock of ``steps``' ``start_us``
@@ -80,6 +81,34 @@ def busy_intervals(source: str | bytes | dict[str, Any], clip: bool = True) -> l
     """``[{"role", "rank", "name", "start_us", "dur_us"}]`` of one timeline (a path, its bytes or its object),
     sorted by role, rank and start; ``clip``: cut each interval to the file's window."""
     doc = source if isinstance(source, dict) else parse(source) if isinstance(source, bytes) else load(source)
+    by_worker, by_actor = _workers(doc)
+    own_methods = doc.get("own_methods")
+    own = {m for m in own_methods if isinstance(m, str)} if isinstance(own_methods, list) else set()
+    win = w if isinstance(w := doc.get("window"), dict) else {}
+    lo, hi = _num(win.get("start_us")), _num(win.get("end_us"))
+    out = []
+    for e in doc["traceEvents"]:
+        task = _task(e, own)
+        if task is None:
+            continue
+        name, tid, task_id, ts, dur = task
+        who = by_worker.get(tid.partition(":")[2])
+        if who is None and isinstance(task_id, str) and len(task_id) > _ACTOR_ID_HEX:
+            who = by_actor.get(task_id[-_ACTOR_ID_HEX:])
+        if who is None:
+            continue  # a task of no profiled group (collect's, the user's own)
+        start, end = ts, ts + max(dur, 0.0)
+        if clip and lo is not None and hi is not None:
+            start, end = max(start, lo), min(end, hi)
+            if end <= start:
+                continue
+        out.append({"role": who[0], "rank": who[1], "name": name, "start_us": start, "dur_us": end - start})
+    out.sort(key=lambda r: (r["role"], r["rank"], r["start_us"]))
+    return out
+
+
+def _workers(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, int]], dict[str, tuple[str, int]]]:
+    """(role, rank) of each profiled worker, by its Ray worker id and by its actor id."""
     by_worker: dict[str, tuple[str, int]] = {}
     by_actor: dict[str, tuple[str, int]] = {}
     for w in doc.get("workers", []):
@@ -90,34 +119,19 @@ def busy_intervals(source: str | bytes | dict[str, Any], clip: bool = True) -> l
             by_worker[w["worker_id"]] = who
         if isinstance(w.get("actor_id"), str):
             by_actor[w["actor_id"]] = who
-    own_methods = doc.get("own_methods")
-    own = {m for m in own_methods if isinstance(m, str)} if isinstance(own_methods, list) else set()
-    win = doc.get("window") if isinstance(doc.get("window"), dict) else {}
-    lo, hi = _num(win.get("start_us")), _num(win.get("end_us"))
-    out = []
-    for e in doc["traceEvents"]:
-        if not isinstance(e, dict):
-            continue
-        cat, tid = e.get("cat"), e.get("tid")
-        ts, dur = _num(e.get("ts")), _num(e.get("dur"))
-        if not (isinstance(cat, str) and cat.startswith("task::") and isinstance(tid, str)) or ts is None or dur is None:
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        method = args.get("name") if isinstance(args.get("name"), str) else cat.rsplit(".", 1)[-1]
-        if method in own:
-            continue
-        who = by_worker.get(tid.partition(":")[2])
-        task = args.get("task_id")
-        if who is None and isinstance(task, str) and len(task) > _ACTOR_ID_HEX:
-            who = by_actor.get(task[-_ACTOR_ID_HEX:])
-        if who is None:
-            continue  # a task of no profiled group (collect's, the user's own)
-        start, end = ts, ts + max(dur, 0.0)
-        if clip and lo is not None and hi is not None:
-            start, end = max(start, lo), min(end, hi)
-            if end <= start:
-                continue
-        out.append({"role": who[0], "rank": who[1], "name": cat.removeprefix("task::"), "start_us": start,
-                    "dur_us": end - start})
-    out.sort(key=lambda r: (r["role"], r["rank"], r["start_us"]))
-    return out
+    return by_worker, by_actor
+
+
+def _task(e: Any, own: set[str]) -> tuple[str, str, Any, float, float] | None:
+    """An actor task's event as (name, tid, task id, ts, dur), or None: not a task, malformed, or distprof's own."""
+    if not isinstance(e, dict):
+        return None
+    cat, tid = e.get("cat"), e.get("tid")
+    ts, dur = _num(e.get("ts")), _num(e.get("dur"))
+    if not (isinstance(cat, str) and cat.startswith("task::") and isinstance(tid, str)) or ts is None or dur is None:
+        return None
+    args = a if isinstance(a := e.get("args"), dict) else {}
+    method = args.get("name") if isinstance(args.get("name"), str) else cat.rsplit(".", 1)[-1]
+    if method in own:
+        return None
+    return cat.removeprefix("task::"), tid, args.get("task_id"), ts, dur

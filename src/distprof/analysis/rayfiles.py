@@ -85,7 +85,7 @@ def _list_here(path: str) -> dict[str, Any]:
         files = find_traces(local, problems)
     except TraceError as e:
         return {"node": node, "absent": str(e)}
-    idents = []
+    idents: list[tuple[int, int, int] | None] = []
     for f in files:
         try:
             st = os.stat(f.path.removeprefix("file://"))
@@ -136,7 +136,7 @@ def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: 
                 problems.append(tuple(p))
     holders: dict[tuple[str, Any], list[Any]] = {}  # (path, identity) -> [(node, TraceFile)]
     for got in listings:
-        for f, ident in zip(got["files"], got["idents"]):
+        for f, ident in zip(got["files"], got["idents"], strict=False):
             key = (f.path, ident if ident is not None else got["node"])
             holders.setdefault(key, []).append((got["node"], f))
     if not holders:

@@ -15,7 +15,7 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from distprof.rundir.layout import is_url
 
@@ -41,7 +41,7 @@ class RunView:
         self.refused: list[tuple[str, str]] = []
         if self.remote:
             self.where = path.rstrip("/") or path
-            self._fs = None
+            self._fs: Any = None  # the fsspec filesystem (fsspec is untyped here), set by root_kind
             self._root = ""
         else:
             self.where = os.path.abspath(os.path.expanduser(path.removeprefix("file://")))

@@ -108,7 +108,7 @@ class StandinEngine:
 
     def _all(self, cmd: str, args: list[Any]) -> list[Any]:
         with self._lock:
-            for c, a in zip(self._conns, args):
+            for c, a in zip(self._conns, args, strict=False):
                 c.send((cmd, a))
             return [c.recv() for c in self._conns]
 

@@ -60,7 +60,8 @@ def _worker(rank: int, world_size: int, init_file: str, config: dict, steps: int
             # Wider layers in small buckets: several all-reduces per backward, running on gloo's threads
             # while backward goes on, as in real DDP jobs.
             model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
-                                        torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+                                        torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                        torch.nn.Linear(256, 10))
             model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
         else:
             model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
@@ -123,7 +124,8 @@ def run(out: str, steps: int = 6, world_size: int = 2, config: dict | None = Non
               "torch": {"activities": ["cpu"]}, **(config or {})}
     scratch = tempfile.mkdtemp(prefix="distprof-rdzv-")
     try:
-        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s, plain_torch, ddp),
+        mp.start_processes(_worker, args=(world_size, rendezvous_file(scratch), config, steps, slow_rank, slow_s,
+                                          plain_torch, ddp),
                            nprocs=world_size, join=True, start_method=start_method)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

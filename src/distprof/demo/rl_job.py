@@ -230,7 +230,8 @@ def _wait_gone(pids: list[int], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while any(alive(p) for p in pids):
         if time.monotonic() > deadline:
-            logger.warning("distprof demo: Ray processes %s still running after shutdown", [p for p in pids if alive(p)])
+            logger.warning("distprof demo: Ray processes %s still running after shutdown",
+                           [p for p in pids if alive(p)])
             return
         time.sleep(0.05)  # other processes' exit: nothing to block on
 
@@ -307,7 +308,8 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
             undo.callback(where.setLevel, level)
             nxt = None  # asynchronous: the batch generated during the previous step
             for step in range(steps):
-                say(f"step {step}: generate, score, update, sync" + (" (rollout one step ahead)" if async_rollout else ""))
+                say(f"step {step}: generate, score, update, sync"
+                    + (" (rollout one step ahead)" if async_rollout else ""))
                 with distprof.annotate("driver/generate"):
                     seqs = nxt if nxt is not None else rollout[0].generate.remote(step)
                     ray.wait([seqs], fetch_local=False)

@@ -149,7 +149,8 @@ def _finding(i: int, f: Finding, plots: set[str], ev: Evidence | None = None) ->
 
 def _problems(env: dict[str, Any]) -> str:
     items = [f"unreadable: {e.get('message') or e.get('path')}" for e in env.get("errors") or []]
-    items += [f"read in part: {s.get('path')}" + (f" ({'; '.join(map(str, s.get('notes') or []))})" if s.get("notes") else "")
+    items += [f"read in part: {s.get('path')}"
+              + (f" ({'; '.join(map(str, s.get('notes') or []))})" if s.get("notes") else "")
               for s in env.get("salvaged") or []]
     items += [f"conflict: {c.get('path')}: {c.get('reason')}" for c in env.get("conflicts") or []]
     items += [f"warning: {w}" for w in env.get("warnings") or []]
@@ -191,9 +192,9 @@ def render(title: str, meta: Iterable[str], findings: list[Finding], sections: l
                 "these traces.</p>")
     parts = []
     for s in sections:
-        html_, f = _section(s)
+        html_, sec_figs = _section(s)
         parts.append(html_)
-        figs.update(f)
+        figs.update(sec_figs)
     nav = " ".join(f'<a href="#{s.id}">{_e(_TITLES.get(s.id, s.id))}</a>' for s in sections)
     js = plotly.offline.get_plotlyjs()
     # An inlined script ends at the first "</script"; plotly.js has none (plotly.py inlines it the same way),

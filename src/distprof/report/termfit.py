@@ -23,6 +23,7 @@ message on one line.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -151,16 +152,16 @@ def cut_middle(s: str, width: int, keep: int | None = None) -> str:
     if w1 >= len(s):  # the rest fits: no third part
         w0 = _snap_start(s, _tail(s, body + 1 - cell_len(s[:a])), len(s))
         return s[:a] + ELLIPSIS + s[len(s) if w0 is None else w0:]
-    w1 = _snap_end(s, w1, w0 + 1)
-    if w1 is None:
+    mid_end = _snap_end(s, w1, w0 + 1)
+    if mid_end is None:
         return cut_middle(s, width)
-    b = _snap_start(s, max(w1 + 1, _tail(s, body - cell_len(s[:a]) - cell_len(s[w0:w1]))), len(s))
-    return s[:a] + ELLIPSIS + s[w0:w1] + ELLIPSIS + s[len(s) if b is None else b:]
+    b = _snap_start(s, max(mid_end + 1, _tail(s, body - cell_len(s[:a]) - cell_len(s[w0:mid_end]))), len(s))
+    return s[:a] + ELLIPSIS + s[w0:mid_end] + ELLIPSIS + s[len(s) if b is None else b:]
 
 
 def _common_prefix(a: str, b: str) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -242,12 +243,7 @@ def wrap(text: Text | str, width: int, hang: int = 0, sep: str | None = None) ->
     def room() -> int:  # the width of the line being filled (the last of spans)
         return width - (lead if len(spans) <= 1 else cont)
 
-    if sep:
-        cuts = [0, *(m.end() for m in re.finditer(re.escape(sep), plain)), len(plain)]
-        queue = [(a + len(plain[a:b]) - len(plain[a:b].lstrip()), b, True) for a, b in zip(cuts, cuts[1:])
-                 if plain[a:b].strip()]
-    else:
-        queue = [(s, e, False) for s, e in _words(plain)]
+    queue = _pieces(plain, sep)
     while queue:
         s, e, entry = queue.pop(0)
         word_end = s + len(plain[s:e].rstrip())
@@ -263,17 +259,7 @@ def wrap(text: Text | str, width: int, hang: int = 0, sep: str | None = None) ->
                 cut = len(plain[:cut]) + len(plain[cut:e]) - len(plain[cut:e].lstrip(" "))
                 queue[:0] = [(s, cut, False), (cut, e, False)]
             continue
-        pos = s  # the word starts a line; folded when it is wider than a line
-        while True:
-            avail = width - (lead if not spans else cont)
-            if avail <= 0 or cell_len(plain[pos:word_end]) <= avail:
-                break
-            cut = max(pos + 1, _head(plain, avail, pos))
-            soft = max((k + 1 for k in range(pos + (cut - pos) // 2, cut - 1) if plain[k] in _FOLD), default=cut)
-            cut = soft if soft < cut else cut  # after a '.', '/' or '_' in the second half of the line when there is one
-            spans.append((pos, cut))
-            pos = cut
-        spans.append((pos, word_end))
+        _fold(plain, s, word_end, spans, width, lead, cont)  # the word starts a line
     if not spans:
         return [text.copy()]
     lines = []
@@ -282,6 +268,32 @@ def wrap(text: Text | str, width: int, hang: int = 0, sep: str | None = None) ->
         piece.rstrip()
         lines.append(Text(" " * (lead if k == 0 else cont)) + piece)
     return lines
+
+
+def _pieces(plain: str, sep: str | None) -> list[tuple[int, int, bool]]:
+    """What :func:`wrap` lays out, in order: (start, end, is a list entry) of each entry of a list (``sep``),
+    else of each word."""
+    if sep:
+        cuts = [0, *(m.end() for m in re.finditer(re.escape(sep), plain)), len(plain)]
+        return [(a + len(plain[a:b]) - len(plain[a:b].lstrip()), b, True)
+                for a, b in itertools.pairwise(cuts) if plain[a:b].strip()]
+    return [(s, e, False) for s, e in _words(plain)]
+
+
+def _fold(plain: str, pos: int, word_end: int, spans: list[tuple[int, int]], width: int, lead: int,
+          cont: int) -> None:
+    """The word ``plain[pos:word_end]`` on new lines (appended to ``spans``), folded when it is wider than a
+    line."""
+    while True:
+        avail = width - (lead if not spans else cont)
+        if avail <= 0 or cell_len(plain[pos:word_end]) <= avail:
+            break
+        cut = max(pos + 1, _head(plain, avail, pos))
+        soft = max((k + 1 for k in range(pos + (cut - pos) // 2, cut - 1) if plain[k] in _FOLD), default=cut)
+        cut = soft if soft < cut else cut  # after a '.', '/' or '_' in the second half of the line when there is one
+        spans.append((pos, cut))
+        pos = cut
+    spans.append((pos, word_end))
 
 
 def say(console: Console, text: Text | str, hang: int = 0) -> None:
@@ -364,7 +376,8 @@ class FitTable:
                 shown.remove(i)
                 if c.kind != "key" and not c.once:
                     data = sorted(values - set(BLANK))
-                    dropped.setdefault("no data" if not data else " or ".join(data) + " on every row", []).append(c.name)
+                    why = "no data" if not data else " or ".join(data) + " on every row"
+                    dropped.setdefault(why, []).append(c.name)
             elif c.once and len(values - set(BLANK)) == 1 and title is not None:
                 shown.remove(i)
                 title.append(f", {c.name} {next(iter(values - set(BLANK)))}")
@@ -406,6 +419,32 @@ class FitTable:
         cols = self.columns
         under = [i for i in shown if cols[i].kind == "line"]
         table = [i for i in shown if cols[i].kind != "line"]
+        want, floor, good = self._widths(table, cells, whole_names)
+        flex = [i for i in table if cols[i].kind in ("name", "text")]
+        fixed = [i for i in table if i not in flex]
+
+        def squeeze(ids: list[int]) -> dict[int, int]:
+            return _squeeze(ids, want, (([i for i in ids if i in flex], good), ([i for i in ids if i in fixed], floor),
+                                        ([i for i in ids if i in flex], floor)), width)
+
+        w = squeeze(table)
+        for i in reversed(flex):  # prose too narrow to read goes under its row
+            if _total(w, table) <= width:
+                break
+            if cols[i].kind == "text":
+                table.remove(i)
+                under.insert(0, i)
+                w = squeeze(table)
+        if _total(w, table) <= width or len(table) < 2:
+            return [table], under, [w]
+        parts = self._split(table, floor, width)
+        return parts, under, [squeeze(p) for p in parts]
+
+    def _widths(self, table: list[int], cells: list[list[Text]], whole_names: bool
+                ) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+        """Per column: the width it wants (its widest cell or its heading), the least it may have, and the
+        width a name or prose column is still good at."""
+        cols = self.columns
         cw = {i: max((cell_len(row[i].plain) for row in cells), default=0) for i in table}
         want, floor, good = {}, {}, {}
         for i in table:
@@ -422,44 +461,16 @@ class FitTable:
                 good[i] = max(min(cw[i], TEXT_GOOD), floor[i])
             else:
                 floor[i] = good[i] = max(cw[i], word)
-        flex = [i for i in table if cols[i].kind in ("name", "text")]
-        fixed = [i for i in table if i not in flex]
+        return want, floor, good
 
-        def total(ws: dict[int, int], ids: list[int]) -> int:
-            return sum(ws[i] for i in ids) + GAP * max(0, len(ids) - 1)
-
-        def squeeze(ids: list[int]) -> dict[int, int]:
-            w = {i: want[i] for i in ids}
-            for group, target in (([i for i in ids if i in flex], good), ([i for i in ids if i in fixed], floor),
-                                  ([i for i in ids if i in flex], floor)):
-                excess = total(w, ids) - width
-                room = {i: w[i] - target[i] for i in group if w[i] > target[i]}
-                if excess <= 0 or not room:
-                    continue
-                if sum(room.values()) <= excess:
-                    w.update({i: target[i] for i in room})
-                    continue
-                left = excess
-                for i in sorted(room, key=lambda i: -room[i]):  # widest first, in proportion to their room
-                    take = min(room[i], left, -(-excess * room[i] // sum(room.values())))
-                    w[i] -= take
-                    left -= take
-            return w
-
-        w = squeeze(table)
-        for i in reversed(flex):  # prose too narrow to read goes under its row
-            if total(w, table) <= width:
-                break
-            if cols[i].kind == "text":
-                table.remove(i)
-                under.insert(0, i)
-                w = squeeze(table)
-        if total(w, table) <= width or len(table) < 2:
-            return [table], under, [w]
-        keys = [i for i in table if cols[i].kind == "key"] or table[:1]
-        parts, cur = [], []
+    def _split(self, table: list[int], floor: dict[int, int], width: int) -> list[list[int]]:
+        """A table too wide in parts, each repeating the keys: as few parts as the greedy split needs, the
+        columns spread evenly over them where they fit."""
+        keys = [i for i in table if self.columns[i].kind == "key"] or table[:1]
+        parts: list[list[int]] = []
+        cur: list[int] = []
         for i in (i for i in table if i not in keys):
-            if cur and total(floor, keys + cur + [i]) > width:
+            if cur and _total(floor, keys + cur + [i]) > width:
                 parts.append(keys + cur)
                 cur = []
             cur.append(i)
@@ -467,35 +478,14 @@ class FitTable:
         values = [i for i in table if i not in keys]
         per = -(-len(values) // len(parts))  # as many columns in each part as the greedy split needs parts
         even = [keys + values[k:k + per] for k in range(0, len(values), per)]
-        if len(even) == len(parts) and all(total(floor, p) <= width for p in even):
+        if len(even) == len(parts) and all(_total(floor, p) <= width for p in even):
             parts = even
-        return parts, under, [squeeze(p) for p in parts]
+        return parts
 
     def _draw(self, ids: list[int], under: list[int], w: dict[int, int], cells: list[list[Text]], width: int,
               whole_names: bool) -> list[Text]:
         cols = self.columns
-
-        def pad(t: Text, i: int) -> Text:
-            t = t.copy()
-            n = w[i] - t.cell_len
-            if n > 0:
-                (t.pad_left if cols[i].kind == "num" else t.pad_right)(n)
-            return t
-
-        def join(parts: list[Text], style: str | None = None) -> Text:
-            line = Text(" " * GAP).join(parts)
-            line.rstrip()
-            if style:
-                line.stylize(style)
-            return line
-
-        out: list[Text] = []
-        heads = [wrap(Text(cols[i].name), w[i]) for i in ids]
-        depth = max((len(h) for h in heads), default=1)
-        for k in range(depth):
-            out.append(join([pad(h[k - depth + len(h)] if k >= depth - len(h) else Text(""), i)
-                             for i, h in zip(ids, heads)], style="bold"))
-        out.append(Text("─" * (sum(w[i] for i in ids) + GAP * max(0, len(ids) - 1)), style="dim"))
+        out = self._heading(ids, w)
         cut = {i: distinct_cuts([row[i].plain for row in cells], w[i])
                for i in ids if cols[i].kind == "name" and not whole_names}
         keys = [i for i in ids if cols[i].kind == "key"]
@@ -504,21 +494,79 @@ class FitTable:
         for r, row in enumerate(cells):
             if self.rows[r].section:
                 out.append(Text(""))
-            stack = []
-            for i in ids:
-                c = row[i]
-                if cols[i].kind == "name":
-                    stack.append([Text(cut[i][r], style=c.style)] if i in cut else wrap(c, w[i]))
-                elif cols[i].kind == "text":
-                    stack.append(wrap(c, w[i]))
-                else:
-                    stack.append([c])
-            for k in range(max(len(s) for s in stack) if stack else 0):
-                out.append(join([pad(s[k] if k < len(s) else Text(""), i) for i, s in zip(ids, stack)],
-                                style=self.rows[r].style))
+            out += self._row(r, row, ids, w, cut)
             for i in under:
                 if row[i].plain.strip() in cols[i].empty:
                     continue
                 line = Text.assemble(" " * indent, (f"{cols[i].name}: ", "dim"), row[i])
                 out += wrap(line, width, hang=2, sep=", " if cols[i].kind == "line" else None)
         return out
+
+    def _row(self, r: int, row: list[Text], ids: list[int], w: dict[int, int], cut: dict[int, list[str]]
+             ) -> list[Text]:
+        """Row ``r`` as lines: names cut (``cut``) or wrapped, prose wrapped, each column padded to its width."""
+        cols = self.columns
+        stack = []
+        for i in ids:
+            c = row[i]
+            if cols[i].kind == "name":
+                stack.append([Text(cut[i][r], style=c.style)] if i in cut else wrap(c, w[i]))
+            elif cols[i].kind == "text":
+                stack.append(wrap(c, w[i]))
+            else:
+                stack.append([c])
+        return [_join([self._pad(s[k] if k < len(s) else Text(""), i, w) for i, s in zip(ids, stack, strict=False)],
+                      style=self.rows[r].style) for k in range(max(len(s) for s in stack) if stack else 0)]
+
+    def _heading(self, ids: list[int], w: dict[int, int]) -> list[Text]:
+        """The column headings, wrapped to their widths and aligned at the bottom, and the rule under them."""
+        heads = [wrap(Text(self.columns[i].name), w[i]) for i in ids]
+        depth = max((len(h) for h in heads), default=1)
+        out = [_join([self._pad(h[k - depth + len(h)] if k >= depth - len(h) else Text(""), i, w)
+                      for i, h in zip(ids, heads, strict=False)], style="bold") for k in range(depth)]
+        out.append(Text("─" * (sum(w[i] for i in ids) + GAP * max(0, len(ids) - 1)), style="dim"))
+        return out
+
+    def _pad(self, t: Text, i: int, w: dict[int, int]) -> Text:
+        """Cell ``t`` of column ``i`` padded to its width (numbers to the right)."""
+        t = t.copy()
+        n = w[i] - t.cell_len
+        if n > 0:
+            (t.pad_left if self.columns[i].kind == "num" else t.pad_right)(n)
+        return t
+
+
+def _join(parts: list[Text], style: str | None = None) -> Text:
+    """Cells side by side, ``GAP`` apart, trailing spaces cut."""
+    line = Text(" " * GAP).join(parts)
+    line.rstrip()
+    if style:
+        line.stylize(style)
+    return line
+
+
+def _total(ws: dict[int, int], ids: list[int]) -> int:
+    """The width of columns ``ids`` side by side at widths ``ws``."""
+    return sum(ws[i] for i in ids) + GAP * max(0, len(ids) - 1)
+
+
+def _squeeze(ids: list[int], want: dict[int, int], steps: Iterable[tuple[list[int], dict[int, int]]],
+             width: int) -> dict[int, int]:
+    """Widths for columns ``ids``: each as wide as it wants, then, while the columns are wider than ``width``,
+    the columns of each step in turn narrowed towards that step's widths, the widest first, in proportion to
+    their room."""
+    w = {i: want[i] for i in ids}
+    for group, target in steps:
+        excess = _total(w, ids) - width
+        room = {i: w[i] - target[i] for i in group if w[i] > target[i]}
+        if excess <= 0 or not room:
+            continue
+        if sum(room.values()) <= excess:
+            w.update({i: target[i] for i in room})
+            continue
+        left = excess
+        for i in sorted(room, key=lambda i: -room[i]):  # widest first, in proportion to their room
+            take = min(room[i], left, -(-excess * room[i] // sum(room.values())))
+            w[i] -= take
+            left -= take
+    return w

@@ -53,6 +53,7 @@ def per_role(inv: Any, table: Callable[[dict[str, Any]], dict[str, tuple]], valu
     out = {}
     for role in sorted(acc, key=lambda r: r or ""):
         total = sum(v[value] for v in acc[role].values())
+        rows: list[dict[str, Any]]
         rows = [{"name": n, "count": int(v[0]), "total_us": v[1], "self_us": v[2] if len(v) > 2 else None,
                  "share": v[value] / total if total else 0.0} for n, v in acc[role].items() if v[value] > 0]
         rows.sort(key=lambda r: (-(r["self_us"] if value == 2 else r["total_us"]), r["name"]))

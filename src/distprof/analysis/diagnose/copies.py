@@ -4,6 +4,7 @@ or to host memory that is not pinned). See :mod:`distprof.analysis.diagnose`."""
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from distprof.analysis.diagnose.common import (
     MEMCPY_SHARE,
@@ -55,7 +56,9 @@ def pageable_memcpy(job: Job) -> list[Finding]:
     for role, rows in job.by_role.items():
         per_step = {r: job.kernel_names(role, r, lambda n: "Pageable" in (memcpy_endpoints(n) or ()))
                     for r in ranks_of(rows)}
-        cuts, per_rank, part, dur, rank_steps = [], defaultdict(float), 0.0, 0.0, 0
+        cuts: list[dict[int, float]] = []
+        per_rank: defaultdict[Any, float] = defaultdict(float)
+        part, dur, rank_steps = 0.0, 0.0, 0
         for row in rows:
             cut = {}
             for i, x in enumerate(row["ranks"]):
@@ -75,7 +78,8 @@ def pageable_memcpy(job: Job) -> list[Finding]:
                 names[k] += v
         wi = path_what_if(rows, cuts, "copies from pinned memory, asynchronous to the host", upper_bound=True)
         claim = (f"copies to or from pageable (not pinned) host memory take {fmt_dur(part / rank_steps)} per rank and "
-                 f"step in {steps_text([step_key(r) for r in rows])} ({', '.join(name_text(k) for k in sorted(names))}); "
+                 f"step in {steps_text([step_key(r) for r in rows])} "
+                 f"({', '.join(name_text(k) for k in sorted(names))}); "
                  f"pinned memory would save up to {fmt_dur(wi['saves_per_step_us'])} per step.")
         out.append(make_finding(job, "pageable_memcpy", role, rows, cuts, per_rank, claim, wi,
                                 "Pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then "

@@ -47,7 +47,8 @@ def exposed_communication(job: Job) -> list[Finding]:
         return None if not dev else max(dev["communication_us"] - x["waited_us"], 0.0)
 
     out = []
-    for role, rows, cuts, share, per_rank in share_rule(job, "exposed_communication", exposed, EXPOSED_COMM_SHARE, True):
+    for role, rows, cuts, share, per_rank in share_rule(job, "exposed_communication", exposed, EXPOSED_COMM_SHARE,
+                                                        True):
         if role in job.partial:
             continue  # with ranks missing, their lateness cannot be told from transfer time (see caveats())
         top = top_rank(per_rank)
@@ -86,51 +87,121 @@ def _host_wait(x: dict[str, Any]) -> dict[str, Any]:
     return (x.get("idle") or {}).get("host_wait") or {}
 
 
+def _busy_cuts(rows: list[dict[str, Any]], per_step: dict[Any, float]
+               ) -> tuple[list[dict[int, float]], defaultdict[Any, float]]:
+    """Each row's cut: a rank in ``per_step`` loses that much of its step (at most its busy time)."""
+    cuts: list[dict[int, float]] = []
+    per_rank: defaultdict[Any, float] = defaultdict(float)
+    for row in rows:
+        cut = {i: min(per_step[x["rank"]], x["busy_us"]) for i, x in enumerate(row["ranks"]) if x["rank"] in per_step}
+        for i, v in cut.items():
+            per_rank[row["ranks"][i]["rank"]] += v
+        cuts.append(cut)
+    return cuts, per_rank
+
+
+def _launch_rank_steps(rows: list[dict[str, Any]]) -> tuple[list[tuple[Any, int, Any]], list[tuple[Any, int, Any]]]:
+    """The role's rank-steps where the launch figure applies, and those of them that are launch-bound."""
+    pairs = [(row, i, x) for row in rows for i, x in enumerate(row["ranks"])
+             if (x.get("launch") or {}).get("applicable")]
+    bound = [(row, i, x) for row, i, x in pairs if x["launch"].get("launch_bound")]
+    return pairs, bound
+
+
+def _launch_cuts(rows: list[dict[str, Any]], bound: list[tuple[Any, int, Any]]
+                 ) -> tuple[list[dict[int, float]], defaultdict[Any, float]]:
+    """What goes away in each row: the host wait during which the host issues work, on its launch-bound ranks."""
+    cuts: list[dict[int, float]] = []
+    per_rank: defaultdict[Any, float] = defaultdict(float)
+    for row in rows:
+        cut = {}
+        for r2, i, x in bound:
+            if r2 is row:
+                cut[i] = min(_host_wait(x).get("launch_us", 0.0), x["busy_us"])
+                per_rank[x["rank"]] += cut[i]
+        cuts.append(cut)
+    return cuts, per_rank
+
+
+def _launch_figures(bound: list[tuple[Any, int, Any]]) -> tuple[int, dict[str, Any]]:
+    """The launch-bound rank-steps' idle and launch figures, summed, and how many rank-steps the idle ones are."""
+    idle = [x["idle"] for _, _, x in bound if (x.get("idle") or {}).get("applicable")]
+    return max(len(idle), 1), {
+        "idle_us": sum(f["idle_us"] for f in idle), "host_wait_us": sum(f["host_wait_us"] for f in idle),
+        "host_issuing_us": sum((f.get("host_wait") or {}).get("launch_us", 0.0) for f in idle),
+        "span_us": sum(f["span_us"] for f in idle), "launches": sum(x["launch"]["launches"] for _, _, x in bound),
+        "short": sum(x["launch"]["short"] for _, _, x in bound)}
+
+
+def _launch_calls(job: Job, role: Any) -> Counter:
+    """The role's launch calls (runtime names) and how often each ran, from the summary."""
+    calls: Counter = Counter()
+    for r in job.inv.summary.get("ranks") or []:
+        if r.get("role") == role and (r.get("launch") or {}).get("applicable"):
+            calls.update(r["launch"].get("calls") or {})
+    return calls
+
+
 def launch_bound(job: Job) -> list[Finding]:
     """Devices idle while the host issues work: launch calls, the ops making them and the Python between them
     fill the device's gaps (:data:`LAUNCH_BOUND_RANK_STEPS`; the step rule is :mod:`.launch`'s)."""
     out = []
     for role, rows in job.by_role.items():
-        pairs = [(row, i, x) for row in rows for i, x in enumerate(row["ranks"]) if (x.get("launch") or {}).get("applicable")]
-        bound = [(row, i, x) for row, i, x in pairs if x["launch"].get("launch_bound")]
+        pairs, bound = _launch_rank_steps(rows)
         if not pairs or len(bound) < LAUNCH_BOUND_RANK_STEPS * len(pairs):
             continue
-        cuts, per_rank = [], defaultdict(float)
-        for row in rows:
-            cut = {}
-            for r2, i, x in bound:
-                if r2 is row:  # what goes away: the host wait during which the host issues work
-                    cut[i] = min(_host_wait(x).get("launch_us", 0.0), x["busy_us"])
-                    per_rank[x["rank"]] += cut[i]
-            cuts.append(cut)
-        idle = [x["idle"] for _, _, x in bound if (x.get("idle") or {}).get("applicable")]
-        n = max(len(idle), 1)
-        span = sum(f["span_us"] for f in idle)
-        idle_us = sum(f["idle_us"] for f in idle)
-        host = sum(f["host_wait_us"] for f in idle)
-        issuing = sum((f.get("host_wait") or {}).get("launch_us", 0.0) for f in idle)
-        launches = sum(x["launch"]["launches"] for _, _, x in bound)
-        short = sum(x["launch"]["short"] for _, _, x in bound)
-        calls: Counter = Counter()
-        for r in job.inv.summary.get("ranks") or []:
-            if r.get("role") == role and (r.get("launch") or {}).get("applicable"):
-                calls.update(r["launch"].get("calls") or {})
+        cuts, per_rank = _launch_cuts(rows, bound)
+        n, fig = _launch_figures(bound)
+        calls = _launch_calls(job, role)
         ranks = ranks_of([{"ranks": [x for _, _, x in bound]}])
         wi = path_what_if(rows, cuts, "the device never waits for the CPU to launch work", upper_bound=True)
         claim = (f"{len(bound)} of {len(pairs)} rank-steps are launch-bound ({ranks_text(ranks)}): the device is idle "
-                 f"{fmt_dur(idle_us / n)} of its {fmt_dur(span / n)} per rank and step, {fmt_dur(issuing / n)} of it "
-                 f"waiting while the host issues work ({launches // n} launches per step, the ops that make them and "
-                 f"the Python between them; {short // n} of them run shorter on the device than the call); up to "
+                 f"{fmt_dur(fig['idle_us'] / n)} of its {fmt_dur(fig['span_us'] / n)} per rank and step, "
+                 f"{fmt_dur(fig['host_issuing_us'] / n)} of it waiting while the host issues work "
+                 f"({fig['launches'] // n} launches per step, the ops that make them and the Python between them; "
+                 f"{fig['short'] // n} of them run shorter on the device than the call); up to "
                  f"{fmt_dur(wi['saves_per_step_us'])} per step could be saved.")
         out.append(make_finding(job, "launch_bound", role, rows, cuts, per_rank, claim, wi,
                                 "Launch fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), "
                                 "torch.compile fusion, larger batches per step, and no host work between launches "
                                 "(Python overhead, .item()); faster kernels will not help.",
                                 [c for c, _ in calls.most_common(3)],
-                                {"rank_steps": len(pairs), "launch_bound_rank_steps": len(bound), "idle_us": idle_us,
-                                 "host_wait_us": host, "host_issuing_us": issuing, "span_us": span,
-                                 "launches": launches, "short": short}, Plot.IDLE))
+                                {"rank_steps": len(pairs), "launch_bound_rank_steps": len(bound), **fig}, Plot.IDLE))
     return out
+
+
+def _host_wait_per_step(job: Job, summary: dict[tuple[Any, Any], dict[str, Any]], role: Any,
+                        rows: list[dict[str, Any]]) -> tuple[dict[Any, float], defaultdict[str, float]]:
+    """Per rank of the role, the device's wait per step for host work that launches nothing (less the rank's
+    straggler excess), and that wait per phase (untraced host code as :data:`_UNTRACED`), summed over the ranks."""
+    per_step: dict[Any, float] = {}
+    phases: defaultdict[str, float] = defaultdict(float)
+    for r in ranks_of(rows):
+        mine = job.of_rank[(role, r)]
+        hw = ((summary.get((role, r)) or {}).get("idle") or {}).get("host_wait")
+        if not hw or not mine:
+            continue
+        named = {k: v for k, v in hw.get("phases", {}).items() if not is_dataloader(k)}
+        excess = sum(job.straggler_cut.get((role, _cut_key(row), r), 0.0) for row, _, _ in mine)
+        total = max(sum(named.values()) + hw.get("untraced_us", 0.0) - excess, 0.0)
+        if total > 0:
+            per_step[r] = total / len(mine)
+            scale = total / (sum(named.values()) + hw.get("untraced_us", 0.0))
+            for k, v in [*named.items(), (_UNTRACED, hw.get("untraced_us", 0.0))]:
+                phases[k] += v * scale / len(mine)
+    return per_step, phases
+
+
+def _host_bound_fix(lead: list[tuple[str, float]]) -> str:
+    named_lead = [k for k, _ in lead if k != _UNTRACED]
+    fix = (f"Take {', '.join(name_text(k) for k in named_lead) or 'that work'} off the device's path: prepare the "
+           "next batch while the device runs this one (DataLoader workers, pin_memory, copies to the device on a "
+           "side stream ahead of use), move logging, checkpointing and metrics to a background thread, or "
+           "shorten it (profile it with with_stack to see what it runs).")
+    if any(k == _UNTRACED for k, _ in lead):
+        fix += (" The host code no op or phase names: wrap it in distprof.annotate or profile with with_stack to "
+                "see it.")
+    return fix
 
 
 def host_bound(job: Job) -> list[Finding]:
@@ -140,54 +211,56 @@ def host_bound(job: Job) -> list[Finding]:
     out = []
     summary = {(r.get("role"), r["rank"]): r for r in job.inv.summary.get("ranks") or []}
     for role, rows in job.by_role.items():
-        per_step: dict[Any, float] = {}
-        phases: dict[str, float] = defaultdict(float)
-        for r in ranks_of(rows):
-            mine = job.of_rank[(role, r)]
-            hw = ((summary.get((role, r)) or {}).get("idle") or {}).get("host_wait")
-            if not hw or not mine:
-                continue
-            named = {k: v for k, v in hw.get("phases", {}).items() if not is_dataloader(k)}
-            excess = sum(job.straggler_cut.get((role, _cut_key(row), r), 0.0) for row, _, _ in mine)
-            total = max(sum(named.values()) + hw.get("untraced_us", 0.0) - excess, 0.0)
-            if total > 0:
-                per_step[r] = total / len(mine)
-                scale = total / (sum(named.values()) + hw.get("untraced_us", 0.0))
-                for k, v in [*named.items(), (_UNTRACED, hw.get("untraced_us", 0.0))]:
-                    phases[k] += v * scale / len(mine)
+        per_step, phases = _host_wait_per_step(job, summary, role, rows)
         dur = sum(x["dur_us"] for row in rows for x in row["ranks"] if x["rank"] in per_step)
         part = sum(per_step[x["rank"]] for row in rows for x in row["ranks"] if x["rank"] in per_step)
         if not per_step or dur <= 0 or part < HOST_BOUND_SHARE * dur:
             continue
-        cuts, per_rank = [], defaultdict(float)
-        for row in rows:
-            cut = {i: min(per_step[x["rank"]], x["busy_us"]) for i, x in enumerate(row["ranks"]) if x["rank"] in per_step}
-            for i, v in cut.items():
-                per_rank[row["ranks"][i]["rank"]] += v
-            cuts.append(cut)
+        cuts, per_rank = _busy_cuts(rows, per_step)
         top = top_rank(per_rank)
         lead = [(k, v) for k, v in sorted(phases.items(), key=lambda kv: -kv[1]) if v > 0][:3]
         n_ranks = len(per_step)
-        what = ", ".join(f"{'untraced host code (' + _UNTRACED[1:-1] + ')' if k == _UNTRACED else 'phase ' + name_text(k)} "
-                         f"{fmt_dur(v / n_ranks)}" for k, v in lead)
+        untraced = "untraced host code (" + _UNTRACED[1:-1] + ")"
+        what = ", ".join(f"{untraced if k == _UNTRACED else 'phase ' + name_text(k)} {fmt_dur(v / n_ranks)}"
+                         for k, v in lead)
         wi = path_what_if(rows, cuts, "the device never waits for host work that launches nothing", upper_bound=True)
         claim = (f"the device waits {fmt_dur(part / sum(len(c) for c in cuts))} per rank and step in "
                  f"{steps_text([step_key(r) for r in rows])} for host work that launches nothing ({what}; most on "
                  f"{rank_name(role, top)}: {fmt_dur(per_rank[top] / len(rows))} per step); taking it off the "
                  f"device's path would save up to {fmt_dur(wi['saves_per_step_us'])} per step.")
-        named_lead = [k for k, _ in lead if k != _UNTRACED]
-        fix = (f"Take {', '.join(name_text(k) for k in named_lead) or 'that work'} off the device's path: prepare the "
-               "next batch while the device runs this one (DataLoader workers, pin_memory, copies to the device on a "
-               "side stream ahead of use), move logging, checkpointing and metrics to a background thread, or "
-               "shorten it (profile it with with_stack to see what it runs).")
-        if any(k == _UNTRACED for k, _ in lead):
-            fix += (" The host code no op or phase names: wrap it in distprof.annotate or profile with with_stack to "
-                    "see it.")
-        out.append(make_finding(job, "host_bound", role, rows, cuts, per_rank, claim, wi, fix,
+        out.append(make_finding(job, "host_bound", role, rows, cuts, per_rank, claim, wi, _host_bound_fix(lead),
                                 [k for k, _ in lead], {"share_of_step": part / dur, "per_rank_us_per_step":
                                                        by_rank(per_step), "by_phase_us_per_step": dict(lead)},
                                 Plot.IDLE))
     return out
+
+
+def _sync_per_step(job: Job, role: Any, rows: list[dict[str, Any]]) -> dict[Any, dict[str, float]]:
+    """Per rank with device activity, its blocking device-to-host reads per step, by name."""
+    per_step: dict[Any, dict[str, float]] = {}
+    for r in ranks_of(rows):
+        if any((x.get("temporal") or {}).get("device") for _, _, x in job.of_rank[(role, r)]):
+            ops = {k: v for k, v in job.names_per_step(role, r, "ops").items() if is_sync_op(k)}
+            calls = {k: v for k, v in job.names_per_step(role, r, "runtime").items() if is_sync_runtime(k)}
+            # .item() shows as both (the op calls the runtime's sync): the larger side, not the sum
+            per_step[r] = ops if sum(ops.values()) >= sum(calls.values()) else calls
+    return per_step
+
+
+def _sync_hot(job: Job, role: Any, per_step: dict[Any, dict[str, float]]
+              ) -> tuple[dict[Any, tuple[float, float]], dict[Any, float]]:
+    """The ranks whose own sync time (less waiting for late peers) reaches :data:`HOST_SYNC_SHARE` of their mean
+    step: ``(own per step, mean step)``, and the waiting per step of each of them."""
+    hot, peers = {}, {}
+    for r, ops in per_step.items():
+        mine = job.of_rank[(role, r)]
+        durs = [x["dur_us"] for _, _, x in mine]
+        mean = sum(durs) / len(durs) if durs else 0.0
+        waiting = sum(x.get("sync_waiting_us", 0.0) for _, _, x in mine) / len(mine) if mine else 0.0
+        own = max(sum(ops.values()) - waiting, 0.0)
+        if mean > 0 and own >= HOST_SYNC_SHARE * mean:
+            hot[r], peers[r] = (own, mean), waiting
+    return hot, peers
 
 
 def host_sync(job: Job) -> list[Finding]:
@@ -195,32 +268,11 @@ def host_sync(job: Job) -> list[Finding]:
     counting the time they wait for a late peer (``stragglers``' ``sync_waiting_us``: the straggler's cost)."""
     out = []
     for role, rows in job.by_role.items():
-        per_step: dict[Any, dict[str, float]] = {}
-        for r in ranks_of(rows):
-            if any((x.get("temporal") or {}).get("device") for _, _, x in job.of_rank[(role, r)]):
-                ops = {k: v for k, v in job.names_per_step(role, r, "ops").items() if is_sync_op(k)}
-                calls = {k: v for k, v in job.names_per_step(role, r, "runtime").items() if is_sync_runtime(k)}
-                # .item() shows as both (the op calls the runtime's sync): the larger side, not the sum
-                per_step[r] = ops if sum(ops.values()) >= sum(calls.values()) else calls
-        hot, peers = {}, {}
-        for r, ops in per_step.items():
-            mine = job.of_rank[(role, r)]
-            durs = [x["dur_us"] for _, _, x in mine]
-            mean = sum(durs) / len(durs) if durs else 0.0
-            waiting = sum(x.get("sync_waiting_us", 0.0) for _, _, x in mine) / len(mine) if mine else 0.0
-            own = max(sum(ops.values()) - waiting, 0.0)
-            if mean > 0 and own >= HOST_SYNC_SHARE * mean:
-                hot[r], peers[r] = (own, mean), waiting
+        per_step = _sync_per_step(job, role, rows)
+        hot, peers = _sync_hot(job, role, per_step)
         if not hot:
             continue
-        cuts, per_rank = [], defaultdict(float)
-        for row in rows:
-            cut = {}
-            for i, x in enumerate(row["ranks"]):
-                if x["rank"] in hot:
-                    cut[i] = min(hot[x["rank"]][0], x["busy_us"])
-                    per_rank[x["rank"]] += cut[i]
-            cuts.append(cut)
+        cuts, per_rank = _busy_cuts(rows, {r: v[0] for r, v in hot.items()})
         top = max(hot, key=lambda r: hot[r][0] / hot[r][1])
         names: dict[str, float] = defaultdict(float)
         for r in hot:

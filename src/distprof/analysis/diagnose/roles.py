@@ -32,57 +32,87 @@ def _work(x: dict[str, Any]) -> float:
     return max(x["phases"].values(), default=x["busy_us"])  # a capture window: its longest phase (phases nest)
 
 
-def bounding_role(job: Job) -> list[Finding]:
-    """The role whose work bounds the steps of a multi-role job (thresholds: :data:`ROLE_BOUND_RATIO`,
-    :data:`ROLE_BOUND_SHARE`)."""
-    # The driver's phases are its waits on the other roles (distprof.integrations.ray.driver): it orchestrates, never bounds.
-    by_role = {role: rows for role, rows in job.by_role.items() if role != DRIVER_ROLE}
-    if len(by_role) < 2:
-        return []
+def _shared_steps(by_role: dict[Any, list[dict[str, Any]]]) -> dict[Any, dict[Any, dict[str, Any]]]:
+    """Per step key that more than one role has: each role's row of it."""
     by_key: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(dict)
     for role, rows in by_role.items():
         for row in rows:
             k = step_key(row)
             by_key[tuple(k) if isinstance(k, list) else k][role] = row
-    shared = {k: v for k, v in by_key.items() if k is not None and len(v) > 1}
-    if not shared:
-        return []
+    return {k: v for k, v in by_key.items() if k is not None and len(v) > 1}
+
+
+def _role_work(job: Job, shared: dict[Any, dict[Any, dict[str, Any]]]) -> tuple[dict[Any, float], list[tuple]]:
+    """Each role's work summed over the shared steps, and per step ``(key, rows by role, wall time, work)``
+    where work is each role's ``(work, rank)`` of its rank with the most."""
     total: dict[Any, float] = defaultdict(float)
     steps = []
     for k, roles in sorted(shared.items(), key=lambda kv: str(kv[0])):
         xs = [x for row in roles.values() for x in row["ranks"]]
         wall = max(x["start_us"] + x["dur_us"] for x in xs) - min(x["start_us"] for x in xs)
         # A straggler's excess is its own finding: the role's work is judged as if that rank took the median time.
-        work = {role: max(((_work(x) - job.straggler_cut.get((role, k, x["rank"]), 0.0), x["rank"]) for x in row["ranks"]),
-                          key=lambda t: t[0]) for role, row in roles.items()}
+        work = {role: max(((_work(x) - job.straggler_cut.get((role, k, x["rank"]), 0.0), x["rank"])
+                           for x in row["ranks"]), key=lambda t: t[0]) for role, row in roles.items()}
         for role, (w, _) in work.items():
             total[role] += w
         steps.append((k, roles, wall, work))
-    ranked = sorted(total, key=lambda r: -total[r])
-    bound, nxt = ranked[0], ranked[1]
-    saving = sum(max(work[bound][0] - max(w for r, (w, _) in work.items() if r != bound), 0.0)
-                 for _, roles, _, work in steps if bound in work)
-    walls = sum(wall for _, _, wall, _ in steps)
-    if total[bound] < ROLE_BOUND_RATIO * total[nxt] or walls <= 0 or saving < ROLE_BOUND_SHARE * walls:
-        return []
-    n = len(steps)
+    return total, steps
+
+
+def _saving(steps: list[tuple], bound: Any) -> float:
+    """What the steps would save were the bounding role's work no longer than the most of the other roles'."""
+    return sum(max(work[bound][0] - max(w for r, (w, _) in work.items() if r != bound), 0.0)
+               for _, roles, _, work in steps if bound in work)
+
+
+def _others_waiting(steps: list[tuple], bound: Any) -> tuple[float, float]:
+    """The other roles' ranks' idle time (wall less their work) summed over the steps, and their time in all."""
     idle = sum(wall - _work(x) for _, roles, wall, _ in steps for role, row in roles.items() if role != bound
                for x in row["ranks"])
     other_time = sum(wall for _, roles, wall, _ in steps for role, row in roles.items() if role != bound
                      for _ in row["ranks"])
-    ranks = Counter(work[bound][1] for _, _, _, work in steps if bound in work)
-    rank = ranks.most_common(1)[0][0]
+    return idle, other_time
+
+
+def _rank_phases(steps: list[tuple], bound: Any, rank: Any) -> list[str]:
+    """The three longest phases of the bounding role's rank, per step."""
+    n = len(steps)
     phases: dict[str, float] = defaultdict(float)
     for _, roles, _, _ in steps:
         for x in roles.get(bound, {"ranks": []})["ranks"]:
             if x["rank"] == rank:
                 for name, v in x["phases"].items():
                     phases[name] += v / n
-    names = [p for p, _ in sorted(phases.items(), key=lambda kv: -kv[1])[:3]]
+    return [p for p, _ in sorted(phases.items(), key=lambda kv: -kv[1])[:3]]
+
+
+def bounding_role(job: Job) -> list[Finding]:
+    """The role whose work bounds the steps of a multi-role job (thresholds: :data:`ROLE_BOUND_RATIO`,
+    :data:`ROLE_BOUND_SHARE`)."""
+    # The driver's phases are its waits on the other roles (distprof.integrations.ray.driver): it orchestrates,
+    # never bounds.
+    by_role = {role: rows for role, rows in job.by_role.items() if role != DRIVER_ROLE}
+    if len(by_role) < 2:
+        return []
+    shared = _shared_steps(by_role)
+    if not shared:
+        return []
+    total, steps = _role_work(job, shared)
+    ranked = sorted(total, key=lambda r: -total[r])
+    bound, nxt = ranked[0], ranked[1]
+    saving = _saving(steps, bound)
+    walls = sum(wall for _, _, wall, _ in steps)
+    if total[bound] < ROLE_BOUND_RATIO * total[nxt] or walls <= 0 or saving < ROLE_BOUND_SHARE * walls:
+        return []
+    n = len(steps)
+    idle, other_time = _others_waiting(steps, bound)
+    ranks = Counter(work[bound][1] for _, _, _, work in steps if bound in work)
+    rank = ranks.most_common(1)[0][0]
+    names = _rank_phases(steps, bound, rank)
     others = ", ".join(f"{fmt_dur(total[r] / n)} for {r}" for r in ranked[1:])
     straggler = bound in job.straggler_roles
-    claim = (f"role {bound} bounds {steps_text([k for k, *_ in steps])}: its work takes {fmt_dur(total[bound] / n)} per "
-             f"step (its {rank_name(None, rank)}"
+    claim = (f"role {bound} bounds {steps_text([k for k, *_ in steps])}: its work takes {fmt_dur(total[bound] / n)} "
+             f"per step (its {rank_name(None, rank)}"
              + (", not counting the straggler's excess, a finding of its own" if straggler else "")
              + f") against {others}; the other roles' ranks sit idle {fmt_dur(idle / n)} per "
              f"step in all waiting for it.")
@@ -93,12 +123,12 @@ def bounding_role(job: Job) -> list[Finding]:
         names=names,
         fix=f"Shorten or split {bound}'s work (more workers or GPUs for it, smaller batches per step), or overlap the "
             f"other roles with it (generate step N+1 while {bound} works on step N, as asynchronous RL does).",
-        figures={"work_per_step_us": {str(r or ""): total[r] / n for r in ranked}, "idle_other_roles_us": idle, "other_roles_time_us": other_time,
-                 "wall_us": walls},
+        figures={"work_per_step_us": {str(r or ""): total[r] / n for r in ranked}, "idle_other_roles_us": idle,
+                 "other_roles_time_us": other_time, "wall_us": walls},
         cost_share=saving / walls,
-        what_if={"change": f"{bound}'s work takes as long as {nxt}'s", "saves_us": saving, "saves_per_step_us": saving / n,
-                 "naive_us": saving, "steps": n, "then_last_rank": None, "upper_bound": False,
-                 "roles_then_bounding": nxt, **rl_if},
+        what_if={"change": f"{bound}'s work takes as long as {nxt}'s", "saves_us": saving,
+                 "saves_per_step_us": saving / n, "naive_us": saving, "steps": n, "then_last_rank": None,
+                 "upper_bound": False, "roles_then_bounding": nxt, **rl_if},
         plot=Plot.PHASES)]
 
 

@@ -37,18 +37,24 @@ logger = logging.getLogger(__name__)
 __all__ = ["straggler"]
 
 
-def _root_causes(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Where ``rank`` exceeds the median of the other ranks, per step, most first: phases, kernels (not
-    collectives), ops (self time, not communication), and its start of the step."""
+def _phase_causes(mine: list[dict[str, Any]], others: list[list[dict[str, Any]]], n_steps: int) -> list[dict[str, Any]]:
+    """Per phase of the rank or the others: its excess over the others' median, per step."""
     cands: list[dict[str, Any]] = []
-    mine = [next(x for x in row["ranks"] if x["rank"] == rank) for row in rows]
-    others = [[x for x in row["ranks"] if x["rank"] != rank] for row in rows]
     names = {n for x in mine for n in x["phases"]} | {n for os_ in others for o in os_ for n in o["phases"]}
     for name in names:
-        ex = [x["phases"].get(name, 0.0) - median_of(o["phases"].get(name, 0.0) for o in os_) for x, os_ in zip(mine, others)]
+        ex = [x["phases"].get(name, 0.0) - median_of(o["phases"].get(name, 0.0) for o in os_)
+              for x, os_ in zip(mine, others, strict=False)]
         cands.append({"kind": "phase", "name": name, "per_step": ex,
-                      "rank_us": sum(x["phases"].get(name, 0.0) for x in mine) / len(rows),
-                      "median_us": sum(median_of(o["phases"].get(name, 0.0) for o in os_) for os_ in others) / len(rows)})
+                      "rank_us": sum(x["phases"].get(name, 0.0) for x in mine) / n_steps,
+                      "median_us": sum(median_of(o["phases"].get(name, 0.0) for o in os_) for os_ in others) / n_steps})
+    return cands
+
+
+def _name_causes(job: Job, role: Any, rank: Any, others: list[list[dict[str, Any]]], n_steps: int
+                 ) -> list[dict[str, Any]]:
+    """Per kernel (not collectives) and op (self time, not communication) of the rank: its time per step over the
+    other ranks' median."""
+    cands: list[dict[str, Any]] = []
     other_ranks = sorted({o["rank"] for os_ in others for o in os_ if o["rank"] is not None})
     for which, keep, kind in (("kernels", lambda n: not is_comm_kernel(n), "kernel"),
                               ("ops", lambda n: not is_comm_host_event(n) and not n.startswith(STEP_PREFIX), "op")):
@@ -56,12 +62,27 @@ def _root_causes(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> 
         theirs = [job.names_per_step(role, r, which) for r in other_ranks]
         for name, v in own.items():
             med = median_of(t.get(name, 0.0) for t in theirs)
-            cands.append({"kind": kind, "name": name, "per_step": [v - med] * len(rows), "rank_us": v, "median_us": med})
-    late = [x["start_us"] - median_of(o["start_us"] for o in os_) for x, os_ in zip(mine, others)]
+            cands.append({"kind": kind, "name": name, "per_step": [v - med] * n_steps, "rank_us": v, "median_us": med})
+    return cands
+
+
+def _late_start(mine: list[dict[str, Any]], others: list[list[dict[str, Any]]], rows: list[dict[str, Any]]
+                ) -> dict[str, Any]:
+    """The rank's start of the step after the others' median start, per step, named after its latest step."""
+    late = [x["start_us"] - median_of(o["start_us"] for o in os_) for x, os_ in zip(mine, others, strict=False)]
     worst = max(range(len(rows)), key=lambda j: late[j])
     step_name = f"{STEP_PREFIX}{rows[worst]['step']}" if rows[worst]["ranks"][0].get("source") == "ProfilerStep" \
         else "(start of the capture window)"
-    cands.append({"kind": "late_start", "name": step_name, "per_step": late, "rank_us": None, "median_us": None})
+    return {"kind": "late_start", "name": step_name, "per_step": late, "rank_us": None, "median_us": None}
+
+
+def _root_causes(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where ``rank`` exceeds the median of the other ranks, per step, most first: phases, kernels (not
+    collectives), ops (self time, not communication), and its start of the step."""
+    mine = [next(x for x in row["ranks"] if x["rank"] == rank) for row in rows]
+    others = [[x for x in row["ranks"] if x["rank"] != rank] for row in rows]
+    cands = [*_phase_causes(mine, others, len(rows)), *_name_causes(job, role, rank, others, len(rows)),
+             _late_start(mine, others, rows)]
     for c in cands:
         c["excess_us"] = sum(c["per_step"]) / len(rows)
     cands = [c for c in cands if c["excess_us"] > 0]
@@ -71,14 +92,15 @@ def _root_causes(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> 
 
 def _cause_text(c: dict[str, Any], runner_up: dict[str, Any] | None) -> str:
     if c["kind"] == "late_start":
-        inside = f"; inside the step nothing exceeds the median rank's time by more than {fmt_dur(runner_up['excess_us'])} " \
-                 f"({runner_up['kind']} {name_text(runner_up['name'])})" if runner_up else ""
+        inside = f"; inside the step nothing exceeds the median rank's time by more than " \
+                 f"{fmt_dur(runner_up['excess_us'])} ({runner_up['kind']} {name_text(runner_up['name'])})" \
+            if runner_up else ""
         return f"it starts the step {fmt_dur(c['excess_us'])} after the median rank (what delays it runs before the " \
                f"step, outside the traced steps){inside}"
     what = {"phase": "phase", "kernel": "kernel", "op": "op"}[c["kind"]]
     self_note = " self time" if c["kind"] == "op" else ""
-    return f"its {what} {name_text(c['name'])} takes {fmt_dur(c['rank_us'])}{self_note} per step against {fmt_dur(c['median_us'])} " \
-           f"on the median rank"
+    return f"its {what} {name_text(c['name'])} takes {fmt_dur(c['rank_us'])}{self_note} per step against " \
+           f"{fmt_dur(c['median_us'])} on the median rank"
 
 
 _STRAGGLER_FIX = {
@@ -102,21 +124,33 @@ _SPREAD_FIX = ("Tell the candidates apart on {who}. Compare its CPU time with it
                "other ranks' hosts). One phase or op slower than the rest: uneven work; balance its inputs.")
 
 
+def _straggler_tops(job: Job) -> dict[Any, dict[str, Any]]:
+    """Per role, its rank that causes the most waiting (``stragglers``' row of it), if it arrives late at all."""
+    tops: dict[Any, dict[str, Any]] = {}
+    for r in job.inv.stragglers.get("ranks") or []:
+        if r["rank"] is not None and r["wait_caused_us"] > 0 and r["late_arrivals"] > 0 and r["role"] not in tops:
+            tops[r["role"]] = r  # the list is sorted by wait_caused_us, descending
+    return tops
+
+
+def _steps_with(job: Job, role: Any, rank: Any) -> tuple[list[dict[str, Any]], float, float]:
+    """The role's steps of several ranks that ``rank`` is in, the waiting it causes in them, and the other ranks'
+    time in them."""
+    rows = [row for row in job.by_role.get(role, [])
+            if len(row["ranks"]) > 1 and any(x["rank"] == rank for x in row["ranks"])]
+    caused = sum(x["wait_caused_us"] for row in rows for x in row["ranks"] if x["rank"] == rank)
+    others = sum(x["dur_us"] for row in rows for x in row["ranks"] if x["rank"] != rank)
+    return rows, caused, others
+
+
 def straggler(job: Job) -> list[Finding]:
     """The rank holding the others back, per role, and its root cause, or its leading candidates when no one
     cause explains it (thresholds: :data:`STRAGGLER_WAIT_SHARE`, :data:`STRAGGLER_CONSISTENCY`,
     :data:`STRAGGLER_EXPLAINED`, :data:`STRAGGLER_SPREAD_CONSISTENCY`, :data:`STRAGGLER_SPREAD_MIN_STEPS`)."""
     out = []
-    tops: dict[Any, dict[str, Any]] = {}
-    for r in job.inv.stragglers.get("ranks") or []:
-        if r["rank"] is not None and r["wait_caused_us"] > 0 and r["late_arrivals"] > 0 and r["role"] not in tops:
-            tops[r["role"]] = r  # the list is sorted by wait_caused_us, descending
-    for role, top in tops.items():
+    for role, top in _straggler_tops(job).items():
         rank, who = top["rank"], rank_name(role, top["rank"])
-        rows = [row for row in job.by_role.get(role, [])
-                if len(row["ranks"]) > 1 and any(x["rank"] == rank for x in row["ranks"])]
-        caused = sum(x["wait_caused_us"] for row in rows for x in row["ranks"] if x["rank"] == rank)
-        others = sum(x["dur_us"] for row in rows for x in row["ranks"] if x["rank"] != rank)
+        rows, caused, others = _steps_with(job, role, rank)
         if others <= 0 or caused < STRAGGLER_WAIT_SHARE * others:
             continue
         held_back = sum(1 for row in rows if row.get("slowest_rank") == rank)
@@ -218,9 +252,9 @@ def _one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], cause
              f"{waiting}; {_cause_text(cause, runner_up)}.")
     # Fixing the cause on one rank of a late group saves nothing while the others stay late: the what-if
     # brings every member's cause to the median together.
-    cuts = [{} for _ in rows]
+    cuts: list[dict[int, float]] = [{} for _ in rows]
     for member, c in [(rank, cause), *group]:
-        for j, (row, ex) in enumerate(zip(rows, c["per_step"])):
+        for j, (row, ex) in enumerate(zip(rows, c["per_step"], strict=False)):
             i = next((i for i, x in enumerate(row["ranks"]) if x["rank"] == member), None)
             if i is None:
                 continue
