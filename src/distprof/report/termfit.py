@@ -476,6 +476,8 @@ class FitTable:
             cur.append(i)
         parts.append(keys + cur)
         values = [i for i in table if i not in keys]
+        if not values:  # keys alone too wide: one part, its cells cut to fit (no part to spread values over)
+            return parts
         per = -(-len(values) // len(parts))  # as many columns in each part as the greedy split needs parts
         even = [keys + values[k:k + per] for k in range(0, len(values), per)]
         if len(even) == len(parts) and all(_total(floor, p) <= width for p in even):
