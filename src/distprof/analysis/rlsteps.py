@@ -50,10 +50,14 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
+
+from distprof.analysis import records
+from distprof.analysis.records import Record
 
 from distprof.analysis.stragglers import blocked_until, queues
 from distprof.rundir.layout import DRIVER_ROLE
@@ -136,48 +140,44 @@ def extract(tb: TraceTable) -> dict[str, Any]:
 
 
 # ---- results ----------------------------------------------------------------------------------------------
-@dataclass
-class RoleTime:
+class RoleTime(Record):
     role: str
     busy_us: float
     idle_us: float
     on_path_us: float
     overlapped_us: float
-    ranks: list[Any] = field(default_factory=list)
+    ranks: list[Any] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class WhatIf:
+class WhatIf(Record):
     role: str
     saves_us: float
     busy_us: float
     median_busy_us: float
-    then_path: list[str] = field(default_factory=list)
+    then_path: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class EngineTime:
+class EngineTime(Record):
     role: str
     engine_iterations: int
     prefill_us: float
     decode_us: float
 
 
-@dataclass
-class RLStep:
+class RLStep(Record):
     step: Any
     start_us: float
     duration_us: float
     critical_path: list[str]
     roles: list[RoleTime]
     what_if: list[WhatIf]
-    path: list[dict[str, Any]] = field(default_factory=list)  # the path's segments: {"role", "start_us", "end_us"}
-    engine: list[EngineTime] = field(default_factory=list)
-    lanes: list[dict[str, Any]] = field(default_factory=list)  # per role and rank: busy spans, phases, waits
+    path: list[dict[str, Any]] = msgspec.field(default_factory=list)  # the path's segments: {"role", "start_us", "end_us"}
+    engine: list[EngineTime] = msgspec.field(default_factory=list)
+    lanes: list[dict[str, Any]] = msgspec.field(default_factory=list)  # per role and rank: busy spans, phases, waits
 
 
 def to_json(steps: Iterable[RLStep]) -> list[dict[str, Any]]:
-    return [asdict(s) for s in steps]
+    return [records.to_json(s) for s in steps]
 
 
 @dataclass

@@ -16,7 +16,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
+from distprof.analysis.records import FileFacts, StepsResult
 from distprof.report import rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
@@ -124,8 +126,8 @@ def step_time(steps: dict[str, Any]) -> Section:
 
 
 # ---- phases ---------------------------------------------------------------------------------------------
-def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple[Any, dict[str, Any]]]) -> Section:
-    """``files``: (FileInfo, summary part) per file, whose ``phases`` hold each phase's self time on that file."""
+def phases(steps: StepsResult, files: Iterable[FileFacts]) -> Section:
+    """``files``: each file's facts, whose ``phases`` hold each phase's self time on that file."""
     s = Section(Plot.PHASES, "Phase breakdown per role",
                 "Per rank, the time each phase (record_function / distprof.annotate range) was the innermost open "
                 "annotation of its thread (self time, summed over the analysed time), so the segments add up "
@@ -133,15 +135,15 @@ def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple
                 "was open). The largest phases of each role are shown, the rest summed as \"other phases\".")
     # A file's role label ("actor", or "actor (run 2)" when ranks of different runs share a folder) as steps has it.
     who: dict[str, tuple[str | None, int | None]] = {}
-    for r in steps.get("steps") or []:
-        for x in r["ranks"]:
-            who[x["path"]] = (r["role"], x["rank"])
+    for r in steps.steps:
+        for x in r.ranks:
+            who[x.path] = (r.role, x.rank)
     self_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     wall_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for info, part in files:
-        role, rank = who.get(info.path, (info.role, info.rank))
-        key = (role, -1 if rank is None else rank, "" if rank is not None else info.path)
-        for name, (_count, _total, wall, self_) in part.get("phases", {}).items():
+    for f in files:
+        role, rank = who.get(f.path, (f.role, f.rank))
+        key = (role, -1 if rank is None else rank, "" if rank is not None else f.path)
+        for name, (_count, _total, wall, self_) in f.phases.items():
             self_us[key][name] += self_
             wall_us[key][name] += wall
     if not any(v for v in self_us.values()):
@@ -439,10 +441,9 @@ def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     return s
 
 
-def sections(inv: Any, diff: dict[str, Any] | None = None, a: str = "", b: str = "") -> list[Section]:
+def sections(inv: Investigation, diff: dict[str, Any] | None = None, a: str = "", b: str = "") -> list[Section]:
     """Every plot of the report, in :attr:`Plot.ALL` order (the diff only with ``diff``)."""
-    out = [step_time(inv.steps),
-           phases(inv.summary, inv.steps, [(r.info, r.parts["summary"]) for r in inv.run.files]),
+    out = [step_time(inv.steps), phases(inv.steps, inv.files),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
            tops.kernels(inv), tops.ops(inv), idle(inv.summary), rltimeline.rl_timeline(inv.steps)]
     if diff is not None:
