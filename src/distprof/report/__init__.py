@@ -29,7 +29,7 @@ from distprof.trace.source import TraceError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_report", "render_report", "write_report"]
+__all__ = ["build_report", "render_report", "report_of", "write_report"]
 
 
 def _meta(inv: Investigation) -> list[str]:
@@ -109,6 +109,15 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
                  "report.html")
     inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress,
                               parts=("timeline",))
+    return report_of(inv, out, compare, selection, workers, ray_address, progress)
+
+
+def report_of(inv: Investigation, out: str, compare: str | None = None, selection: Selection | None = None,
+              workers: int | None = None, ray_address: str | None = None,
+              progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """:func:`write_report` for an Investigation already made (read with the ``timeline`` extract, or the page has
+    no worst-step timelines); ``out`` is checked by the caller."""
+    path = inv.path
     if not inv.run.files:
         # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
         raise TraceError(f"{path}: nothing to report, no trace could be read "
