@@ -4,7 +4,7 @@ files), the verbs as library calls (:mod:`.analyze`: ``analyze.summary(path)`` .
 once for all of them (:func:`open`: ``run = distprof.analysis.open(path); run.summary()``). No torch needed."""
 
 from distprof.analysis import analyze
-from distprof.analysis.handle import Analysis, open  # noqa: A004
+from distprof.analysis.handle import Analysis, open
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.reader import RankTrace, TraceError, TraceStream, open_trace, read_trace
 from distprof.trace.selection import Selection

@@ -29,7 +29,7 @@ from distprof.trace.selection import Selection
 __all__ = ["Analysis", "open"]
 
 # Every extract any method needs, run in the one pass (the report's worst-step timelines included).
-PARTS = analyze.INVESTIGATE_PARTS + ("timeline",)
+PARTS = (*analyze.INVESTIGATE_PARTS, "timeline")
 
 
 class Analysis:
@@ -88,7 +88,7 @@ class Analysis:
         return out
 
 
-def open(path: str, ranks: str | Iterable[int] | None = None, steps: str | Iterable[int] | None = None,  # noqa: A001
+def open(path: str, ranks: str | Iterable[int] | None = None, steps: str | Iterable[int] | None = None,
          roles: str | Iterable[str] | None = None, workers: int | None = None, steps_only: bool = False,
          ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> Analysis:
     """The traces under ``path`` (a run directory, a folder of traces, one file; local or fsspec URL) as one

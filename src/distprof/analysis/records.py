@@ -111,11 +111,11 @@ class SummaryRank(Record, kw_only=True):
     categories: dict[str, float]
     kernel_total_us: float
     top_kernels: list[KernelRow]
-    idle: dict[str, Any] | None | UnsetType = UNSET
-    launch: dict[str, Any] | None | UnsetType = UNSET
-    temporal: dict[str, Any] | None | UnsetType = UNSET
-    overlap: dict[str, Any] | None | UnsetType = UNSET
-    step_breakdown: dict[str, Any] | None | UnsetType = UNSET
+    idle: dict[str, Any] | UnsetType | None = UNSET
+    launch: dict[str, Any] | UnsetType | None = UNSET
+    temporal: dict[str, Any] | UnsetType | None = UNSET
+    overlap: dict[str, Any] | UnsetType | None = UNSET
+    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
 
 
 class SummaryResult(Record, kw_only=True):
@@ -129,9 +129,9 @@ class SummaryResult(Record, kw_only=True):
     traced_us: float
     outside_steps: dict[str, float]
     profiling_cost: list[dict[str, Any]] | dict[str, Any] | None
-    idle: dict[str, Any] | None | UnsetType = UNSET
-    launch: dict[str, Any] | None | UnsetType = UNSET
-    step_breakdown: dict[str, Any] | None | UnsetType = UNSET
+    idle: dict[str, Any] | UnsetType | None = UNSET
+    launch: dict[str, Any] | UnsetType | None = UNSET
+    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
     # the keys every verb shares (analyze's envelope)
     scope: dict[str, Any] | UnsetType = UNSET
     errors: list[dict[str, Any]] | UnsetType = UNSET
@@ -158,10 +158,10 @@ class RankStep(Record, kw_only=True):
     start_us: float
     window: list[int] | UnsetType = UNSET
     breakdown: dict[str, Any] | UnsetType = UNSET
-    temporal: dict[str, Any] | None | UnsetType = UNSET
+    temporal: dict[str, Any] | UnsetType | None = UNSET
     overlap: dict[str, Any] | UnsetType = UNSET
-    idle: dict[str, Any] | None | UnsetType = UNSET
-    launch: dict[str, Any] | None | UnsetType = UNSET
+    idle: dict[str, Any] | UnsetType | None = UNSET
+    launch: dict[str, Any] | UnsetType | None = UNSET
 
 
 class StepRow(Record, kw_only=True):
@@ -184,7 +184,7 @@ class StepsResult(Record, kw_only=True):
     steps: list[StepRow]
     profiling_cost: list[dict[str, Any]] | dict[str, Any] | None
     rl_steps: list[Any] = msgspec.field(default_factory=list)  # rlsteps.RLStep
-    step_breakdown: dict[str, Any] | None | UnsetType = UNSET
+    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
     scope: dict[str, Any] | UnsetType = UNSET
     errors: list[dict[str, Any]] | UnsetType = UNSET
     salvaged: list[dict[str, Any]] | UnsetType = UNSET

@@ -46,12 +46,11 @@ from distprof.analysis.records import (
     Collective,
     Mismatch,
     StragglerRank,
-    StragglerStep,
     StragglersResult,
+    StragglerStep,
     Wait,
     WaitPair,
 )
-
 from distprof.trace.ranks import role_of, runs
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
@@ -230,8 +229,9 @@ class _Charged:
     per_step: dict[tuple, _StepWaits] = field(default_factory=lambda: defaultdict(_StepWaits))
     waited_at: dict[tuple, float] = field(default_factory=dict)
     synced_at: dict[tuple, float] = field(default_factory=lambda: defaultdict(float))
-    pair: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))  # (role, waiter, culprit)
-    pair_sync: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))  # its host in a sync
+    # (role, waiter, the rank it waited for) -> µs; and of that, the waiter's host in a sync
+    pair: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))
+    pair_sync: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))
 
 
 def _charge_rank(c: _Charged, m: _Matched, role: str, r: int, spans: list, sync_spans: list) -> None:
@@ -306,5 +306,5 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
         ranks=rank_rows, matched=len(m.instances), mismatched=m.mismatched, steps=steps,
         worst=worst[:top] if top else worst, waits=_waits(c), sources=sorted(g.sources), unranked=g.unranked,
         warnings=run_warnings,
-        wait_matrix=[WaitPair(role=role or None, waiter=w, culprit=cu, wait_us=us,
-                              sync_us=c.pair_sync.get((role, w, cu), 0.0)) for (role, w, cu), us in sorted(c.pair.items())])
+        wait_matrix=[WaitPair(role=role or None, waiter=w, culprit=cu, wait_us=us, sync_us=c.pair_sync.get((role, w, cu), 0.0))
+                     for (role, w, cu), us in sorted(c.pair.items())])

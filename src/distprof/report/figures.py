@@ -306,47 +306,52 @@ def idle(summary: dict[str, Any]) -> Section:
     s.figures.append(fig)
     lrows = [r for r in rows if (r.get("launch") or {}).get("applicable") and (r["launch"].get("launches") or 0)]
     if lrows:
-        lx = _rank_axis(lrows)
-        # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
-        # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
-        # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
-        custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
-                   "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
-                   if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
-        q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
-        pos = [v for k in q for v in q[k] if v > 0]
-        floor = min(pos) / 2 if pos else 0.1
-
-        def shown(v: float) -> float:
-            return v if v > 0 else floor
-
-        top = max([shown(v) for v in q["p95"]] + [floor])
-        fig = _fig("Kernel launch delay (log scale)", height=400, showlegend=True,
-                   xaxis={"title": "rank", "type": "category"},
-                   yaxis={"title": "µs", "type": "log", "dtick": 1,  # one tick per decade
-                          "range": [math.log10(floor / 2), math.log10(top * 3)]})
-
-        link_x, link_y = [], []
-        for i, name in enumerate(lx):
-            link_x += [name, name, None]
-            link_y += [shown(q["p50"][i]), shown(q["p95"][i]), None]
-        fig.add_trace(go.Scatter(x=link_x, y=link_y, mode="lines", line={"color": "#BBBBBB", "width": 2},
-                                 hoverinfo="skip", showlegend=False))
-        for k, color, symbol in (("p50", "#4C78A8", "circle"), ("p95", "#F58518", "diamond")):
-            fig.add_trace(go.Scatter(
-                x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
-                marker={"color": color, "symbol": symbol, "size": 10},
-                customdata=[c + [v] for c, v in zip(custom, q[k])],
-                hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
-                              "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
-        bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
-        if bound:
-            fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
-                                     mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
-                                                                                 "color": "#222"},
-                                     hovertemplate="%{x}: launch-bound<extra></extra>"))
-        s.figures.append(fig)
+        s.figures.append(_launch_delay(lrows))
     return s
+
+
+def _launch_delay(lrows: list[Any]) -> go.Figure:
+    """Launch delay per rank, p50 and p95 on a log scale; launch-bound ranks marked above their p95."""
+    lx = _rank_axis(lrows)
+    # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
+    # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
+    # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
+    custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
+               "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
+               if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
+    q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
+    pos = [v for k in q for v in q[k] if v > 0]
+    floor = min(pos) / 2 if pos else 0.1
+
+    def shown(v: float) -> float:
+        return v if v > 0 else floor
+
+    top = max([shown(v) for v in q["p95"]] + [floor])
+    fig = _fig("Kernel launch delay (log scale)", height=400, showlegend=True,
+               xaxis={"title": "rank", "type": "category"},
+               yaxis={"title": "µs", "type": "log", "dtick": 1,  # one tick per decade
+                      "range": [math.log10(floor / 2), math.log10(top * 3)]})
+
+    link_x, link_y = [], []
+    for i, name in enumerate(lx):
+        link_x += [name, name, None]
+        link_y += [shown(q["p50"][i]), shown(q["p95"][i]), None]
+    fig.add_trace(go.Scatter(x=link_x, y=link_y, mode="lines", line={"color": "#BBBBBB", "width": 2},
+                             hoverinfo="skip", showlegend=False))
+    for k, color, symbol in (("p50", "#4C78A8", "circle"), ("p95", "#F58518", "diamond")):
+        fig.add_trace(go.Scatter(
+            x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
+            marker={"color": color, "symbol": symbol, "size": 10},
+            customdata=[c + [v] for c, v in zip(custom, q[k])],
+            hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
+                          "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
+    bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
+    if bound:
+        fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
+                                 mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
+                                                                             "color": "#222"},
+                                 hovertemplate="%{x}: launch-bound<extra></extra>"))
+    return fig
 
 
 # ---- who waits for whom ---------------------------------------------------------------------------------
