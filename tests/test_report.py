@@ -13,6 +13,7 @@ import json
 import os
 import pathlib
 
+import msgspec
 import pytest
 from tracekit import DLRM, TRACES, cli, load
 
@@ -192,17 +193,19 @@ def replicate(inv, n):
         return f"{p}#{c}" if c else p
 
     cs = range(n // per)
-    summary = {**inv.summary, "ranks": [dict(r, rank=rk(c, r["rank"]), path=rp(c, r["path"]))
-                                        for c in cs for r in inv.summary["ranks"]]}
-    steps = {**inv.steps, "steps": [dict(row, ranks=[dict(x, rank=rk(c, x["rank"]), path=rp(c, x["path"]))
-                                                     for c in cs for x in row["ranks"]]) for row in inv.steps["steps"]]}
-    strag = {**inv.stragglers,
-             "wait_matrix": [dict(w, waiter=rk(c, w["waiter"]), culprit=rk(c, w["culprit"]))
-                             for c in cs for w in inv.stragglers["wait_matrix"]],
-             "waits": [dict(w, rank=rk(c, w["rank"])) for c in cs for w in inv.stragglers["waits"]]}
+    rep = msgspec.structs.replace
+    summary = rep(inv.summary, ranks=[rep(r, rank=rk(c, r.rank), path=rp(c, r.path))
+                                      for c in cs for r in inv.summary.ranks])
+    steps = rep(inv.steps, steps=[rep(row, ranks=[rep(x, rank=rk(c, x.rank), path=rp(c, x.path))
+                                                  for c in cs for x in row.ranks]) for row in inv.steps.steps])
+    strag = rep(inv.stragglers,
+                wait_matrix=[rep(w, waiter=rk(c, w.waiter), culprit=rk(c, w.culprit))
+                             for c in cs for w in inv.stragglers.wait_matrix],
+                waits=[rep(w, rank=rk(c, w.rank)) for c in cs for w in inv.stragglers.waits])
     files = [FileResult(dataclasses.replace(f.info, rank=rk(c, f.info.rank), path=rp(c, f.info.path)), f.parts)
              for c in cs for f in inv.run.files]
-    return Investigation(inv.path, dataclasses.replace(inv.run, files=files), summary, steps, strag)
+    facts = [rep(f, rank=rk(c, f.rank), path=rp(c, f.path)) for c in cs for f in inv.files]
+    return Investigation(inv.path, dataclasses.replace(inv.run, files=files), summary, steps, strag, facts)
 
 
 def test_1024_ranks_stay_small_and_open(browser, tmp_path):

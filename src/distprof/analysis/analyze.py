@@ -20,7 +20,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, temporal, timeline
 from distprof.analysis import diagnose as diagnose_mod
@@ -29,9 +29,10 @@ from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
 from distprof.analysis.parallel import FileError, Progress, SplitPool, map_files
+from distprof.analysis.records import FileFacts, StepsResult, StragglersResult, SummaryResult, Wait, to_json
 from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile, find_traces
-from distprof.trace.ranks import assign_runs, file_facts, resolve
+from distprof.trace.ranks import assign_runs, file_facts, resolve, role_of, runs
 from distprof.trace.reader import TraceError, open_trace
 from distprof.trace.selection import Selection
 from distprof.trace.table import FileInfo, TraceTable
@@ -202,11 +203,17 @@ def _describe(sel: Selection) -> str:
     return "; ".join(parts) or "everything"
 
 
-def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
-    own = result.pop("warnings", [])  # what the combine found (ranks of different runs, ...)
-    result.update(run.envelope())
-    result["warnings"] += own
-    result["files_read"] = len(run.files)
+R = TypeVar("R", SummaryResult, StepsResult, StragglersResult)
+
+
+def _finish(run: Run, result: R) -> R:
+    """``result`` with the keys every verb shares; its own warnings (what the combine found) after the run's."""
+    env = run.envelope()
+    own = result.warnings
+    result.scope, result.errors, result.salvaged = env["scope"], env["errors"], env["salvaged"]
+    result.conflicts, result.skipped = env["conflicts"], env["skipped"]
+    result.warnings = env["warnings"] + own
+    result.files_read = len(run.files)
     return result
 
 
@@ -214,35 +221,36 @@ def _finish(run: Run, result: dict[str, Any]) -> dict[str, Any]:
 SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
+INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
 
 
-def _summary_of(run: Run, top: int | None) -> dict[str, Any]:
+def _summary_of(run: Run, top: int | None) -> SummaryResult:
     out = summary_mod.combine(run.pairs("summary"), top=top)
-    per_rank = {(r["role"], r["rank"], r["path"]): r for r in out["ranks"]}
+    per_rank = {(r.role, r.rank, r.path): r for r in out.ranks}
     # Device idle by cause and kernel launch statistics: per rank, and over all ranks.
     for name, mod in (("idle", idle), ("launch", launch)):
         combined = mod.combine(run.pairs(name))
         for row in combined["ranks"]:
             target = per_rank.get((row["role"], row["rank"], row["path"]))
             if target is not None:
-                target[name] = row[name]
-        out[name] = combined["overall"]
+                setattr(target, name, row[name])
+        setattr(out, name, combined["overall"])
     for name, rows in (("temporal", temporal.combine(run.pairs("temporal"))),
                        ("overlap", overlap.combine(run.pairs("overlap")))):
         for row in rows:
             target = per_rank.get((row["role"], row["rank"], row["path"]))
             if target is not None:
-                target[name] = {"device": row["device"], "host": row["host"]}
+                setattr(target, name, {"device": row["device"], "host": row["host"]})
     b = breakdown.combine(run.pairs("breakdown"))
     for row in b["ranks"]:
         target = per_rank.get((row["role"], row["rank"], row["path"]))
         if target is not None:
-            target["step_breakdown"] = row["average"]
-    out["step_breakdown"] = b["average"]
+            target.step_breakdown = row["average"]
+    out.step_breakdown = b["average"]
     return _finish(run, out)
 
 
-def _stragglers_of(run: Run, top: int | None) -> dict[str, Any]:
+def _stragglers_of(run: Run, top: int | None) -> StragglersResult:
     return _finish(run, stragglers_mod.combine(run.pairs("stragglers"), top=top))
 
 
@@ -260,30 +268,20 @@ def _timeline_tasks(paths: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _steps_of(run: Run, waits: list[dict[str, Any]], tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = None) -> StepsResult:
     out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
     # The RL step view (jobs with several roles; [] for one): ``tasks`` are busy intervals from outside the traces.
     # Given none, the run directory's own Ray task timelines (the driver's) are used.
-    out["rl_steps"] = rlsteps.to_json(rlsteps.combine(out["steps"], [(r.info, r.parts) for r in run.files],
-                                                      tasks if tasks is not None else run.tasks or None))
-    # Each rank's device idle by cause and launch figures for the step; the ranks whose step is launch-bound.
-    parts = {r.info.path: r.parts for r in run.files}
-    for row in out["steps"]:
-        for x in row["ranks"]:
-            p = parts.get(x["path"])
-            if p is not None:
-                whole = "window" in x
-                x["idle"] = idle.step_figure(p["idle"], row["step"], whole)
-                x["launch"] = launch.step_figure(p["launch"], row["step"], whole)
-        row["launch_bound_ranks"] = [x["rank"] for x in row["ranks"] if (x.get("launch") or {}).get("launch_bound")]
-    out["step_breakdown"] = breakdown.combine(run.pairs("breakdown"))["average"]
+    out.rl_steps = rlsteps.combine(out.steps, [(r.info, r.parts) for r in run.files],
+                                   tasks if tasks is not None else run.tasks or None)
+    out.step_breakdown = breakdown.combine(run.pairs("breakdown"))["average"]
     return _finish(run, out)
 
 
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
             ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
-    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top)
+    return to_json(_summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top))
 
 
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
@@ -291,30 +289,47 @@ def steps(path: str, selection: Selection | None = None, workers: int | None = N
     """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back; the
     RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
     run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
-    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0)["waits"], tasks)
+    return to_json(_steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks))
 
 
 def stragglers(path: str, selection: Selection | None = None, top: int | None = 10, workers: int | None = None,
                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof stragglers``: collectives matched across ranks; who arrives last, who waits how long."""
-    return _stragglers_of(read(path, STRAGGLERS_PARTS, selection, workers, ray_address, progress), top)
+    return to_json(_stragglers_of(read(path, STRAGGLERS_PARTS, selection, workers, ray_address, progress), top))
+
+
+def file_facts_of(run: Run) -> list[FileFacts]:
+    """Per file what diagnose and the report need beside the verbs' records (:class:`~.records.FileFacts`)."""
+    labels, _ = runs(r.info for r in run.files)
+    out = []
+    for r in run.files:
+        summ = r.parts.get("summary") or {}
+        inner = r.parts.get("step_names") or summ  # names inside the steps, else the whole trace's
+        out.append(FileFacts(path=r.info.path, role=r.info.role, label=role_of(labels, r.info), rank=r.info.rank,
+                             world_size=r.info.world_size, start_us=r.info.start_us, kernels=summ.get("kernels") or {},
+                             ops=summ.get("ops") or {}, phases=summ.get("phases") or {},
+                             step_kernels=inner.get("kernels") or {}, step_ops=inner.get("ops") or {},
+                             step_runtime=inner.get("runtime") or {}))
+    return out
 
 
 @dataclass
 class Investigation:
-    """What one read of a path gives every verb: ``summary``, ``steps`` and ``stragglers`` are the objects
-    those verbs' ``--json`` print (``stragglers["worst"]`` uncapped), made from one decode of each file.
-    ``diagnose`` and ``report`` work on it, so nothing is read or computed twice."""
+    """What one read of a path gives every verb, typed: ``summary``, ``steps`` and ``stragglers`` are the records
+    those verbs' ``--json`` encode (``stragglers.worst`` uncapped), made from one decode of each file; ``files``
+    what diagnose and the report know of each file. ``diagnose`` and ``report`` read these, so nothing is read or
+    computed twice (``run`` keeps the per-file parts for the report's worst-step timelines)."""
     path: str
     run: Run
-    summary: dict[str, Any]
-    steps: dict[str, Any]
-    stragglers: dict[str, Any]
+    summary: SummaryResult
+    steps: StepsResult
+    stragglers: StragglersResult
+    files: list[FileFacts] = field(default_factory=list)
 
     def envelope(self) -> dict[str, Any]:
         """The keys every verb shares (errors, salvaged, conflicts, warnings, skipped, scope, files_read)."""
         keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
-        return {k: self.steps[k] for k in keys}
+        return {k: getattr(self.steps, k) for k in keys}
 
 
 def investigate(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
@@ -322,22 +337,31 @@ def investigate(path: str, selection: Selection | None = None, top: int | None =
                 parts: tuple[str, ...] = ()) -> Investigation:
     """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer; ``parts``: more
     per-file extracts (names of ``ANALYSES``, e.g. ``"timeline"`` for the report) kept in ``run.files``."""
-    names = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",) + tuple(parts)))
-    run = read(path, names, selection, workers, ray_address, progress)
+    run = read(path, INVESTIGATE_PARTS + tuple(p for p in parts if p not in INVESTIGATE_PARTS), selection, workers,
+               ray_address, progress)
+    return investigation(run, top)
+
+
+def investigation(run: Run, top: int | None = None) -> Investigation:
+    """The :class:`Investigation` of a run read with (at least) :data:`INVESTIGATE_PARTS`."""
     strag = _stragglers_of(run, None)
-    return Investigation(path, run, _summary_of(run, top), _steps_of(run, strag["waits"]), strag)
+    return Investigation(run.path, run, _summary_of(run, top), _steps_of(run, strag.waits), strag, file_facts_of(run))
+
+
+def diagnosis(inv: Investigation) -> dict[str, Any]:
+    """``diagnose --json`` of an Investigation: findings, what was analysed, thresholds, the shared keys."""
+    seen = diagnose_mod.analysed(inv)
+    env = inv.envelope()
+    env["warnings"] = env["warnings"] + seen["caveats"]  # shown with the other warnings, wherever those go
+    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": seen,
+            "thresholds": diagnose_mod.THRESHOLDS, **to_json(env)}
 
 
 def diagnose(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
              progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
     """``distprof diagnose``: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost, with the rules'
     ``thresholds``, what was ``analysed``, and the keys every verb shares."""
-    inv = investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
-    seen = diagnose_mod.analysed(inv)
-    env = inv.envelope()
-    env["warnings"] = env["warnings"] + seen["caveats"]  # shown with the other warnings, wherever those go
-    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": seen,
-            "thresholds": diagnose_mod.THRESHOLDS, **env}
+    return diagnosis(investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress))
 
 
 DIFF_PARTS = ("summary", "steps")

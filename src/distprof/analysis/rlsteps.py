@@ -50,10 +50,14 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
+
+from distprof.analysis import records
+from distprof.analysis.records import Record
 
 from distprof.analysis.stragglers import blocked_until, queues
 from distprof.rundir.layout import DRIVER_ROLE
@@ -136,48 +140,44 @@ def extract(tb: TraceTable) -> dict[str, Any]:
 
 
 # ---- results ----------------------------------------------------------------------------------------------
-@dataclass
-class RoleTime:
+class RoleTime(Record):
     role: str
     busy_us: float
     idle_us: float
     on_path_us: float
     overlapped_us: float
-    ranks: list[Any] = field(default_factory=list)
+    ranks: list[Any] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class WhatIf:
+class WhatIf(Record):
     role: str
     saves_us: float
     busy_us: float
     median_busy_us: float
-    then_path: list[str] = field(default_factory=list)
+    then_path: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class EngineTime:
+class EngineTime(Record):
     role: str
     engine_iterations: int
     prefill_us: float
     decode_us: float
 
 
-@dataclass
-class RLStep:
+class RLStep(Record):
     step: Any
     start_us: float
     duration_us: float
     critical_path: list[str]
     roles: list[RoleTime]
     what_if: list[WhatIf]
-    path: list[dict[str, Any]] = field(default_factory=list)  # the path's segments: {"role", "start_us", "end_us"}
-    engine: list[EngineTime] = field(default_factory=list)
-    lanes: list[dict[str, Any]] = field(default_factory=list)  # per role and rank: busy spans, phases, waits
+    path: list[dict[str, Any]] = msgspec.field(default_factory=list)  # the path's segments: {"role", "start_us", "end_us"}
+    engine: list[EngineTime] = msgspec.field(default_factory=list)
+    lanes: list[dict[str, Any]] = msgspec.field(default_factory=list)  # per role and rank: busy spans, phases, waits
 
 
 def to_json(steps: Iterable[RLStep]) -> list[dict[str, Any]]:
-    return [asdict(s) for s in steps]
+    return [records.to_json(s) for s in steps]
 
 
 @dataclass
@@ -293,33 +293,36 @@ def _blocked(files: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, Any], i
     return {k: iv.merge([a for a, _ in v], [b for _, b in v]) for k, v in spans.items()}
 
 
-def _key(row: dict[str, Any]) -> Any:
-    w = row.get("window")
+def _key(row: Any) -> Any:
+    w = row.window
     if w and w[0] != w[1]:
         return None  # a capture window of several steps: its work goes by time
-    return row["step"]
+    return row.step
 
 
-def combine(rows: list[dict[str, Any]], files: Iterable[tuple[Any, dict[str, Any]]],
-            tasks: Iterable[dict[str, Any]] | None = None) -> list[RLStep]:
-    """The RL steps of a job with more than one role (``[]`` for one role). ``rows``: ``steps.combine``'s
-    ``steps``; ``files``: (FileInfo, parts) with ``parts["rlsteps"]`` (:func:`extract`) and, when present,
-    ``parts["stragglers"]``; ``tasks``: busy intervals from outside the traces (see the module docstring)."""
-    files = list(files)
-    labels, _ = runs(info for info, _ in files)
-    own = {info.path: parts.get("rlsteps") for info, parts in files}
-    # Keyed work: each (step, role, rank)'s rows. Unkeyed: engine files, multi-step windows, tasks.
+Span = tuple[str, Any, float, float]  # (role, rank, start_us, end_us)
+
+
+def _keyed(rows: list[Any]) -> tuple[dict[Any, list[tuple[str, Any, float, float, str | None]]], set[str]]:
+    """Each global step's rows as spans (role, rank, start, end, path), and the files they come from."""
     spans: dict[Any, list[tuple[str, Any, float, float, str | None]]] = defaultdict(list)
     keyed_paths: set[str] = set()
     for row in rows:
-        role = row["role"] or ""
+        role = row.role or ""
         key = _key(row)
         if key is None or is_engine_role(role):
             continue
-        for x in row["ranks"]:
-            spans[key].append((role, x["rank"], x["start_us"], x["start_us"] + x["dur_us"], x["path"]))
-            keyed_paths.add(x["path"])
-    unkeyed: list[tuple[str, Any, float, float]] = []
+        for x in row.ranks:
+            spans[key].append((role, x.rank, x.start_us, x.start_us + x.dur_us, x.path))
+            keyed_paths.add(x.path)
+    return spans, keyed_paths
+
+
+def _unkeyed(files: list[tuple[Any, dict[str, Any]]], keyed_paths: set[str], tasks: Iterable[dict[str, Any]] | None
+             ) -> tuple[list[Span], list[tuple[str, Any, str, float, float]], list[tuple[str, dict[str, Any]]]]:
+    """Work with no global step (engine files, multi-step windows, ``tasks``): busy spans, phases, engine parts."""
+    labels, _ = runs(info for info, _ in files)
+    unkeyed: list[Span] = []
     extra_phases: list[tuple[str, Any, str, float, float]] = []
     engine_parts: list[tuple[str, dict[str, Any]]] = []
     for info, parts in files:
@@ -339,45 +342,34 @@ def combine(rows: list[dict[str, Any]], files: Iterable[tuple[Any, dict[str, Any
                 extra_phases.append((str(t["role"]), t.get("rank"), str(t.get("name") or "task"), a, a + d))
         except (KeyError, TypeError, ValueError):
             logger.warning("distprof rlsteps: a task interval without role, start_us or dur_us skipped: %.200r", t)
-    roles_all = {r for sp in spans.values() for r, *_ in sp} | {r for r, *_ in unkeyed}
-    if len(roles_all) < 2 or not spans:
-        return []
-    blocked = _blocked(files)  # (after the one-role exit: it matches every collective again)
-    window = {k: (min(s[2] for s in sp), max(s[3] for s in sp)) for k, sp in spans.items()}
-    by_role_row: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
-    for k, sp in spans.items():
-        for role, _, lo, hi, _ in sp:
-            by_role_row[role].append((lo, hi, k))
+    return unkeyed, extra_phases, engine_parts
 
-    def assign(role: str, a: float, b: float) -> Any:
+
+class _Assigner:
+    """The step an unkeyed interval belongs to: the row of its role (for an engine, of the role it serves) holding
+    its midpoint, else the latest step whose span holds it."""
+
+    def __init__(self, spans: dict[Any, list], window: dict[Any, tuple[float, float]]) -> None:
+        self.window = window
+        self.by_role_row: dict[str, list[tuple[float, float, Any]]] = defaultdict(list)
+        for k, sp in spans.items():
+            for role, _, lo, hi, _ in sp:
+                self.by_role_row[role].append((lo, hi, k))
+
+    def __call__(self, role: str, a: float, b: float) -> Any:
         mid = (a + b) / 2
         for r in (role, engine_parent(role)):
-            hits = [(lo, k) for lo, hi, k in by_role_row.get(r, ()) if lo <= mid <= hi]
+            hits = [(lo, k) for lo, hi, k in self.by_role_row.get(r, ()) if lo <= mid <= hi]
             if hits:
                 return max(hits, key=lambda h: h[0])[1]
-        hits = [(lo, k) for k, (lo, hi) in window.items() if lo <= mid <= hi]
+        hits = [(lo, k) for k, (lo, hi) in self.window.items() if lo <= mid <= hi]
         return max(hits, key=lambda h: h[0])[1] if hits else None
 
-    work: dict[Any, dict[tuple[str, Any], list[iv.IntervalSet]]] = defaultdict(lambda: defaultdict(list))
-    phases: dict[Any, dict[tuple[str, Any], list]] = defaultdict(lambda: defaultdict(list))
-    for k, sp in spans.items():
-        for role, rank, lo, hi, path in sp:
-            p = own.get(path)
-            mine = iv.clip(iv.merge(*p["busy"]), lo, hi) if p else (np.array([lo]), np.array([hi]))
-            mine = iv.subtract(mine, blocked.get((role, rank), iv.empty()))
-            work[k][(role, rank)].append(mine)
-            if p:
-                phases[k][(role, rank)] += [(n, max(a, lo), min(b, hi)) for n, a, b in p["phases"] if b > lo and a < hi]
-    for role, rank, a, b in unkeyed:
-        k = assign(role, a, b)
-        if k is not None:
-            work[k][(role, rank)].append((np.array([a]), np.array([b])))
-            window[k] = (min(window[k][0], a), max(window[k][1], b))
-    for role, rank, n, a, b in extra_phases:
-        k = assign(role, a, b)
-        if k is not None:
-            phases[k][(role, rank)].append((n, a, b))
-    # Each role's busy time over the whole job (any step): what another role's work overlaps.
+
+def _per_role(work: dict[Any, dict[tuple[str, Any], list[iv.IntervalSet]]]
+              ) -> tuple[dict[Any, dict[str, iv.IntervalSet]], dict[str, iv.IntervalSet], dict[str, float]]:
+    """Per step each role's busy time; each role's busy time over the whole job (any step: what another role's
+    work overlaps); each role's median busy time per step."""
     per_step_role: dict[Any, dict[str, iv.IntervalSet]] = {}
     everywhere: dict[str, list[iv.IntervalSet]] = defaultdict(list)
     for k, lanes in work.items():
@@ -393,11 +385,48 @@ def combine(rows: list[dict[str, Any]], files: Iterable[tuple[Any, dict[str, Any
         for r, s in per_step_role[k].items():
             busy_of[r].append(iv.length(s))
     median = {r: float(np.median(v)) for r, v in busy_of.items()}
-    out = []
-    for k in sorted(per_step_role, key=lambda k: (window[k][0], str(k))):
-        out.append(_one_step(k, window[k], per_step_role[k], whole, median, work[k], phases[k],
-                             [(r, p) for r, p in engine_parts]))
-    return out
+    return per_step_role, whole, median
+
+
+def combine(rows: list[Any], files: Iterable[tuple[Any, dict[str, Any]]],
+            tasks: Iterable[dict[str, Any]] | None = None) -> list[RLStep]:
+    """The RL steps of a job with more than one role (``[]`` for one role). ``rows``: ``steps.combine``'s
+    ``steps`` (:class:`~.records.StepRow`); ``files``: (FileInfo, parts) with ``parts["rlsteps"]`` (:func:`extract`)
+    and, when present, ``parts["stragglers"]``; ``tasks``: busy intervals from outside the traces (see the module
+    docstring)."""
+    files = list(files)
+    own = {info.path: parts.get("rlsteps") for info, parts in files}
+    # Keyed work: each (step, role, rank)'s rows. Unkeyed: engine files, multi-step windows, tasks.
+    spans, keyed_paths = _keyed(rows)
+    unkeyed, extra_phases, engine_parts = _unkeyed(files, keyed_paths, tasks)
+    roles_all = {r for sp in spans.values() for r, *_ in sp} | {r for r, *_ in unkeyed}
+    if len(roles_all) < 2 or not spans:
+        return []
+    blocked = _blocked(files)  # (after the one-role exit: it matches every collective again)
+    window = {k: (min(s[2] for s in sp), max(s[3] for s in sp)) for k, sp in spans.items()}
+    assign = _Assigner(spans, window)
+    work: dict[Any, dict[tuple[str, Any], list[iv.IntervalSet]]] = defaultdict(lambda: defaultdict(list))
+    phases: dict[Any, dict[tuple[str, Any], list]] = defaultdict(lambda: defaultdict(list))
+    for k, sp in spans.items():
+        for role, rank, lo, hi, path in sp:
+            p = own.get(path) if path is not None else None
+            mine = iv.clip(iv.merge(*p["busy"]), lo, hi) if p else (np.array([lo]), np.array([hi]))
+            mine = iv.subtract(mine, blocked.get((role, rank), iv.empty()))
+            work[k][(role, rank)].append(mine)
+            if p:
+                phases[k][(role, rank)] += [(n, max(a, lo), min(b, hi)) for n, a, b in p["phases"] if b > lo and a < hi]
+    for role, rank, a, b in unkeyed:
+        k = assign(role, a, b)
+        if k is not None:
+            work[k][(role, rank)].append((np.array([a]), np.array([b])))
+            window[k] = (min(window[k][0], a), max(window[k][1], b))
+    for role, rank, n, a, b in extra_phases:
+        k = assign(role, a, b)
+        if k is not None:
+            phases[k][(role, rank)].append((n, a, b))
+    per_step_role, whole, median = _per_role(work)
+    return [_one_step(k, window[k], per_step_role[k], whole, median, work[k], phases[k], list(engine_parts))
+            for k in sorted(per_step_role, key=lambda k: (window[k][0], str(k)))]
 
 
 def _one_step(k: Any, span: tuple[float, float], busy: dict[str, iv.IntervalSet], whole: dict[str, iv.IntervalSet],
@@ -424,6 +453,15 @@ def _one_step(k: Any, span: tuple[float, float], busy: dict[str, iv.IntervalSet]
         saves, then = what_if(segs, r, factor)
         ifs.append(WhatIf(r, saves, b, median[r], then))
     ifs.sort(key=lambda w: (-w.saves_us, w.role))
+    return RLStep(step=list(k) if isinstance(k, tuple) else k, start_us=t0, duration_us=dur,
+                  critical_path=_roles_of(segs, path), roles=roles, what_if=ifs,
+                  path=[{"role": segs[j].role, "start_us": segs[j].start, "end_us": segs[j].end} for j in path],
+                  engine=_engine_times(span, busy, engines), lanes=_lanes(dur, lanes, phases))
+
+
+def _engine_times(span: tuple[float, float], busy: dict[str, iv.IntervalSet],
+                  engines: list[tuple[str, dict[str, Any]]]) -> list[EngineTime]:
+    t0, t1 = span
     eng = []
     for role in sorted({r for r, _ in engines}):
         # Per engine rank (TP ranks run every iteration in lockstep, so a sum would count each once per rank);
@@ -443,6 +481,12 @@ def _one_step(k: Any, span: tuple[float, float], busy: dict[str, iv.IntervalSet]
         n, _, pre, dec = max(per_rank, default=(0, 0.0, 0.0, 0.0))
         if role in busy:
             eng.append(EngineTime(role, n, pre, dec))
+    return eng
+
+
+def _lanes(dur: float, lanes: dict[tuple[str, Any], list[iv.IntervalSet]], phases: dict[tuple[str, Any], list]
+           ) -> list[dict[str, Any]]:
+    """Per role and rank: its busy spans (short pauses bridged, at most LANE_SPANS) and its longest phases."""
     lane_rows = []
     bridge = dur / (LANE_SPANS * 4) if dur > 0 else 0.0
     for (role, rank), sets in sorted(lanes.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
@@ -454,7 +498,4 @@ def _one_step(k: Any, span: tuple[float, float], busy: dict[str, iv.IntervalSet]
         ph = sorted(phases.get((role, rank), []), key=lambda t: -(t[2] - t[1]))[:LANE_PHASES]
         lane_rows.append({"role": role, "rank": rank, "busy": [[a, b] for a, b in zip(s.tolist(), e.tolist())],
                           "phases": [[n, a, b] for n, a, b in sorted(ph, key=lambda t: t[1])]})
-    return RLStep(step=list(k) if isinstance(k, tuple) else k, start_us=t0, duration_us=dur,
-                  critical_path=_roles_of(segs, path), roles=roles, what_if=ifs,
-                  path=[{"role": segs[j].role, "start_us": segs[j].start, "end_us": segs[j].end} for j in path],
-                  engine=eng, lanes=lane_rows)
+    return lane_rows

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from distprof.analysis import idle, launch
+from distprof.analysis.records import RankStep, StepRow, StepsResult, Wait
 from distprof.analysis.summary import CATEGORIES, profiling_cost, window_cost
 from distprof.trace.ranks import role_of, runs
 from distprof.trace.table import TraceTable
@@ -88,52 +90,65 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return {"steps": rows, "profiling_cost": window_cost(tb)}
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
-    """One row per (role, step): every rank's figures, the rank holding the others back (``slowest_rank``)
-    and the rank with the longest step (``longest_rank``).
+def _rank_row(info: Any, role: str, s: dict[str, Any], parts: dict[str, Any],
+              waited: dict[tuple, tuple[float, float, float]]) -> RankStep:
+    """One rank's figures in one of its steps ``s`` (an :func:`extract` row), with its waits and the per-step
+    figures of the other analyses its file has (breakdown, temporal, overlap, idle, launch)."""
+    whole = "window" in s
+    key = s["step"] if not whole else tuple(s["window"])
+    w, caused, synced = waited.get((role, info.rank, key), (0.0, 0.0, 0.0))
+    x = RankStep(rank=info.rank, path=info.path, dur_us=s["dur_us"], waited_us=w, busy_us=max(s["dur_us"] - w, 0.0),
+                 wait_caused_us=caused, sync_waiting_us=synced, phases=s["phases"], categories=s["categories"],
+                 source=s["source"], start_us=s["start_us"])
+    if whole:
+        x.window = s["window"]
+    for name in ("breakdown", "temporal", "overlap"):
+        fig = parts.get(name, {}).get("steps", {}).get(s["step"]) if not whole else None
+        if fig is not None:
+            setattr(x, name, fig)
+    # Device idle by cause and launch figures for the step.
+    if "idle" in parts:
+        x.idle = idle.step_figure(parts["idle"], s["step"], whole)
+    if "launch" in parts:
+        x.launch = launch.step_figure(parts["launch"], s["step"], whole)
+    return x
+
+
+def _step_row(role: str, step: Any, ranks: list[RankStep]) -> StepRow:
+    ranks.sort(key=lambda x: (-1 if x.rank is None else x.rank, x.path))
+    if any(x.wait_caused_us > 0 for x in ranks):
+        slowest = max(ranks, key=lambda x: (x.wait_caused_us, -(x.rank or 0)))
+    else:
+        slowest = max(ranks, key=lambda x: (x.busy_us, -(x.rank or 0)))
+    longest = max(ranks, key=lambda x: (x.dur_us, -(x.rank or 0)))
+    phases: dict[str, float] = defaultdict(float)
+    for x in ranks:
+        for name, v in x.phases.items():
+            phases[name] += v / len(ranks)
+    return StepRow(role=role or None, step=step, window=ranks[0].get("window"), ranks=ranks,
+                   slowest_rank=slowest.rank, longest_rank=longest.rank, max_us=longest.dur_us,
+                   min_us=min(x.dur_us for x in ranks), waited_us=sum(x.waited_us for x in ranks),
+                   mean_phases=dict(sorted(phases.items(), key=lambda kv: -kv[1])),
+                   launch_bound_ranks=[x.rank for x in ranks if (x.get("launch") or {}).get("launch_bound")])
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] = ()) -> StepsResult:
+    """One row per (role, step): every rank's figures, the rank holding the others back (``slowest_rank``),
+    the rank with the longest step (``longest_rank``) and the ranks whose step is launch-bound.
 
     ``files`` are (FileInfo, parts) with ``parts["steps"]`` from :func:`extract` and, when present,
-    ``parts["breakdown"]``, ``parts["temporal"]``, ``parts["overlap"]`` (their per-step figures are
-    attached to each rank's row); ``waits`` are ``stragglers.combine(...)["waits"]``.
+    ``parts["breakdown"]``, ``parts["temporal"]``, ``parts["overlap"]``, ``parts["idle"]``, ``parts["launch"]``
+    (their per-step figures are attached to each rank's row); ``waits`` are ``stragglers.combine(...).waits``.
     """
-    waited = {(w["role"] or "", w["rank"], w["step"] if not isinstance(w["step"], list) else tuple(w["step"])):
-              (w["waited_us"], w["wait_caused_us"], w.get("sync_waiting_us", 0.0)) for w in waits}
+    waited = {(w.role or "", w.rank, w.step if not isinstance(w.step, list) else tuple(w.step)):
+              (w.waited_us, w.wait_caused_us, w.sync_waiting_us) for w in waits}
     files = list(files)
     labels, run_warnings = runs(info for info, _ in files)  # ranks of different runs never share a row
-    table: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    table: dict[tuple[str, int], list[RankStep]] = defaultdict(list)
     for info, parts in files:
-        extra = {name: parts.get(name, {}).get("steps", {}) for name in ("breakdown", "temporal", "overlap")}
         role = role_of(labels, info) or ""
         for s in parts["steps"]["steps"]:
-            key = s["step"] if "window" not in s else tuple(s["window"])
-            w, caused, synced = waited.get((role, info.rank, key), (0.0, 0.0, 0.0))
-            row = {"rank": info.rank, "path": info.path, "dur_us": s["dur_us"], "waited_us": w,
-                   "busy_us": max(s["dur_us"] - w, 0.0), "wait_caused_us": caused, "sync_waiting_us": synced,
-                   "phases": s["phases"], "categories": s["categories"],
-                   "source": s["source"], "start_us": s["start_us"]}
-            if "window" in s:
-                row["window"] = s["window"]
-            for name, per_step in extra.items():
-                fig = per_step.get(s["step"]) if "window" not in s else None
-                if fig is not None:
-                    row[name] = fig
-            table[(role, s["step"])].append(row)
-    rows = []
-    for (role, step), ranks in sorted(table.items()):
-        ranks.sort(key=lambda x: (-1 if x["rank"] is None else x["rank"], x["path"]))
-        if any(x["wait_caused_us"] > 0 for x in ranks):
-            slowest = max(ranks, key=lambda x: (x["wait_caused_us"], -(x["rank"] or 0)))
-        else:
-            slowest = max(ranks, key=lambda x: (x["busy_us"], -(x["rank"] or 0)))
-        longest = max(ranks, key=lambda x: (x["dur_us"], -(x["rank"] or 0)))
-        phases: dict[str, float] = defaultdict(float)
-        for x in ranks:
-            for name, v in x["phases"].items():
-                phases[name] += v / len(ranks)
-        rows.append({"role": role or None, "step": step, "window": ranks[0].get("window"), "ranks": ranks,
-                     "slowest_rank": slowest["rank"], "longest_rank": longest["rank"],
-                     "max_us": longest["dur_us"], "min_us": min(x["dur_us"] for x in ranks),
-                     "waited_us": sum(x["waited_us"] for x in ranks),
-                     "mean_phases": dict(sorted(phases.items(), key=lambda kv: -kv[1]))})
+            table[(role, s["step"])].append(_rank_row(info, role, s, parts, waited))
+    rows = [_step_row(role, step, ranks) for (role, step), ranks in sorted(table.items())]
     cost = profiling_cost((info, parts["steps"].get("profiling_cost")) for info, parts in files)
-    return {"steps": rows, "warnings": run_warnings, "profiling_cost": cost}
+    return StepsResult(steps=rows, warnings=run_warnings, profiling_cost=cost)

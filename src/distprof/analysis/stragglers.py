@@ -36,10 +36,21 @@ import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from distprof.analysis.records import (
+    Collective,
+    Mismatch,
+    StragglerRank,
+    StragglersResult,
+    StragglerStep,
+    Wait,
+    WaitPair,
+)
 from distprof.trace.ranks import role_of, runs
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
@@ -131,7 +142,142 @@ def blocked_until(c: tuple, last: float) -> float:
     return min(last, end) if not math.isnan(end) else last
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -> dict[str, Any]:
+def _step_json(step: Any) -> Any:
+    return list(step) if isinstance(step, tuple) else step
+
+
+@dataclass
+class _Gathered:
+    """Every role's ranks' collectives (rank -> its :func:`extract` rows), their files' ends and host syncs."""
+    members: dict[str, dict[int, list]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    ends: dict[tuple[str, int], float] = field(default_factory=dict)
+    sources: set[str] = field(default_factory=set)
+    unranked: list[str] = field(default_factory=list)
+    sync_spans: dict[tuple[str, int], list] = field(default_factory=lambda: defaultdict(list))
+
+
+def _gather(files: list[tuple[Any, dict[str, Any]]], labels: Any) -> _Gathered:
+    g = _Gathered()
+    for info, p in files:
+        if info.rank is None:
+            g.unranked.append(info.path)
+            continue
+        role = role_of(labels, info) or ""
+        g.members[role][info.rank].extend(p["collectives"])
+        g.sync_spans[(role, info.rank)].extend(p.get("syncs", ()))
+        g.sources.add(p["source"])
+        if info.end_us is not None:
+            g.ends[(role, info.rank)] = max(g.ends.get((role, info.rank), -math.inf), info.end_us)
+    return g
+
+
+@dataclass
+class _Matched:
+    """The collectives matched across ranks: per rank its figures, its blocked spans, each instance."""
+    stats: dict[tuple[str, int], StragglerRank] = field(default_factory=dict)
+    blocked: dict[tuple[str, int], list] = field(default_factory=lambda: defaultdict(list))  # [(start, end, k, step)]
+    instances: list[Collective] = field(default_factory=list)
+    late: set[int] = field(default_factory=set)  # indices of the instances someone waited for
+    mismatched: list[Mismatch] = field(default_factory=list)
+
+
+def _match_role(m: _Matched, role: str, ranks: dict[int, list], ends: dict[tuple[str, int], float]) -> None:
+    for (step, group, kind), lists in queues(ranks):
+        counts = {r: len(v) for r, v in lists.items()}
+        if len(lists) < len(ranks) or len(set(counts.values())) > 1:
+            m.mismatched.append(Mismatch(role=role or None, step=_step_json(step), group=group, kind=kind,
+                                         counts={str(r): n for r, n in sorted(counts.items())}))
+        n = min(counts.values()) if len(lists) == len(ranks) else 0
+        for i in range(n):
+            arrivals = {r: lists[r][i][2] for r in lists}
+            last_rank = max(arrivals, key=lambda r: (arrivals[r], r))
+            last = arrivals[last_rank]
+            inst = Collective(role=role or None, group=group, kind=kind, index=i, step=_step_json(step),
+                              last_rank=last_rank)
+            k = len(m.instances)
+            m.instances.append(inst)
+            for r, a in arrivals.items():
+                m.stats[(role, r)].collectives += 1
+                stop = blocked_until(lists[r][i], last)
+                stop = min(stop, ends.get((role, r), stop))
+                if stop > a:
+                    m.blocked[(role, r)].append((a, stop, k, lists[r][i][4]))
+                    inst.max_wait_us = max(inst.max_wait_us, stop - a)
+
+
+def _match(g: _Gathered) -> _Matched:
+    m = _Matched()
+    for role in sorted(g.members):
+        ranks = g.members[role]
+        for r, colls in ranks.items():
+            colls.sort(key=lambda c: c[2])
+            m.stats[(role, r)] = StragglerRank(role=role or None, rank=r)
+        if len(ranks) >= 2:
+            _match_role(m, role, ranks, g.ends)
+    return m
+
+
+@dataclass
+class _StepWaits:
+    wait_us: float = 0.0
+    by: dict[int, float] = field(default_factory=lambda: defaultdict(float))
+    collectives: set[int] = field(default_factory=set)
+
+
+@dataclass
+class _Charged:
+    per_step: dict[tuple, _StepWaits] = field(default_factory=lambda: defaultdict(_StepWaits))
+    waited_at: dict[tuple, float] = field(default_factory=dict)
+    synced_at: dict[tuple, float] = field(default_factory=lambda: defaultdict(float))
+    # (role, waiter, the rank it waited for) -> µs; and of that, the waiter's host in a sync
+    pair: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))
+    pair_sync: dict[tuple[str, int, int], float] = field(default_factory=lambda: defaultdict(float))
+
+
+def _charge_rank(c: _Charged, m: _Matched, role: str, r: int, spans: list, sync_spans: list) -> None:
+    """Charge one rank's blocked time, instant by instant, to the oldest collective blocking it."""
+    spans.sort()
+    reach = -math.inf
+    by_step: dict[Any, float] = defaultdict(float)
+    ss, se = iv.merge([a for a, _ in sync_spans], [b for _, b in sync_spans])
+    syncs = (ss.tolist(), se.tolist())
+    me = m.stats[(role, r)]
+    for a, b, k, step in spans:
+        lo = max(a, reach)
+        if b > lo:
+            part = b - lo
+            inst = m.instances[k]
+            inst.wait_caused_us += part
+            m.late.add(k)
+            m.stats[(role, inst.last_rank)].wait_caused_us += part
+            me.waited_us += part
+            s = c.per_step[(role, _key(step))]
+            s.wait_us += part
+            s.by[inst.last_rank] += part
+            by_step[_key(step)] += part
+            c.pair[(role, r, inst.last_rank)] += part
+            if syncs[0]:
+                sync = _covered(syncs, lo, b)
+                me.sync_waiting_us += sync
+                c.synced_at[(role, r, _key(step))] += sync
+                c.pair_sync[(role, r, inst.last_rank)] += sync
+        reach = max(reach, b)
+    for step, us in by_step.items():
+        c.waited_at[(role, r, step)] = us
+
+
+def _waits(c: _Charged) -> list[Wait]:
+    """Per rank and step: the time it waited, and the waiting of others it caused (what ``steps`` ranks by)."""
+    cells = set(c.waited_at)
+    for (role, step), s in c.per_step.items():
+        cells.update((role, r, step) for r in s.by)
+    return [Wait(role=role or None, rank=r, step=_step_json(step), waited_us=c.waited_at.get((role, r, step), 0.0),
+                 wait_caused_us=c.per_step[(role, step)].by.get(r, 0.0) if (role, step) in c.per_step else 0.0,
+                 sync_waiting_us=c.synced_at.get((role, r, step), 0.0))
+            for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -> StragglersResult:
     """Match collectives across the ranks of each role; waits per rank and step (see the module docstring).
 
     ``files`` are (FileInfo, extract result) pairs, several per rank allowed (their collectives are
@@ -139,114 +285,26 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
     """
     files = list(files)
     labels, run_warnings = runs(info for info, _ in files)  # ranks of different runs are never matched
-    members: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-    ends: dict[tuple[str, int], float] = {}
-    sources, unranked = set(), []
-    sync_spans: dict[tuple[str, int], list] = defaultdict(list)
-    for info, p in files:
-        if info.rank is None:
-            unranked.append(info.path)
-            continue
-        role = role_of(labels, info) or ""
-        members[role][info.rank].extend(p["collectives"])
-        sync_spans[(role, info.rank)].extend(p.get("syncs", ()))
-        sources.add(p["source"])
-        if info.end_us is not None:
-            ends[(role, info.rank)] = max(ends.get((role, info.rank), -math.inf), info.end_us)
-    stats: dict[tuple[str, int], dict[str, Any]] = {}
-    blocked: dict[tuple[str, int], list] = defaultdict(list)  # (role, rank) -> [(start, end, instance)]
-    instances: list[dict[str, Any]] = []
-    mismatched = []
-    for role in sorted(members):
-        ranks = members[role]
-        for r, colls in ranks.items():
-            colls.sort(key=lambda c: c[2])
-            stats[(role, r)] = {"role": role or None, "rank": r, "wait_caused_us": 0.0, "late_arrivals": 0,
-                                "waited_us": 0.0, "collectives": 0, "sync_waiting_us": 0.0}
-        if len(ranks) < 2:
-            continue
-        for (step, group, kind), lists in queues(ranks):
-            counts = {r: len(v) for r, v in lists.items()}
-            if len(lists) < len(ranks) or len(set(counts.values())) > 1:
-                mismatched.append({"role": role or None, "step": list(step) if isinstance(step, tuple) else step,
-                                   "group": group, "kind": kind,
-                                   "counts": {str(r): n for r, n in sorted(counts.items())}})
-            n = min(counts.values()) if len(lists) == len(ranks) else 0
-            for i in range(n):
-                arrivals = {r: lists[r][i][2] for r in lists}
-                last_rank = max(arrivals, key=lambda r: (arrivals[r], r))
-                last = arrivals[last_rank]
-                inst = {"role": role or None, "group": group, "kind": kind, "index": i,
-                        "step": list(step) if isinstance(step, tuple) else step, "last_rank": last_rank,
-                        "wait_caused_us": 0.0, "max_wait_us": 0.0, "late": False}
-                k = len(instances)
-                instances.append(inst)
-                for r, a in arrivals.items():
-                    stats[(role, r)]["collectives"] += 1
-                    stop = blocked_until(lists[r][i], last)
-                    stop = min(stop, ends.get((role, r), stop))
-                    if stop > a:
-                        blocked[(role, r)].append((a, stop, k, lists[r][i][4]))
-                        inst["max_wait_us"] = max(inst["max_wait_us"], stop - a)
-    # Charge each rank's blocked time, instant by instant, to the oldest collective blocking it.
-    per_step: dict[tuple, dict[str, Any]] = defaultdict(lambda: {"wait_us": 0.0, "by": defaultdict(float), "collectives": set()})
-    waited_at: dict[tuple, float] = {}
-    synced_at: dict[tuple, float] = defaultdict(float)
-    pair: dict[tuple[str, int, int], float] = defaultdict(float)  # (role, waiter, the rank it waited for) -> µs
-    pair_sync: dict[tuple[str, int, int], float] = defaultdict(float)  # of that, the waiter's host in a sync
-    for (role, r), spans in blocked.items():
-        spans.sort()
-        reach = -math.inf
-        by_step: dict[Any, float] = defaultdict(float)
-        ss, se = iv.merge([a for a, _ in sync_spans.get((role, r), ())], [b for _, b in sync_spans.get((role, r), ())])
-        syncs = (ss.tolist(), se.tolist())
-        for a, b, k, step in spans:
-            lo = max(a, reach)
-            if b > lo:
-                part = b - lo
-                inst = instances[k]
-                inst["wait_caused_us"] += part
-                inst["late"] = True
-                culprit = stats[(role, inst["last_rank"])]
-                culprit["wait_caused_us"] += part
-                stats[(role, r)]["waited_us"] += part
-                s = per_step[(role, _key(step))]
-                s["wait_us"] += part
-                s["by"][inst["last_rank"]] += part
-                by_step[_key(step)] += part
-                pair[(role, r, inst["last_rank"])] += part
-                if syncs[0]:
-                    sync = _covered(syncs, lo, b)
-                    stats[(role, r)]["sync_waiting_us"] += sync
-                    synced_at[(role, r, _key(step))] += sync
-                    pair_sync[(role, r, inst["last_rank"])] += sync
-            reach = max(reach, b)
-        for step, us in by_step.items():
-            waited_at[(role, r, step)] = us
-    for inst in instances:
-        if inst["late"]:
-            stats[(inst["role"] or "", inst["last_rank"])]["late_arrivals"] += 1
-        per_step[(inst["role"] or "", _key(inst["step"]))]["collectives"].add(id(inst))
-    rank_rows = sorted(stats.values(), key=lambda r: (-r["wait_caused_us"], r["role"] or "", r["rank"]))
+    g = _gather(files, labels)
+    m = _match(g)
+    c = _Charged()
+    for (role, r), spans in m.blocked.items():
+        _charge_rank(c, m, role, r, spans, g.sync_spans.get((role, r), []))
+    for k, inst in enumerate(m.instances):
+        if k in m.late:
+            m.stats[(inst.role or "", inst.last_rank)].late_arrivals += 1
+        c.per_step[(inst.role or "", _key(inst.step))].collectives.add(k)
+    rank_rows = sorted(m.stats.values(), key=lambda r: (-r.wait_caused_us, r.role or "", r.rank))
     steps = []
-    for (role, step), s in sorted(per_step.items(), key=lambda kv: (kv[0][0], repr(kv[0][1]))):
-        slowest = max(sorted(s["by"].items()), key=lambda kv: kv[1])[0] if s["by"] else None
-        steps.append({"role": role or None, "step": list(step) if isinstance(step, tuple) else step,
-                      "collectives": len(s["collectives"]), "wait_us": s["wait_us"], "slowest_rank": slowest})
-    worst = sorted((dict(i) for i in instances if i["late"]), key=lambda w: (-w["wait_caused_us"], w["index"]))
-    for w in worst:
-        w.pop("late")
-    # Per rank and step: the time it waited, and the waiting of others it caused (what ``steps`` ranks by).
-    cells = set(waited_at)
-    for (role, step), s in per_step.items():
-        cells.update((role, r, step) for r in s["by"])
-    waits = [{"role": role or None, "rank": r, "step": list(step) if isinstance(step, tuple) else step,
-              "waited_us": waited_at.get((role, r, step), 0.0),
-              "wait_caused_us": per_step[(role, step)]["by"].get(r, 0.0) if (role, step) in per_step else 0.0,
-              "sync_waiting_us": synced_at.get((role, r, step), 0.0)}
-             for role, r, step in sorted(cells, key=lambda c: (c[0], repr(c[2]), c[1]))]
-    return {"ranks": rank_rows, "matched": len(instances), "mismatched": mismatched, "steps": steps,
-            "worst": worst[:top] if top else worst, "waits": waits, "sources": sorted(sources),
-            "unranked": unranked, "warnings": run_warnings,
-            "wait_matrix": [{"role": role or None, "waiter": w, "culprit": c, "wait_us": us,
-                             "sync_us": pair_sync.get((role, w, c), 0.0)} for (role, w, c), us in sorted(pair.items())]}
+    for (role, step), s in sorted(c.per_step.items(), key=lambda kv: (kv[0][0], repr(kv[0][1]))):
+        slowest = max(sorted(s.by.items()), key=lambda kv: kv[1])[0] if s.by else None
+        steps.append(StragglerStep(role=role or None, step=_step_json(step), collectives=len(s.collectives),
+                                   wait_us=s.wait_us, slowest_rank=slowest))
+    worst = sorted((msgspec.structs.replace(i) for k, i in enumerate(m.instances) if k in m.late),
+                   key=lambda w: (-w.wait_caused_us, w.index))
+    return StragglersResult(
+        ranks=rank_rows, matched=len(m.instances), mismatched=m.mismatched, steps=steps,
+        worst=worst[:top] if top else worst, waits=_waits(c), sources=sorted(g.sources), unranked=g.unranked,
+        warnings=run_warnings,
+        wait_matrix=[WaitPair(role=role or None, waiter=w, culprit=cu, wait_us=us, sync_us=c.pair_sync.get((role, w, cu), 0.0))
+                     for (role, w, cu), us in sorted(c.pair.items())])

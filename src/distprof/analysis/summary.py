@@ -20,11 +20,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from distprof.analysis.cost import profiling_cost, window_cost
+from distprof.analysis.records import KernelRow, OpRow, PhaseRow, SummaryRank, SummaryResult
 from distprof.trace.ranks import group
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import Kind
@@ -33,6 +34,7 @@ from distprof.util import intervals as iv
 __all__ = ["CATEGORIES", "combine", "extract", "profiling_cost", "self_times", "window_cost"]
 
 CATEGORIES = ("compute", "communication", "memcpy", "memset")
+R = TypeVar("R", KernelRow, OpRow, PhaseRow)
 
 
 def self_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -168,16 +170,13 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     }
 
 
-def _rows(table: dict[str, list[float]], top: int | None, total: float, share_of: int = 1,
-          extra: tuple[str, ...] = ()) -> list[dict[str, Any]]:
-    rows = []
-    for name, v in table.items():
-        row = {"name": name, "count": int(v[0]), "total_us": v[1]}
-        for j, key in enumerate(extra, start=2):
-            row[key] = v[j]
-        row["share"] = (v[share_of] / total) if total else 0.0
-        rows.append(row)
-    rows.sort(key=lambda r: (-r["total_us"], r["name"]))
+def _rows(table: dict[str, list[float]], top: int | None, total: float, row: type[R], share_of: int = 1) -> list[R]:
+    """One ``row`` record per name (``KernelRow``: count, total; ``OpRow``: and self; ``PhaseRow``: and wall, self),
+    by total_us descending."""
+    extra = {KernelRow: (), OpRow: ("self_us",), PhaseRow: ("wall_us", "self_us")}[row]  # type: ignore[index]
+    rows = [row(name=name, count=int(v[0]), total_us=v[1], share=(v[share_of] / total) if total else 0.0,
+                **{key: v[j] for j, key in enumerate(extra, start=2)}) for name, v in table.items()]
+    rows.sort(key=lambda r: (-r.total_us, r.name))  # type: ignore[attr-defined]
     return rows[:top] if top else rows
 
 
@@ -204,7 +203,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: (dict(v) if isinstance(v, defaultdict) else v) for k, v in out.items()}
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None) -> dict[str, Any]:
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None) -> SummaryResult:
     """Over all ranks: ``kernels`` and ``ops`` (the fixed --json keys, by total_us descending),
     ``phases``, ``categories``, and per rank its own figures (``ranks``; a rank's files are summed)."""
     kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -238,22 +237,22 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = None)
         for key, v in s["outside_steps"].items():
             outside[key] += v
         kern_total = sum(t for _, t in s["kernels"].values())
-        ranks.append({
-            "rank": info.rank, "role": info.role, "path": info.path, "files": len(parts), "rank_source": info.rank_source,
-            "device_busy_us": s["device_busy_us"], "device_span_us": s["device_span_us"], "idle_share": s["idle_share"],
-            "traced_us": s["traced_us"], "categories": s["categories"], "kernel_total_us": kern_total,
-            "top_kernels": _rows({n: list(v) for n, v in s["kernels"].items()}, 5, kern_total),
-        })
+        ranks.append(SummaryRank(
+            rank=info.rank, role=info.role, path=info.path, files=len(parts), rank_source=info.rank_source,
+            device_busy_us=s["device_busy_us"], device_span_us=s["device_span_us"], idle_share=s["idle_share"],
+            traced_us=s["traced_us"], categories=s["categories"], kernel_total_us=kern_total,
+            top_kernels=_rows({n: list(v) for n, v in s["kernels"].items()}, 5, kern_total, KernelRow),
+        ))
     kern_total = sum(v[1] for v in kernels.values())
     op_self = sum(v[2] for v in ops.values())
-    return {
-        "kernels": _rows(kernels, top, kern_total),
-        "ops": _rows(ops, top, op_self, share_of=2, extra=("self_us",)),
-        "phases": _rows(phases, top, traced, share_of=2, extra=("wall_us", "self_us")),
-        "categories": dict(categories),
-        "ranks": ranks,
-        "device_busy_us": sum(r["device_busy_us"] for r in ranks),
-        "traced_us": traced,
-        "outside_steps": dict(outside),
-        "profiling_cost": cost,
-    }
+    return SummaryResult(
+        kernels=_rows(kernels, top, kern_total, KernelRow),
+        ops=_rows(ops, top, op_self, OpRow, share_of=2),
+        phases=_rows(phases, top, traced, PhaseRow, share_of=2),
+        categories=dict(categories),
+        ranks=ranks,
+        device_busy_us=sum(r.device_busy_us for r in ranks),
+        traced_us=traced,
+        outside_steps=dict(outside),
+        profiling_cost=cost,
+    )

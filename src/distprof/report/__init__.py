@@ -18,7 +18,9 @@ from typing import Any
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import Finding, analysed, diagnose
+from distprof.analysis.analyze import Investigation
 from distprof.analysis.parallel import Progress
+from distprof.analysis.records import to_json
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.report import evidence, figures, page
 from distprof.trace.listing import find_traces
@@ -27,13 +29,13 @@ from distprof.trace.source import TraceError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["build_report", "render_report", "write_report"]
+__all__ = ["build_report", "render_report", "report_of", "write_report"]
 
 
-def _meta(inv: Any) -> list[str]:
-    ranks = inv.summary.get("ranks") or []
-    roles = sorted({r.get("role") or "" for r in ranks} - {""})
-    steps = sorted({str(s["step"]) for s in inv.steps.get("steps") or []}, key=lambda s: (len(s), s))
+def _meta(inv: Investigation) -> list[str]:
+    ranks = inv.summary.ranks
+    roles = sorted({r.role or "" for r in ranks} - {""})
+    steps = sorted({str(s.step) for s in inv.steps.steps}, key=lambda s: (len(s), s))
     env = inv.envelope()
     lines = [f"traces: {inv.path}",
              f"{env['files_read']} files read, {len(ranks)} ranks"
@@ -46,7 +48,7 @@ def _meta(inv: Any) -> list[str]:
     return lines
 
 
-def _page(inv: Any, findings: list[Finding], compare: dict[str, Any] | None, compare_path: str,
+def _page(inv: Investigation, findings: list[Finding], compare: dict[str, Any] | None, compare_path: str,
           envelope: dict[str, Any] | None, out: str | None = None
           ) -> tuple[str, list[figures.Section], list[evidence.Evidence]]:
     sections = figures.sections(inv, compare, inv.path, compare_path)
@@ -56,7 +58,7 @@ def _page(inv: Any, findings: list[Finding], compare: dict[str, Any] | None, com
     return text, sections, ev
 
 
-def render_report(inv: Any, findings: list[Finding], compare: dict[str, Any] | None = None,
+def render_report(inv: Investigation, findings: list[Finding], compare: dict[str, Any] | None = None,
                   compare_path: str = "", envelope: dict[str, Any] | None = None) -> str:
     """The report page for ``inv`` as a string. ``compare``: :func:`distprof.analysis.diff.compare`'s result
     with this run as A and the run at ``compare_path`` as B; ``envelope``: the problems to list (default
@@ -64,7 +66,7 @@ def render_report(inv: Any, findings: list[Finding], compare: dict[str, Any] | N
     return _page(inv, findings, compare, compare_path, envelope)[0]
 
 
-def build_report(inv: Any, findings: list[Finding], out: str, compare: dict[str, Any] | None = None,
+def build_report(inv: Investigation, findings: list[Finding], out: str, compare: dict[str, Any] | None = None,
                  compare_path: str = "", envelope: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write :func:`render_report`'s page to ``out`` through a hidden temporary file renamed when complete
     (``out`` is never a torn page). Returns ``{"out", "bytes", "plots", "timelines"}``: each plot's id, its number
@@ -107,6 +109,15 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
                  "report.html")
     inv = analyze.investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress,
                               parts=("timeline",))
+    return report_of(inv, out, compare, selection, workers, ray_address, progress)
+
+
+def report_of(inv: Investigation, out: str, compare: str | None = None, selection: Selection | None = None,
+              workers: int | None = None, ray_address: str | None = None,
+              progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """:func:`write_report` for an Investigation already made (read with the ``timeline`` extract, or the page has
+    no worst-step timelines); ``out`` is checked by the caller."""
+    path = inv.path
     if not inv.run.files:
         # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
         raise TraceError(f"{path}: nothing to report, no trace could be read "
@@ -130,4 +141,4 @@ def write_report(path: str, out: str, compare: str | None = None, selection: Sel
                "skipped": env["skipped"] + oe["skipped"], "files_read": env["files_read"] + len(other.files)}
     written = build_report(inv, findings, out, d, compare or "", env)
     return {**written, "findings": [f.to_dict() for f in findings], "compare": compare,
-            "rl_steps": inv.steps.get("rl_steps") or [], **env}
+            "rl_steps": to_json(inv.steps.rl_steps), **env}

@@ -16,7 +16,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
+from distprof.analysis.records import FileFacts, StepsResult
 from distprof.report import rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
@@ -124,8 +126,8 @@ def step_time(steps: dict[str, Any]) -> Section:
 
 
 # ---- phases ---------------------------------------------------------------------------------------------
-def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple[Any, dict[str, Any]]]) -> Section:
-    """``files``: (FileInfo, summary part) per file, whose ``phases`` hold each phase's self time on that file."""
+def phases(steps: StepsResult, files: Iterable[FileFacts]) -> Section:
+    """``files``: each file's facts, whose ``phases`` hold each phase's self time on that file."""
     s = Section(Plot.PHASES, "Phase breakdown per role",
                 "Per rank, the time each phase (record_function / distprof.annotate range) was the innermost open "
                 "annotation of its thread (self time, summed over the analysed time), so the segments add up "
@@ -133,15 +135,15 @@ def phases(summary: dict[str, Any], steps: dict[str, Any], files: Iterable[tuple
                 "was open). The largest phases of each role are shown, the rest summed as \"other phases\".")
     # A file's role label ("actor", or "actor (run 2)" when ranks of different runs share a folder) as steps has it.
     who: dict[str, tuple[str | None, int | None]] = {}
-    for r in steps.get("steps") or []:
-        for x in r["ranks"]:
-            who[x["path"]] = (r["role"], x["rank"])
+    for r in steps.steps:
+        for x in r.ranks:
+            who[x.path] = (r.role, x.rank)
     self_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     wall_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for info, part in files:
-        role, rank = who.get(info.path, (info.role, info.rank))
-        key = (role, -1 if rank is None else rank, "" if rank is not None else info.path)
-        for name, (_count, _total, wall, self_) in part.get("phases", {}).items():
+    for f in files:
+        role, rank = who.get(f.path, (f.role, f.rank))
+        key = (role, -1 if rank is None else rank, "" if rank is not None else f.path)
+        for name, (_count, _total, wall, self_) in f.phases.items():
             self_us[key][name] += self_
             wall_us[key][name] += wall
     if not any(v for v in self_us.values()):
@@ -304,47 +306,52 @@ def idle(summary: dict[str, Any]) -> Section:
     s.figures.append(fig)
     lrows = [r for r in rows if (r.get("launch") or {}).get("applicable") and (r["launch"].get("launches") or 0)]
     if lrows:
-        lx = _rank_axis(lrows)
-        # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
-        # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
-        # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
-        custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
-                   "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
-                   if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
-        q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
-        pos = [v for k in q for v in q[k] if v > 0]
-        floor = min(pos) / 2 if pos else 0.1
-
-        def shown(v: float) -> float:
-            return v if v > 0 else floor
-
-        top = max([shown(v) for v in q["p95"]] + [floor])
-        fig = _fig("Kernel launch delay (log scale)", height=400, showlegend=True,
-                   xaxis={"title": "rank", "type": "category"},
-                   yaxis={"title": "µs", "type": "log", "dtick": 1,  # one tick per decade
-                          "range": [math.log10(floor / 2), math.log10(top * 3)]})
-
-        link_x, link_y = [], []
-        for i, name in enumerate(lx):
-            link_x += [name, name, None]
-            link_y += [shown(q["p50"][i]), shown(q["p95"][i]), None]
-        fig.add_trace(go.Scatter(x=link_x, y=link_y, mode="lines", line={"color": "#BBBBBB", "width": 2},
-                                 hoverinfo="skip", showlegend=False))
-        for k, color, symbol in (("p50", "#4C78A8", "circle"), ("p95", "#F58518", "diamond")):
-            fig.add_trace(go.Scatter(
-                x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
-                marker={"color": color, "symbol": symbol, "size": 10},
-                customdata=[c + [v] for c, v in zip(custom, q[k])],
-                hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
-                              "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
-        bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
-        if bound:
-            fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
-                                     mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
-                                                                                 "color": "#222"},
-                                     hovertemplate="%{x}: launch-bound<extra></extra>"))
-        s.figures.append(fig)
+        s.figures.append(_launch_delay(lrows))
     return s
+
+
+def _launch_delay(lrows: list[Any]) -> go.Figure:
+    """Launch delay per rank, p50 and p95 on a log scale; launch-bound ranks marked above their p95."""
+    lx = _rank_axis(lrows)
+    # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
+    # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
+    # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
+    custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
+               "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
+               if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
+    q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
+    pos = [v for k in q for v in q[k] if v > 0]
+    floor = min(pos) / 2 if pos else 0.1
+
+    def shown(v: float) -> float:
+        return v if v > 0 else floor
+
+    top = max([shown(v) for v in q["p95"]] + [floor])
+    fig = _fig("Kernel launch delay (log scale)", height=400, showlegend=True,
+               xaxis={"title": "rank", "type": "category"},
+               yaxis={"title": "µs", "type": "log", "dtick": 1,  # one tick per decade
+                      "range": [math.log10(floor / 2), math.log10(top * 3)]})
+
+    link_x, link_y = [], []
+    for i, name in enumerate(lx):
+        link_x += [name, name, None]
+        link_y += [shown(q["p50"][i]), shown(q["p95"][i]), None]
+    fig.add_trace(go.Scatter(x=link_x, y=link_y, mode="lines", line={"color": "#BBBBBB", "width": 2},
+                             hoverinfo="skip", showlegend=False))
+    for k, color, symbol in (("p50", "#4C78A8", "circle"), ("p95", "#F58518", "diamond")):
+        fig.add_trace(go.Scatter(
+            x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
+            marker={"color": color, "symbol": symbol, "size": 10},
+            customdata=[c + [v] for c, v in zip(custom, q[k])],
+            hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
+                          "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
+    bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
+    if bound:
+        fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
+                                 mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
+                                                                             "color": "#222"},
+                                 hovertemplate="%{x}: launch-bound<extra></extra>"))
+    return fig
 
 
 # ---- who waits for whom ---------------------------------------------------------------------------------
@@ -439,10 +446,9 @@ def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     return s
 
 
-def sections(inv: Any, diff: dict[str, Any] | None = None, a: str = "", b: str = "") -> list[Section]:
+def sections(inv: Investigation, diff: dict[str, Any] | None = None, a: str = "", b: str = "") -> list[Section]:
     """Every plot of the report, in :attr:`Plot.ALL` order (the diff only with ``diff``)."""
-    out = [step_time(inv.steps),
-           phases(inv.summary, inv.steps, [(r.info, r.parts["summary"]) for r in inv.run.files]),
+    out = [step_time(inv.steps), phases(inv.steps, inv.files),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
            tops.kernels(inv), tops.ops(inv), idle(inv.summary), rltimeline.rl_timeline(inv.steps)]
     if diff is not None:

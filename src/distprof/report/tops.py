@@ -13,8 +13,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
-from distprof.report.base import Section, fig, height, label, role_labels, short
+from distprof.analysis.records import FileFacts
+from distprof.report.base import Section, fig, height, label, short
 from distprof.trace.vocab import is_sync_op, is_sync_runtime
 
 __all__ = ["TOP_NAMES", "kernels", "ops"]
@@ -36,17 +38,16 @@ def _bars(title: str, rows: list[dict[str, Any]], value: str, what: str) -> go.F
     return f
 
 
-def per_role(inv: Any, table: Callable[[dict[str, Any]], dict[str, tuple]], value: int
+def per_role(inv: Investigation, table: Callable[[FileFacts], dict[str, tuple]], value: int
              ) -> dict[str | None, tuple[list[dict[str, Any]], int]]:
     """role -> (rows ``{"name", "count", "total_us", "share", ...}`` by the ``value``-th figure descending, ranks
-    summed). ``table(parts)`` gives a file's ``{name: (count, total_us[, self_us])}``."""
-    who = role_labels(f.info for f in inv.run.files)
+    summed). ``table(file)`` gives a file's ``{name: (count, total_us[, self_us])}``."""
     acc: dict[str | None, dict[str, list[float]]] = defaultdict(dict)
     ranks: dict[str | None, set] = defaultdict(set)
-    for f in inv.run.files:
-        role = who.get(f.info.path, f.info.role)
-        ranks[role].add(f.info.rank if f.info.rank is not None else f.info.path)
-        for name, v in table(f.parts).items():
+    for f in inv.files:
+        role = f.label
+        ranks[role].add(f.rank if f.rank is not None else f.path)
+        for name, v in table(f).items():
             a = acc[role].setdefault(name, [0.0] * len(v))
             for i, x in enumerate(v):
                 a[i] += x
@@ -67,12 +68,12 @@ def _title(what: str, role: str | None, n: int, how: str) -> str:
     return f"{what}, {label(role)} ({how}, {ranks})" if role else f"{what} ({how} over {ranks})"
 
 
-def kernels(inv: Any) -> Section:
+def kernels(inv: Investigation) -> Section:
     s = Section(Plot.KERNELS, "Top device kernels",
                 f"Per role, the {TOP_NAMES} device events (kernels, memcpy, memset) with the most summed duration "
                 "over the role's ranks, and their share of the role's device event time (roles run different "
                 "code, so they are never added together).")
-    roles = per_role(inv, lambda p: (p.get("summary") or {}).get("kernels") or {}, 1)
+    roles = per_role(inv, lambda f: f.kernels, 1)
     if not roles:
         s.note = "Not applicable: these traces have no device events (a CPU-only job)."
         return s
@@ -81,14 +82,13 @@ def kernels(inv: Any) -> Section:
     return s
 
 
-def _syncs(parts: dict[str, Any]) -> dict[str, tuple]:
+def _syncs(f: FileFacts) -> dict[str, tuple]:
     """Blocking host-device syncs inside the steps of one file: what the host_sync finding points at."""
-    p = parts.get("step_names") or parts.get("summary") or {}
-    return {name: tuple(v[:2]) for which, keep in (("runtime", is_sync_runtime), ("ops", is_sync_op))
-            for name, v in (p.get(which) or {}).items() if keep(name)}
+    return {name: tuple(v[:2]) for table, keep in ((f.step_runtime, is_sync_runtime), (f.step_ops, is_sync_op))
+            for name, v in table.items() if keep(name)}
 
 
-def ops(inv: Any) -> Section:
+def ops(inv: Investigation) -> Section:
     s = Section(Plot.OPS, "Top CPU ops and host-device syncs",
                 f"Per role, the {TOP_NAMES} CPU ops with the most self time over the role's ranks (their time minus "
                 "the ops nested directly inside them, so nested ops are not counted twice), and their share of the "
@@ -96,7 +96,7 @@ def ops(inv: Any) -> Section:
                 "there are any: the calls that block the host until the device catches up (cudaDeviceSynchronize, "
                 "cudaStreamSynchronize, cudaEventSynchronize, aten::item ...), their summed duration inside the "
                 "steps over the role's ranks.")
-    op_roles = per_role(inv, lambda p: (p.get("summary") or {}).get("ops") or {}, 2)
+    op_roles = per_role(inv, lambda f: f.ops, 2)
     sync_roles = per_role(inv, _syncs, 1)
     if not op_roles and not sync_roles:
         s.note = "No CPU ops in these traces."

@@ -8,10 +8,16 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
+from distprof.analysis.records import RankStep, StepRow
 from distprof.trace.ranks import unranked_label
+
+if TYPE_CHECKING:  # analyze imports diagnose: the Investigation's type only
+    from distprof.analysis.analyze import Investigation
 
 logger = logging.getLogger(__name__)
 
@@ -220,62 +226,62 @@ def median_of(values: Iterable[float]) -> float:
 
 # ---- the job as the rules see it --------------------------------------------------------------------------
 class Job:
-    """The Investigation's figures arranged for the rules: step rows per role, per-file parts by path."""
+    """The Investigation's typed records arranged for the rules: step rows per role, each file's facts by path."""
 
-    def __init__(self, inv: Any) -> None:
+    def __init__(self, inv: Investigation) -> None:
         self.inv = inv
-        self.parts = {r.info.path: r.parts for r in inv.run.files}
-        self.infos = {r.info.path: r.info for r in inv.run.files}
-        rows = list(inv.steps.get("steps") or [])
-        if not rows:
-            rows = self._whole_trace_rows()
-        rows = [_label_unranked(row) for row in rows]
-        self.by_role: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for row in rows:
-            if row["ranks"]:
-                self.by_role[row["role"]].append(row)
-        # (role, rank) -> [(row, index in row["ranks"], rank's figures)], built once: rules look ranks up often.
-        self.of_rank: dict[tuple[Any, Any], list[tuple[dict[str, Any], int, dict[str, Any]]]] = defaultdict(list)
+        self.files = {f.path: f for f in inv.files}
+        rows = list(inv.steps.steps) or self._whole_trace_rows()
+        self.by_role: dict[Any, list[StepRow]] = defaultdict(list)
+        for row in map(_label_unranked, rows):
+            if row.ranks:
+                self.by_role[row.role].append(row)
+        # (role, rank) -> [(row, index in row.ranks, rank's figures)], built once: rules look ranks up often.
+        self.of_rank: dict[tuple[Any, Any], list[tuple[StepRow, int, RankStep]]] = defaultdict(list)
         for role, rs in self.by_role.items():
             for row in rs:
-                for i, x in enumerate(row["ranks"]):
-                    self.of_rank[(role, x["rank"])].append((row, i, x))
-        # Roles whose traces say the job had more ranks than are here (one rank's file, --ranks 0-3, a sampled
-        # set): role -> (ranks present, world size). Waiting for an absent rank looks like communication time.
-        self.partial: dict[Any, tuple[int, int]] = {}
-        for role, rs in self.by_role.items():
-            paths = {x["path"] for row in rs for x in row["ranks"]}
-            worlds = [self.infos[p].world_size for p in paths if p in self.infos and self.infos[p].world_size]
-            present = len({x["rank"] for row in rs for x in row["ranks"] if isinstance(x["rank"], int)})
-            if worlds and max(worlds) > present:
-                self.partial[role] = (present, max(worlds))
+                for i, x in enumerate(row.ranks):
+                    self.of_rank[(role, x.rank)].append((row, i, x))
+        self.partial = self._partial()
         self.device = any((x.get("temporal") or {}).get("device") for rs in self.by_role.values() for row in rs
-                          for x in row["ranks"])
+                          for x in row.ranks)
         self._names: dict[tuple, dict[str, float]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
         # (role, step key, rank) -> the straggler's root-cause excess in that step: other rules judge the role
         # without it, so one cause is not reported (and costed) twice
         self.straggler_cut: dict[tuple[Any, Any, Any], float] = {}
 
-    def _whole_trace_rows(self) -> list[dict[str, Any]]:
+    def _partial(self) -> dict[Any, tuple[int, int]]:
+        """Roles whose traces say the job had more ranks than are here (one rank's file, --ranks 0-3, a sampled
+        set): role -> (ranks present, world size). Waiting for an absent rank looks like communication time."""
+        out: dict[Any, tuple[int, int]] = {}
+        for role, rs in self.by_role.items():
+            paths = {x.path for row in rs for x in row.ranks}
+            worlds = [f.world_size for p in paths if (f := self.files.get(p)) is not None and f.world_size]
+            present = len({x.rank for row in rs for x in row.ranks if isinstance(x.rank, int)})
+            if worlds and max(worlds) > present:
+                out[role] = (present, max(worlds))
+        return out
+
+    def _whole_trace_rows(self) -> list[StepRow]:
         """Traces without steps: one unit per role over each rank's traced time (its whole-trace figures)."""
-        by_role: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-        for r in self.inv.summary.get("ranks") or []:
-            info = self.infos.get(r["path"])
-            traced = r.get("traced_us") or 0.0
-            if info is None or traced <= 0:
+        by_role: dict[Any, list[RankStep]] = defaultdict(list)
+        for r in self.inv.summary.ranks:
+            f = self.files.get(r.path)
+            traced = r.traced_us or 0.0
+            if f is None or traced <= 0:
                 continue
-            x = {"rank": r["rank"], "path": r["path"], "dur_us": traced, "waited_us": 0.0, "busy_us": traced,
-                 "wait_caused_us": 0.0, "phases": {}, "categories": r.get("categories") or {},
-                 "start_us": info.start_us or 0.0, "temporal": r.get("temporal"), "idle": r.get("idle")}
+            x = RankStep(rank=r.rank, path=r.path, dur_us=traced, waited_us=0.0, busy_us=traced, wait_caused_us=0.0,
+                         sync_waiting_us=0.0, phases={}, categories=r.categories or {}, source="trace",
+                         start_us=f.start_us or 0.0, temporal=r.get("temporal"), idle=r.get("idle"))
             if r.get("step_breakdown"):
-                x["breakdown"] = r["step_breakdown"]
-            by_role[r["role"]].append(x)
-        return [{"role": role, "step": None, "window": None, "ranks": xs, "max_us": max(x["dur_us"] for x in xs)}
+                x.breakdown = r.step_breakdown  # type: ignore[assignment]
+            by_role[r.role].append(x)
+        return [StepRow(role=role, step=None, window=None, ranks=xs, max_us=max(x.dur_us for x in xs))
                 for role, xs in by_role.items()]
 
-    def step_time(self, rows: list[dict[str, Any]]) -> float:
-        return sum(row.get("max_us") or max(x["dur_us"] for x in row["ranks"]) for row in rows)
+    def step_time(self, rows: list[StepRow]) -> float:
+        return sum(row.get("max_us") or max(x.dur_us for x in row.ranks) for row in rows)
 
     def names_per_step(self, role: Any, rank: Any, which: str) -> dict[str, float]:
         """A rank's kernels (device time), ops (self time) or runtime calls by name, per step: the time inside
@@ -284,10 +290,11 @@ class Job:
         if key not in self._names:
             mine = self.of_rank.get((role, rank), [])
             total: dict[str, float] = defaultdict(float)
-            for p in sorted({x["path"] for _, _, x in mine}):  # sorted: float sums do not depend on hash order
-                parts = self.parts.get(p) or {}
-                src = parts.get("step_names") or parts.get("summary") or {}
-                for name, v in src.get(which, {}).items():
+            for p in sorted({x.path for _, _, x in mine}):  # sorted: float sums do not depend on hash order
+                f = self.files.get(p)
+                table = {} if f is None else {"kernels": f.step_kernels, "ops": f.step_ops,
+                                              "runtime": f.step_runtime}.get(which, {})
+                for name, v in table.items():
                     total[name] += v[2] if which == "ops" else v[1]  # ops: (count, total, self); kernels: (count, total)
             n = max(len(mine), 1)
             self._names[key] = {k: v / n for k, v in total.items()}
@@ -297,12 +304,13 @@ class Job:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}
 
 
-def _label_unranked(row: dict[str, Any]) -> dict[str, Any]:
+def _label_unranked(row: StepRow) -> StepRow:
     """A copy of ``row`` in which each file without a rank is a rank of its own, named by its file."""
-    if all(x["rank"] is not None for x in row["ranks"]):
+    if all(x.rank is not None for x in row.ranks):
         return row
-    return {**row, "ranks": [x if x["rank"] is not None else {**x, "rank": unranked_label(x["path"])}
-                             for x in row["ranks"]]}
+    return msgspec.structs.replace(row, ranks=[x if x.rank is not None else
+                                               msgspec.structs.replace(x, rank=unranked_label(x.path))
+                                               for x in row.ranks])
 
 
 def _rank_order(r: Any) -> tuple:
