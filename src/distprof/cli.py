@@ -28,8 +28,9 @@ from distprof.cli_support import (
     print_json,
     progress_bar,
 )
+from distprof.report import commands
 from distprof.report import terminal as render
-from distprof.report.termfit import FitConsole, FitTable
+from distprof.report.termfit import FitConsole
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -459,7 +460,12 @@ def validate(
         doc = {"file": file, **t.to_dict()}
         doc["errors"] = [{"path": file, **e} for e in doc["errors"]]  # each config problem is about this file
         print_json(doc, code)
-    _render_validation(t, file)
+    out, errs = commands.validation(t, file)
+    for part in out[:-1]:
+        console.print(part, soft_wrap=isinstance(part, Text))
+    for line in errs:
+        err.print(line, soft_wrap=True)
+    console.print(out[-1])
     raise typer.Exit(code)
 
 
@@ -531,94 +537,8 @@ def trigger(
         console.print(Text(f"request {rid} {'sent' if new else 'was already sent (same request)'}"), soft_wrap=True)
         console.print(Text(f"  watch it: distprof trigger {render.plain(run_dir)} --status --id {rid}"), soft_wrap=True)
     if show_status or wait is not None:
-        _render_trigger_status(got)
+        console.print(commands.trigger_status(got))
     raise typer.Exit(code)
-
-
-def _render_trigger_status(got: dict) -> None:
-    """One row per (request, role, rank) answer; the strings come from files others wrote: Text only."""
-    colors = {"captured": "green", "accepted": "cyan", "skipped": "yellow", "refused": "red"}
-    table = render.table(Text(f"distprof trigger {render.plain(got['run_dir'])} --status"),
-                         [("request", "key"), ("start", "num"), "role", "rank", ("state", "fixed"), ("steps", "fixed"),
-                          "detail"])
-    for r in got["requests"]:
-        start = "" if r["start_step"] is None else str(r["start_step"])
-        if not r["acks"]:
-            table.add_row(Text(render.plain(r["id"])), start, "", "", Text("no answer yet", style="dim"), "", "")
-        for a in r["acks"]:
-            st = a.get("steps")
-            table.add_row(Text(render.plain(r["id"])), start, Text(render.plain(a["role"])), str(a["rank"]),
-                          Text(render.plain(a["state"]), style=colors.get(a["state"], "")),
-                          f"{st[0]}-{st[1]}" if st else "", Text(render.plain(a.get("detail", ""))))
-    if got["requests"]:
-        console.print(table)
-    else:
-        console.print("no trigger requests")
-
-
-def _render_validation(t: Any, file: str) -> None:
-    """validate's tables; every string from the config goes in as Text (a config is untrusted input)."""
-    import yaml
-
-    from distprof.config.dialects.source import MISSING, short
-
-    what = "distprof config" if t.dialect == "distprof" else f"{t.dialect} config"
-    where = f", section {t.section}" if t.section else ""
-    console.print(Text(f"{render.plain(file)}: {what}{render.plain(where)}", style="bold"), soft_wrap=True)
-    if t.profiler_config is not None:
-        body = yaml.safe_dump(t.profiler_config.model_dump(mode="json", exclude_defaults=True), sort_keys=False,
-                              default_flow_style=None, width=100).rstrip()
-        console.print(Text("Resulting distprof config (settings that differ from the defaults):", style="bold"))
-        for line in (body or "{}").splitlines():
-            console.print(_txt(line), soft_wrap=True)
-        console.print(_roles_table(t, short))
-    if t.dialect != "distprof" and t.mapping:
-        table = render.table("Mapping, field by field", [("source field", "name"), "value", ("distprof field", "name"),
-                                                                 "becomes", "note"])
-        for m in t.mapping:
-            table.add_row(_txt(m.source), _txt(short(m.value)), _txt(m.target),
-                          _txt("-" if m.result is MISSING else short(m.result)), _txt(m.note))
-        console.print(table)
-    if t.dropped:
-        table = render.table("Dropped (not honoured)", [("source field", "name"), "value", "why"])
-        for d in t.dropped:
-            table.add_row(_txt(d.source), _txt(short(d.value)), _txt(d.reason))
-        console.print(table)
-    for e in t.errors:
-        err.print(Text.assemble(("error: ", "red"), render.plain(e)), soft_wrap=True)
-    for w in t.warnings:
-        err.print(Text.assemble(("warning: ", "yellow"), render.plain(w)), soft_wrap=True)
-    console.print(_validation_verdict(t))
-
-
-def _txt(v: Any) -> Text:
-    return Text(render.plain(v))
-
-
-def _roles_table(t: Any, short: Callable[[Any], str]) -> FitTable:
-    """validate's table of each role's captures (``short`` renders a config value in one short line)."""
-    roles = render.table("Roles", [("role", "key"), ("captures", "fixed"), ("backend", "fixed"), "ranks", "steps",
-                                   "options"])
-    for role, s in t.roles().items():
-        steps = short(s["steps"]) if s["steps"] is not None else f"schedule {short(s['schedule'])}"
-        opts = s.get("torch") or s.get(s["backend"]) or {}
-        if s.get("discrete"):
-            opts = {"discrete": True, **opts}
-        roles.add_row(_txt(role), Text("yes", style="green") if s["captures"] else Text("no", style="yellow"),
-                      _txt(s["backend"]), _txt(short(s["ranks"])), _txt(steps), _txt(short(opts)))
-    return roles
-
-
-def _validation_verdict(t: Any) -> Text:
-    """validate's last line: invalid, valid but capturing less than asked, or valid; unknown keys counted."""
-    unknown = sum(d.unknown for d in t.dropped)
-    ignored = f"; {unknown} unknown key{'s' if unknown != 1 else ''} ignored (see Dropped)" if unknown else ""
-    if not t.ok:
-        n = len(t.errors)
-        return Text(f"invalid: {n} error{'s' if n != 1 else ''}{ignored}", style="red")
-    if t.warnings:
-        return Text(f"valid, but it captures less than it asks for (see the warnings){ignored}", style="yellow")
-    return Text(f"valid{ignored}", style="yellow" if unknown else "green")
 
 
 def main() -> None:

@@ -29,7 +29,15 @@ from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
 from distprof.analysis.parallel import FileError, Progress, SplitPool, map_files
-from distprof.analysis.records import FileFacts, StepsResult, StragglersResult, SummaryResult, Wait, to_json
+from distprof.analysis.records import (
+    FileFacts,
+    Investigation,
+    StepsResult,
+    StragglersResult,
+    SummaryResult,
+    Wait,
+    to_json,
+)
 from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.ranks import assign_runs, file_facts, resolve, role_of, runs
@@ -311,25 +319,6 @@ def file_facts_of(run: Run) -> list[FileFacts]:
                              step_kernels=inner.get("kernels") or {}, step_ops=inner.get("ops") or {},
                              step_runtime=inner.get("runtime") or {}))
     return out
-
-
-@dataclass
-class Investigation:
-    """What one read of a path gives every verb, typed: ``summary``, ``steps`` and ``stragglers`` are the records
-    those verbs' ``--json`` encode (``stragglers.worst`` uncapped), made from one decode of each file; ``files``
-    what diagnose and the report know of each file. ``diagnose`` and ``report`` read these, so nothing is read or
-    computed twice (``run`` keeps the per-file parts for the report's worst-step timelines)."""
-    path: str
-    run: Run
-    summary: SummaryResult
-    steps: StepsResult
-    stragglers: StragglersResult
-    files: list[FileFacts] = field(default_factory=list)
-
-    def envelope(self) -> dict[str, Any]:
-        """The keys every verb shares (errors, salvaged, conflicts, warnings, skipped, scope, files_read)."""
-        keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
-        return {k: getattr(self.steps, k) for k in keys}
 
 
 def investigate(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,

@@ -14,6 +14,7 @@ checker follows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -23,6 +24,7 @@ __all__ = [
     "UNSET",
     "Collective",
     "FileFacts",
+    "Investigation",
     "KernelRow",
     "Mismatch",
     "OpRow",
@@ -287,3 +289,22 @@ class FileFacts(Record, kw_only=True):
     step_kernels: dict[str, tuple] = msgspec.field(default_factory=dict)
     step_ops: dict[str, tuple] = msgspec.field(default_factory=dict)
     step_runtime: dict[str, tuple] = msgspec.field(default_factory=dict)
+
+
+@dataclass
+class Investigation:
+    """What one read of a path gives every verb, typed: ``summary``, ``steps`` and ``stragglers`` are the records
+    those verbs' ``--json`` encode (``stragglers.worst`` uncapped), made from one decode of each file; ``files``
+    what diagnose and the report know of each file. ``diagnose`` and ``report`` read these, so nothing is read or
+    computed twice (``run`` keeps the per-file parts for the report's worst-step timelines)."""
+    path: str
+    run: Any  # analyze.Run: the per-file parts, kept for the report's worst-step timelines
+    summary: SummaryResult
+    steps: StepsResult
+    stragglers: StragglersResult
+    files: list[FileFacts] = field(default_factory=list)
+
+    def envelope(self) -> dict[str, Any]:
+        """The keys every verb shares (errors, salvaged, conflicts, warnings, skipped, scope, files_read)."""
+        keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
+        return {k: getattr(self.steps, k) for k in keys}

@@ -8,16 +8,13 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
-from distprof.analysis.records import RankStep, StepRow
+from distprof.analysis.records import Investigation, RankStep, StepRow
 from distprof.trace.ranks import unranked_label
-
-if TYPE_CHECKING:  # analyze imports diagnose: the Investigation's type only
-    from distprof.analysis.analyze import Investigation
 
 logger = logging.getLogger(__name__)
 
