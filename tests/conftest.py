@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+# The real traces the tests read, vendored with their licence notices (tests/data/README.md says where each came from).
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 def pytest_configure(config):

@@ -5,13 +5,13 @@ import os
 import subprocess
 import sys
 
-from conftest import SHARED
+from conftest import DATA
 from helpers import run
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import find_traces
 
-DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+DLRM = os.path.join(DATA, "dlrm-8rank-v100")
 
 
 def _cli(*args):

@@ -8,13 +8,13 @@ import subprocess
 import sys
 from collections import defaultdict
 
-from conftest import SHARED
+from conftest import DATA
 from tracekit import cli, table
 
 from distprof.analysis import diff, summary
 
-TD = os.path.join(SHARED, "data", "traces", "hta", "trace-diff")
-DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+TD = os.path.join(DATA, "hta", "trace-diff")
+DLRM = os.path.join(DATA, "dlrm-8rank-v100")
 
 
 def _kernel_totals(path):

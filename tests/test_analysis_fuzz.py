@@ -1,6 +1,6 @@
 """Fuzzing the trace reader: whatever the bytes, reading yields events or raises TraceError, and never hangs.
 
-Real inputs: a real Kineto trace from shared/data (cut at every offset, plain and gzipped) and a small trace in
+Real inputs: a real Kineto trace from tests/data (cut at every offset, plain and gzipped) and a small trace in
 its format (mutated by hypothesis). Small ``batch_bytes`` make every boundary search and fallback run.
 """
 

@@ -1,5 +1,5 @@
 """Device idle time by cause and kernel launch statistics (HolisticTraceAnalysis's idle time breakdown and
-launch stats), on real GPU traces from shared/data, checked three ways:
+launch stats), on real GPU traces from tests/data, checked three ways:
 
 - against an independent computation written plainly here (json module, sorted loops, no numpy, nothing
   from distprof but the figures it is compared with);

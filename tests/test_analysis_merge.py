@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import DATA
 from helpers import run
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,7 +20,7 @@ from distprof import Profiler, ProfilerConfig
 from distprof.analysis import find_traces, read_trace
 from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces, overlap_lanes
 
-DLRM = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+DLRM = os.path.join(DATA, "dlrm-8rank-v100")
 
 
 def test_merge_dlrm_keeps_events_aligns_clocks_and_flows(tmp_path):
@@ -97,7 +97,7 @@ def test_overlapping_events_move_to_named_lanes_and_nothing_is_lost(tmp_path, na
     src = tmp_path / "in"
     src.mkdir()
     for rank in (0, 1):
-        (src / f"rank-{rank}.json.gz").write_bytes(open(os.path.join(SHARED, "data", "traces", "hta", name), "rb").read())
+        (src / f"rank-{rank}.json.gz").write_bytes(open(os.path.join(DATA, "hta", name), "rb").read())
     inputs = [read_trace(f) for f, *_ in find_traces(str(src))]
     before = 0
     for t in inputs:  # relative to the first event: epoch µs in ns exceed float64's exact integers

@@ -1,7 +1,7 @@
 """One big file read on several cores: its events list cut into runs that pool workers decode and reduce.
 
 Every test compares the split read with the one-process read of the same file (the columns, the analyses'
-figures) and proves the split really happened (runs were handed out), on real GPU traces from shared/data.
+figures) and proves the split really happened (runs were handed out), on real GPU traces from tests/data.
 Small batches (64 KB) make real traces of a few MB split into many runs.
 """
 

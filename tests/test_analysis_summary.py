@@ -6,14 +6,14 @@ import os
 from collections import defaultdict
 
 import pytest
-from conftest import SHARED
+from conftest import DATA
 from tracekit import cli, table
 
 from distprof.analysis import analyze, find_traces, read_trace, summary
 from distprof.trace.listing import rank_from_name
 from distprof.trace.reader import TraceError
 
-TRACES = os.path.join(SHARED, "data", "traces")
+TRACES = DATA
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
 
 
@@ -179,7 +179,7 @@ def test_progress_counts_bytes_as_well_as_files(tmp_path):
 def test_summary_host_table_shows_time_in_annotated_phases_apart_from_idle():
     """Rank 1 of the H100 DDP run sleeps 80 ms per step in train/data, a phase running no op: the host table called
     it idle (72%); it now has its own column, as the report's host chart has its own colour."""
-    run = os.path.join(SHARED, "data", "traces", "distprof-h100", "ddp-gloo-cuda-slow-rank1")
+    run = os.path.join(DATA, "distprof-h100", "ddp-gloo-cuda-slow-rank1")
     code, text, _ = cli("summary", run, "--workers", "1")
     assert code == 0
     rows = text[text.index("Per rank: host time"):].splitlines()

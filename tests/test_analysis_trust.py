@@ -1,7 +1,7 @@
 """Numbers a user can trust: regressions for what a new user saw within minutes (issue: multi-rank answers).
 
 Synthetic traces here are small hand-written Kineto-format files, each standing in for a real case the
-shared/data set does not hold (MTIA, the 2021 schema, a world-size-1 job with an elementwise
+tests/data set does not hold (MTIA, the 2021 schema, a world-size-1 job with an elementwise
 "broadcast" kernel); the real-job cases use the real DDP job in conftest (``ddp_run``).
 """
 

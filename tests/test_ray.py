@@ -402,9 +402,9 @@ def test_demo_end_to_end(tmp_path):
 
 def test_analysis_over_ray_matches_process_pool():
     """`--ray local`: per-rank reading as Ray tasks gives the same answer as the process pool."""
-    from conftest import SHARED
+    from conftest import DATA
 
-    dlrm = os.path.join(SHARED, "data", "traces", "dlrm-8rank-v100")
+    dlrm = os.path.join(DATA, "dlrm-8rank-v100")
     outs = []
     for extra in ([], ["--ray", "local"]):
         proc = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", dlrm, "--json", *extra],
