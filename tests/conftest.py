@@ -55,6 +55,23 @@ def slow_rollout_demo(tmp_path_factory):
     return rl_job.run(str(tmp_path_factory.mktemp("slow-rollout") / "demo"), steps=4, slow={"rollout/generate": 300})
 
 
+def config(save, *, run="run", typed=True, enable=True, **fields):
+    """The profiler config every test starts from (the suite's one config helper): enabled, the CPU activity only
+    (no GPU needed), saving to ``save``/``run`` (``run=None``: to ``save`` itself); ``fields`` set or replace
+    any other field. A ``ProfilerConfig``, or with ``typed=False`` the plain dict (what the HF and Lightning
+    callbacks and the trigger tests pass on). ``enable=None`` leaves ``enable`` out (its default). A module fixes
+    its own defaults with ``functools.partial(config, steps=[1, 2], ...)``: a call's keywords still win."""
+    base = {"save_path": str(save if run is None else os.path.join(str(save), run)), "torch": {"activities": ["cpu"]}}
+    if enable is not None:
+        base["enable"] = enable
+    base.update(fields)
+    if not typed:
+        return base
+    from distprof import ProfilerConfig  # pydantic: the analysis-only test modules never pay for it
+
+    return ProfilerConfig(**base)
+
+
 def load_trace(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:

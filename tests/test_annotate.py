@@ -4,9 +4,10 @@ import asyncio
 import subprocess
 import sys
 import threading
+from functools import partial
 
 import pytest
-from conftest import trace_files, trace_names
+from conftest import config, trace_files, trace_names
 
 import distprof
 from distprof import Profiler, ProfilerConfig, annotate
@@ -14,8 +15,7 @@ from distprof import Profiler, ProfilerConfig, annotate
 STATE = sys.modules["distprof.capture.annotate"]._STATE
 
 
-def cfg(tmp_path, steps=(1,)):
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=list(steps), torch={"activities": ["cpu"]})
+cfg = partial(config, steps=[1])
 
 
 def test_inert_annotate_is_a_cached_noop():

@@ -3,9 +3,11 @@
 import gzip
 import json
 import threading
+from functools import partial
 
 import pytest
 import torch
+from conftest import config
 from tracekit import cli
 
 import distprof
@@ -13,10 +15,7 @@ from distprof import Profiler, ProfilerConfig
 from distprof.analysis import analyze
 from distprof.analysis.check import check_run
 
-
-def _config(tmp_path, **kw):
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=kw.pop("steps", [2, 3]), discrete=True,
-                          torch={"activities": ["cpu"]}, **kw)
+_config = partial(config, steps=[2, 3], discrete=True)
 
 
 def _job(prof, steps=5, fail_at=None):
@@ -62,7 +61,6 @@ def test_one_trace_per_stage_run_in_planned_steps_only(tmp_path):
 def test_outside_planned_steps_annotate_stays_inert(tmp_path):
     import sys
 
-    from distprof.capture import annotate as _unused
 
     state = sys.modules["distprof.capture.annotate"]._STATE
     prof = Profiler(_config(tmp_path, steps=[3]), role="actor").start()

@@ -12,6 +12,7 @@ import threading
 import urllib.request
 
 import pytest
+from conftest import config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,8 +30,7 @@ def _generate(url: str, n: int = 3) -> None:
 
 
 def _config(tmp_path, steps, engine) -> distprof.ProfilerConfig:
-    return distprof.ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=steps,
-                                   torch={"activities": ["cpu"]}, per_role={"rollout": {"engine": engine}})
+    return config(tmp_path, steps=steps, per_role={"rollout": {"engine": engine}})
 
 
 def _train(prof, steps: int, work, sync: bool = True) -> int:

@@ -2,9 +2,10 @@
 
 import logging
 import os
+from functools import partial
 
 import pytest
-from conftest import all_files, load_trace, trace_files
+from conftest import all_files, config, load_trace, trace_files
 from helpers import run
 
 from distprof import Profiler, ProfilerConfig
@@ -22,8 +23,7 @@ FAULTS = [
 ]
 
 
-def cfg(tmp_path, **kw):
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1, 2, 5], torch={"activities": ["cpu"]}, **kw)
+cfg = partial(config, steps=[1, 2, 5])
 
 
 def _explode(*a, **k):

@@ -4,11 +4,12 @@ import gzip
 import json
 import logging
 import os
+from functools import partial
 
 import msgspec
 import pytest
 import torch
-from conftest import trace_files, trace_names
+from conftest import config, trace_files, trace_names
 
 from distprof import Profiler, ProfilerConfig
 from distprof.capture.guard import GUARD_STOP, MemoryGuard
@@ -32,10 +33,7 @@ class SmallOps:
         return float(y.sum())
 
 
-def cfg(tmp_path, **kw):
-    base = dict(enable=True, save_path=str(tmp_path / "run"), torch=HEAVY)
-    base.update(kw)
-    return ProfilerConfig(**base)
+cfg = partial(config, torch=HEAVY)
 
 
 def manifest(tmp_path):

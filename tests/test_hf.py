@@ -6,9 +6,10 @@ import logging
 import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
-from conftest import load_trace, trace_files
+from conftest import config, load_trace, trace_files
 from hf_job import Probe, fail_in_forward, make_trainer
 from tracekit import cli
 
@@ -19,8 +20,7 @@ JOB = os.path.join(HERE, "hf_job.py")
 PHASES = {"train/forward_backward", "train/forward", "train/backward", "train/optimizer"}
 
 
-def cfg(path, **kw):
-    return {"enable": True, "save_path": str(path), "torch": {"activities": ["cpu"]}, **kw}
+cfg = partial(config, run=None, typed=False)
 
 
 def manifest(run, role="main", rank=0):

@@ -3,9 +3,11 @@ held exports, stop(), faults while idle and fsspec uploads; and hostile `.reques
 with real torch.profiler; the CLI as a subprocess."""
 
 import os
+from functools import partial
 
 import fsspec
 import torch
+from conftest import config
 from tracekit import cli, load
 
 import distprof
@@ -15,10 +17,7 @@ from distprof.capture.trigger import RequestStore, make_request
 from distprof.rundir.manifest import read_manifest
 from distprof.rundir.store import manifest_records
 
-
-def cfg(save, **kw):
-    return {"save_path": str(save), "trigger": True, "trigger_poll_s": 0, "ranks": "all",
-            "torch": {"activities": ["cpu"]}, **kw}
+cfg = partial(config, run=None, typed=False, enable=None, trigger=True, trigger_poll_s=0, ranks="all")
 
 
 def work(ops=20):

@@ -5,12 +5,13 @@ import os
 import pickle
 import subprocess
 import sys
+from functools import partial
 
 import lightning.pytorch as pl
 import msgspec
 import pytest
 import torch
-from conftest import load_trace, trace_files
+from conftest import config, load_trace, trace_files
 from torch.utils.data import DataLoader, TensorDataset
 from tracekit import cli
 
@@ -75,8 +76,7 @@ def trainer(tmp_path, profiler, **kw):
     return pl.Trainer(**base)
 
 
-def cfg(tmp_path, **kw):
-    return {"enable": True, "save_path": str(tmp_path / "run"), "torch": {"activities": ["cpu"]}, **kw}
+cfg = partial(config, typed=False)
 
 
 def manifest(root, role="main", rank=0):

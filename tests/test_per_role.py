@@ -1,15 +1,15 @@
 """per_role: one config holding per-role ranks, steps, backend options (as verl and RLinf choose them per role)."""
 
 import json
+from functools import partial
 
 import pytest
+from conftest import config
 
-from distprof import Profiler, ProfilerConfig
+from distprof import Profiler
 from distprof.analysis.check import check_run
 
-
-def _config(tmp_path, **kw):
-    return ProfilerConfig(enable=True, save_path=str(tmp_path / "run"), steps=[1], torch={"activities": ["cpu"]}, **kw)
+_config = partial(config, steps=[1])
 
 
 def test_per_role_settings_merge_over_the_top_level(tmp_path):

@@ -12,16 +12,12 @@ import time
 import msgspec
 import pytest
 import torch
-from conftest import all_files, load_trace, trace_files, trace_names
+from conftest import all_files, config, load_trace, trace_files, trace_names
 from helpers import Trainer, run
 
 from distprof import Profiler, ProfilerConfig
 
-
-def cfg(tmp_path, **kw):
-    base = dict(enable=True, save_path=str(tmp_path / "run"), torch={"activities": ["cpu"]})
-    base.update(kw)
-    return ProfilerConfig(**base)
+cfg = config
 
 
 def steps_in(path):

@@ -6,11 +6,12 @@ import os
 import stat
 import subprocess
 import sys
+from functools import partial
 
 import pytest
+from conftest import config
 
 import distprof
-from distprof import ProfilerConfig
 from distprof.analysis.check import check_run
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
@@ -84,10 +85,7 @@ def train(workers, group, steps):
             group.step()
 
 
-def cfg(tmp_path, **kw):
-    base = dict(enable=True, save_path=str(tmp_path / "scratch"), ranks="all", steps=[1, 2], torch={"activities": ["cpu"]})
-    base.update(kw)
-    return ProfilerConfig(**base)
+cfg = partial(config, run="scratch", ranks="all", steps=[1, 2])
 
 
 def test_group_rpcs_capture_every_rank_and_collect_through_ray(cluster, tmp_path):

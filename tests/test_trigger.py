@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 import time
+from functools import partial
 
 import msgspec
 import pytest
 import torch
+from conftest import config
 from tracekit import cli, load
 
 import distprof
@@ -22,9 +24,7 @@ from distprof.rundir.store import manifest_records
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-def cfg(save, **kw):
-    return {"save_path": str(save), "trigger": True, "trigger_poll_s": 0, "ranks": "all",
-            "torch": {"activities": ["cpu"]}, **kw}
+cfg = partial(config, run=None, typed=False, enable=None, trigger=True, trigger_poll_s=0, ranks="all")
 
 
 def work():

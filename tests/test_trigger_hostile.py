@@ -10,8 +10,10 @@ import os
 import re
 import secrets
 import threading
+from functools import partial
 
 import msgspec
+from conftest import config
 from helpers import Trainer, run
 from tracekit import cli
 
@@ -20,10 +22,7 @@ from distprof import Profiler
 from distprof.capture.trigger import MAX_AHEAD, READS_PER_POLL, RequestStore, make_request
 from distprof.rundir.store import manifest_records
 
-
-def cfg(save, **kw):
-    return {"save_path": str(save), "trigger": True, "trigger_poll_s": 0, "ranks": "all",
-            "torch": {"activities": ["cpu"]}, **kw}
+cfg = partial(config, run=None, typed=False, enable=None, trigger=True, trigger_poll_s=0, ranks="all")
 
 
 def trigger_warnings(caplog):
