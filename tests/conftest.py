@@ -156,6 +156,21 @@ def ddp_run(tmp_path_factory):
     return out
 
 
+# What makes a test slow (``-m "not slow"`` leaves it out of the fast loop; docs/testing.md): a Ray cluster or
+# Chromium (the "ray" and "browser" xdist groups, which also keep one of each at a time), the FSDP job, or a
+# fixture that runs a multi-process job or the demo. Tests slow for another reason (a torchrun or subprocess job,
+# several seconds of work) carry ``@pytest.mark.slow`` themselves.
+SLOW_GROUPS = {"ray", "browser", "fsdp_offload"}
+SLOW_FIXTURES = {"ddp_run", "slow_rollout_demo", "browser", "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {m.args[0] for m in item.iter_markers("xdist_group") if m.args}
+        if groups & SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_xdist_node_collection_finished(node, ids):
     """Under ``--dist loadgroup`` every ``xdist_group`` test's id carries its group (``...@ray``), or the groups are
     silently ignored (pytest 9 with pytest-xdist 3.8: two Ray clusters at once on 2 cores, module fixtures set up

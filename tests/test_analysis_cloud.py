@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import DATA
 from helpers import run
 
@@ -18,6 +19,7 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "distprof.cli", *args], capture_output=True, text=True, env=os.environ.copy())
 
 
+@pytest.mark.slow
 def test_summary_and_stragglers_of_a_folder_on_s3(s3):
     import fsspec
 
@@ -35,6 +37,7 @@ def test_summary_and_stragglers_of_a_folder_on_s3(s3):
     assert st.returncode == 0 and json.loads(st.stdout)["ranks"][0]["rank"] == 7
 
 
+@pytest.mark.slow
 def test_run_directory_written_to_s3_is_analysed_there(s3, tmp_path):
     url = f"{s3}/run"
     cfg = ProfilerConfig(enable=True, save_path=url, ranks="all", steps=[2, 3], torch={"activities": ["cpu"]})

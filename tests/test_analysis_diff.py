@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import defaultdict
 
+import pytest
 from conftest import DATA
 from tracekit import cli, table
 
@@ -27,6 +28,7 @@ def _kernel_totals(path):
     return tot
 
 
+@pytest.mark.slow
 def test_two_runs_match_independent_totals_and_sort_by_change():
     a, b = (os.path.join(TD, n) for n in ("control.json.gz", "test.json.gz"))
     d = diff.compare([summary.extract(table(a))], [summary.extract(table(b))])
@@ -40,6 +42,7 @@ def test_two_runs_match_independent_totals_and_sort_by_change():
     assert abs(d["kernel_total_b_us"] - sum(kb.values())) < 1e-3
 
 
+@pytest.mark.slow
 def test_two_ranks_cli_json():
     code, d, _ = cli("diff", DLRM, DLRM, "--rank-a", "7", "--rank-b", "1", "--json", "--top", "5", "--workers", "2")
     assert code == 0 and len(d["rows"]) == 5 and {"kind", "name", "a_us", "b_us", "change_us", "ratio"} <= set(d["rows"][0])
@@ -51,6 +54,7 @@ def test_two_ranks_cli_json():
     assert code == 0 and all(r["change_us"] == 0 for r in same["rows"])
 
 
+@pytest.mark.slow
 def test_unreadable_files_are_errors_with_exit_1(tmp_path):
     src = tmp_path / "in"
     shutil.copytree(DLRM, src)

@@ -88,6 +88,7 @@ def _mutate(data: bytes, edits) -> bytes:
 @settings(max_examples=600, deadline=None, suppress_health_check=_FIXTURE_OK)
 @given(edits=st.lists(_edit, min_size=1, max_size=4), gz=st.sampled_from(["no", "before", "after"]),
        batch=st.integers(8, 512))
+@pytest.mark.slow
 def test_mutated_traces_give_events_or_a_trace_error(tmp_path, small_events, edits, gz, batch):
     # Mutate the JSON (then maybe gzip it), or mutate the gzip stream itself.
     data = _mutate(SMALL, edits) if gz != "after" else _mutate(gzip.compress(SMALL), edits)
@@ -120,6 +121,7 @@ def _both(path, batch):
 @settings(max_examples=300, deadline=None, suppress_health_check=_FIXTURE_OK)
 @given(edits=st.lists(_edit, min_size=1, max_size=4), batch=st.integers(8, 512),
        phase=st.sampled_from([None, "Q", "", "X", "f"]))
+@pytest.mark.slow
 def test_a_lean_stream_reads_what_a_full_one_does(tmp_path, edits, batch, phase):
     """Whatever the damage, the lean stream (what analyses read) keeps every complete and metadata event the
     full stream keeps, in order; it may keep more, but only events the full stream skipped for a field the lean
@@ -167,6 +169,7 @@ def _real():
     return raw, end
 
 
+@pytest.mark.slow
 def test_a_real_trace_cut_at_every_offset(tmp_path):
     raw, array_end = _real()  # raw[array_end - 1] is the "]" closing traceEvents; keys follow it
     closed = len(raw.rstrip())  # the document's last "}" ends here

@@ -90,6 +90,7 @@ def _partial_overlaps(events):
     return bad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["simple_add.json.gz", "ns_resolution_rank-0.pt.trace.json.gz"])
 def test_overlapping_events_move_to_named_lanes_and_nothing_is_lost(tmp_path, name):
     # Real traces whose threads have partially overlapping complete events (ns rounding, kernels),

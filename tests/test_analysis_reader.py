@@ -3,6 +3,7 @@
 import gzip
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,7 +70,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import zlib  # noqa: E402
 
-import pytest  # noqa: E402
 from helpers import PEAK_MB  # noqa: E402
 from tracekit import DLRM, TRACES, X, cli, load, write  # noqa: E402
 
@@ -268,6 +268,7 @@ def _peak(path):
     return "\n".join(result), int(rss)
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_read_in_bounded_memory(tmp_path):
     ev = json.dumps(X("a", 1, 1)).encode()
     spaces = _bomb(tmp_path / "spaces.json.gz", b'{"traceEvents": [' + ev + b",", b" ", 300, ev + b"]}")

@@ -147,6 +147,7 @@ def test_groups_from_the_launching_op_are_matched_separately(tmp_path):
     assert by == {("tp", 0): (1, 10.0), ("tp", 1): (1, 10.0), ("dp", 0): (0, 10.0)}
 
 
+@pytest.mark.slow
 def test_plain_torch_profiler_traces_of_a_gloo_job(tmp_path):
     """No distprof in the job: torch.profiler + tensorboard_trace_handler, rank only in distributedInfo."""
     out = str(tmp_path / "tb")

@@ -178,6 +178,7 @@ def mixed(tmp_path):
     return src
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", VERBS, ids=lambda v: v[0])
 def test_exit_codes_and_error_keys_mean_the_same_on_every_verb(verb, mixed, tmp_path):
     args = (verb[0], *verb[1:], mixed)

@@ -57,6 +57,7 @@ def test_exception_propagates_untouched_range_closed_code_runs_once(tmp_path, wi
         assert "f" in names and "g" in names, str(names)
 
 
+@pytest.mark.slow
 def test_first_window_in_a_process_without_torch_imported_records_annotations(tmp_path):
     import subprocess
 
@@ -193,6 +194,7 @@ assert "actor/update" in names and "free" in names, sorted(n for n in names if n
 """
 
 
+@pytest.mark.slow
 def test_annotated_main_classes_pickle_by_value_and_annotate_in_the_receiving_process(tmp_path):
     """A class defined in a driver's __main__ (Ray pickles it by value) goes to a fresh process and its ranges
     land in that process's own window (the annotate state is the receiver's, not a copy of the sender's)."""

@@ -60,6 +60,7 @@ def assert_consistent(root):
             assert os.path.getsize(os.path.join(root, f.path)) == f.bytes, f.path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["raw", "gzip", "manifest"])
 def test_kill_9_inside_the_export_leaves_nothing_half_written(tmp_path, where):
     """SIGKILL from inside the second window's export: after torch wrote the JSON, half-way through the gzip, or
@@ -78,6 +79,7 @@ def test_kill_9_inside_the_export_leaves_nothing_half_written(tmp_path, where):
         assert visible == [rec.files[0].path] and hidden(save)  # the torn write stayed under its hidden name
 
 
+@pytest.mark.slow
 def test_disk_full_during_export(tmp_path):
     """A 1 MiB tmpfs holds the run directory and $TMPDIR; at step 3 another writer fills it. The second window's
     export fails: nothing of it is published or left behind, one error, training runs to the end, the first
@@ -99,6 +101,7 @@ def test_disk_full_during_export(tmp_path):
     assert rec.steps == [1, 2] and traces(out) == [rec.files[0].path]
 
 
+@pytest.mark.slow
 def test_full_tmpdir_does_not_empty_the_traces(tmp_path):
     """$TMPDIR is a 1 MiB tmpfs that fills up at step 3 (a node's /tmp filled by others); the run directory is
     fine. torch's own gzip export staged each window there and published an empty trace marked complete; ours never
@@ -114,6 +117,7 @@ def test_full_tmpdir_does_not_empty_the_traces(tmp_path):
     assert not hidden(save)
 
 
+@pytest.mark.slow
 def test_run_directory_made_read_only_after_start(tmp_path):
     """At step 3 the run directory becomes a read-only bind mount (EROFS, which stops root too)."""
     save = tmp_path / "run"
@@ -136,6 +140,7 @@ def _writer(save, role, barrier):
     assert prof.windows_closed == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("roles", [["main"] * 8, ["actor"] * 4 + ["critic"] * 4], ids=["same-role", "two-roles"])
 def test_eight_processes_write_one_run_directory_at_once(tmp_path, roles):
     save = str(tmp_path / "run")
@@ -169,6 +174,7 @@ def test_eight_processes_write_one_run_directory_at_once(tmp_path, roles):
     assert all(os.path.exists(os.path.join(save, f"{role}/rank00000", MANIFEST)) for role in set(roles))
 
 
+@pytest.mark.slow
 def test_resumed_job_rewriting_a_window_keeps_both(tmp_path):
     """A job checkpointed at step 2 and resumed there captures window 2-3 again: both copies are kept."""
     save = tmp_path / "run"

@@ -82,6 +82,7 @@ def test_resumed_mid_window_is_incomplete_not_missing(tmp_path):
     assert code == 1 and "resumed at step 4" in out and "missing" not in out and "unlisted" not in out
 
 
+@pytest.mark.slow
 def test_window_split_by_a_crash_and_a_resume_in_another_process_is_whole(tmp_path):
     root = tmp_path / "run"
     proc = subprocess.run([sys.executable, JOB, "raise", str(root)], capture_output=True, text=True, timeout=120)
@@ -296,6 +297,7 @@ def test_gzip_bomb_is_streamed_in_bounded_memory(copy):
 
 
 # ---- paths that are not run directories; fsspec URLs ----------------------------------------------------------
+@pytest.mark.slow
 def test_a_file_a_missing_path_and_an_empty_folder_exit_2_in_one_line(two_windows, tmp_path):
     for path, message in ((two_windows / "run.json", f"{two_windows / 'run.json'} is a file, not a run directory"),
                           (tmp_path / "nope", f"{tmp_path / 'nope'}: no such file or directory"),
@@ -327,6 +329,7 @@ def test_run_directory_at_a_memory_url(tmp_path):
     assert check_run("memory://check-truth/nothing").error == "memory://check-truth/nothing: no such file or directory"
 
 
+@pytest.mark.slow
 def test_run_directory_on_s3(s3):
     url = f"{s3}/run"
     cfg = ProfilerConfig(enable=True, save_path=url, ranks="all", steps=[2, 3], torch=CPU)
@@ -353,6 +356,7 @@ def test_run_directory_on_s3(s3):
     ("run.json", '{"config": 5}'), ("run.json", '{"config": {}, "world_size": [1]}'),
     ("main/rank00000/manifest.jsonl", '[]\n{"role": "main", "rank": "zero"}\n7\n'),
 ])
+@pytest.mark.slow
 def test_wrong_shapes_are_reported_in_one_line(copy, target, content):
     (copy / target).write_text(content)
     res = check_run(str(copy))

@@ -58,6 +58,7 @@ def test_huge_step_range_from_the_environment_names_the_variable(monkeypatch):
     assert str(e).startswith("DISTPROF_STEPS=1-1000000000: steps ") and "1,000,000" in str(e) and "schedule" in str(e)
 
 
+@pytest.mark.slow
 def test_step_list_longer_than_the_limit_is_refused_by_length():
     many = list(range(1_000_001))
     e = refused(lambda: ProfilerConfig(steps=many))
@@ -266,6 +267,7 @@ _envs = st.dictionaries(st.sampled_from([*sorted(_env_fields()), "DISTPROF_TYPO"
                         max_size=4)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_configs, env=_envs)
 def test_fuzz_any_input_gives_a_config_or_a_readable_error(data, env):

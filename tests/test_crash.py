@@ -35,6 +35,7 @@ def step_numbers(out, record):
     return sorted({int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#")})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("style", ["startstop", "with", "callback"])
 def test_uncaught_exception_keeps_the_captured_steps(tmp_path, style):
     proc, out = run_job(tmp_path, "raise", style)
@@ -45,6 +46,7 @@ def test_uncaught_exception_keeps_the_captured_steps(tmp_path, style):
     assert step_numbers(out, rec) == [3, 4]  # step 3 whole, and the step that failed
 
 
+@pytest.mark.slow
 def test_sys_exit_keeps_its_status_and_the_finished_steps(tmp_path):
     proc, out = run_job(tmp_path, "exit")
     assert proc.returncode == 3, proc.stderr[-2000:]
@@ -53,6 +55,7 @@ def test_sys_exit_keeps_its_status_and_the_finished_steps(tmp_path):
     assert 3 in step_numbers(out, rec)
 
 
+@pytest.mark.slow
 def test_sigterm_writes_the_window_and_ends_by_sigterm(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, JOB, "sigterm_wait", str(out)], stdin=subprocess.PIPE,
@@ -70,6 +73,7 @@ def test_sigterm_writes_the_window_and_ends_by_sigterm(tmp_path):
     assert "writing its open window" in err
 
 
+@pytest.mark.slow
 def test_sigterm_inside_the_profilers_own_step_waits_for_it(tmp_path):
     """Unwinding from the middle of torch.profiler's step would leave it half-switched (its export then crashes
     the process); the step completes, then the process unwinds and ends by SIGTERM with the window written."""
@@ -81,6 +85,7 @@ def test_sigterm_inside_the_profilers_own_step_waits_for_it(tmp_path):
     assert step_numbers(out, rec)[:2] == [3, 4]  # step 3 ended, and the profiler's step into 4 completed
 
 
+@pytest.mark.slow
 def test_a_clean_run_is_untouched(tmp_path):
     proc, out = run_job(tmp_path, "ok")
     assert proc.returncode == 0
@@ -89,6 +94,7 @@ def test_a_clean_run_is_untouched(tmp_path):
     assert "still started" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_someone_elses_sigterm_handler_is_left_alone(tmp_path):
     code = (
         "import signal, distprof\n"
@@ -119,6 +125,7 @@ def test_torchrun_tearing_down_after_a_rank_fails(tmp_path):
         assert step_numbers(out, rec) == [3, 4]
 
 
+@pytest.mark.slow
 def test_two_profilers_with_overlapping_windows_do_not_crash_the_process(tmp_path):
     """torch.profiler records one session per process: the second profiler is switched off with a message, the
     first writes its window, and the process ends normally (a second session used to end with a segfault)."""
@@ -176,6 +183,7 @@ def test_a_window_cut_short_by_stop_has_no_phantom_step(tmp_path):
     assert rec["steps"] == [3, 5] and rec["stopped_by"] == "stop"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how, cause", [("exit", "exit"), ("raise", "exception")])
 def test_stopped_by_names_the_cause_with_a_with_block(tmp_path, how, cause):
     proc, out = run_job(tmp_path, how, "with")
@@ -183,6 +191,7 @@ def test_stopped_by_names_the_cause_with_a_with_block(tmp_path, how, cause):
     assert rec["stopped_by"] == cause and rec["complete"] is False
 
 
+@pytest.mark.slow
 def test_sigterm_in_a_with_block_is_recorded_as_sigterm(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, JOB, "sigterm_wait", str(out), "with"], stdin=subprocess.PIPE,

@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
 
 
@@ -64,6 +66,7 @@ def temporaries(out):
     return [os.path.join(d, n) for d, _, names in os.walk(out) for n in names if n.startswith(".tmp")]
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_export_of_stop_waits_for_the_window(tmp_path):
     """stop() cuts window 3-5 short after step 4; SIGTERM lands while it exports (the old code had put SIGTERM's
     default action back first: the process died, the window was lost and torch's temporary left behind)."""
@@ -79,6 +82,7 @@ def test_sigterm_during_the_export_of_stop_waits_for_the_window(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_export_at_exit_waits_for_the_window(tmp_path):
     """sys.exit(3) at step 4: the window is written by the atexit handler, and SIGTERM (torchrun tearing the other
     ranks down) lands during that export. The window is kept, then the process ends by SIGTERM."""
@@ -93,6 +97,7 @@ def test_sigterm_during_the_export_at_exit_waits_for_the_window(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_more_sigterms_during_the_export_at_exit_do_not_cut_it_short(tmp_path):
     """A first SIGTERM in step 4 sends the job to its atexit export; two more land during it. The old code logged
     "could not write its window at exit" with a ``SystemExit: 143`` traceback after writing it."""
@@ -110,6 +115,7 @@ def test_more_sigterms_during_the_export_at_exit_do_not_cut_it_short(tmp_path):
             "and the process now ends by SIGTERM (1 more signal came meanwhile and did not cut it short)") in err
 
 
+@pytest.mark.slow
 def test_sigint_during_the_export_at_a_windows_end_keeps_it(tmp_path):
     """Ctrl-C while step 5's end exports the whole window 3-5 (in a with block). The old code lost the window (no
     file, no line) and then logged "stopped at step 6 without capturing a window"."""
@@ -126,6 +132,7 @@ def test_sigint_during_the_export_at_a_windows_end_keeps_it(tmp_path):
     assert err.rstrip().endswith("KeyboardInterrupt")  # raised again for the user's code, as Ctrl-C does
 
 
+@pytest.mark.slow
 def test_sigint_during_the_export_of_a_window_cut_short_is_its_stopped_by(tmp_path):
     proc, out = start(tmp_path, "short", "with")
     rc, err = signal_during_export(proc, signal.SIGINT, times=2)
@@ -137,6 +144,7 @@ def test_sigint_during_the_export_of_a_window_cut_short_is_its_stopped_by(tmp_pa
             "SIGINT (1 more signal came meanwhile and did not cut it short)") in err
 
 
+@pytest.mark.slow
 def test_a_forked_child_never_writes_the_parents_windows(tmp_path):
     """A raw os.fork() at step 4, inside window 3-5 of a with block: the child runs the rest of the loop, leaves the
     with block and exits normally. Only the parent writes; `check` sees one writer (the old code's child exported

@@ -226,6 +226,7 @@ _doc = st.fixed_dictionaries({"kind": st.just("ray_timeline"), "traceEvents": st
                                        "own_methods": _junk, "window": _junk})
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(_doc.map(lambda d: json.dumps(d).encode()), st.binary(max_size=64)))
 def test_any_timeline_bytes_give_intervals_or_a_timeline_error(data):

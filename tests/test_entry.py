@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from tracekit import X, write
 
 import distprof
@@ -24,6 +25,7 @@ def test_version_without_installed_metadata_is_the_package_own(monkeypatch):
     assert distprof_version() == distprof.__version__
 
 
+@pytest.mark.slow
 def test_python_m_distprof_runs_the_cli(tmp_path):
     write(tmp_path / "rank-0.json", [X("ProfilerStep#1", 0, 100, cat="user_annotation"), X("aten::mm", 10, 20)])
     proc = subprocess.run([sys.executable, "-m", "distprof", "summary", str(tmp_path), "--json"], capture_output=True,

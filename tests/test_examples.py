@@ -36,6 +36,7 @@ def test_verl_discrete_worker_groups(tmp_path):
                                             ("rollout", 0, "rollout-generate")]}
 
 
+@pytest.mark.slow
 def test_skyrl_policy_trainer(tmp_path):
     out, root = run("skyrl_policy_trainer.py", tmp_path)
     for r in (0, 1):
@@ -53,6 +54,7 @@ def test_rlinf_profiled_worker_groups(tmp_path):
     assert "speedscope" in data["$schema"]
 
 
+@pytest.mark.slow
 def test_slime_profile_targets(tmp_path):
     out, root = run("slime_profile_targets.py", tmp_path)
     # Only the target the flags name captures, on rollout ids 2-3 (slime's end is exclusive).
@@ -61,6 +63,7 @@ def test_slime_profile_targets(tmp_path):
         "train_log_probs/rank00000/step00000002-00000003.pt.trace.json.gz"]
 
 
+@pytest.mark.slow
 def test_swift_hf_trainer_roles(tmp_path):
     out, root = run("swift_hf_trainer_roles.py", tmp_path)
     [trace] = (root / "profile" / "main" / "rank00000").glob("step00000002-00000003.pt.trace.json.gz")

@@ -54,6 +54,7 @@ def guard_warnings(caplog):
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "capturing no more windows" in r.getMessage()]
 
 
+@pytest.mark.slow
 def test_trace_budget_closes_the_window_early_keeps_its_file_and_stops_capturing(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="distprof")
     # Window 1-40 would export tens of MB with these flags; the budget is 3 MB. Window 50-51 must never open.
@@ -81,6 +82,7 @@ def test_trace_budget_closes_the_window_early_keeps_its_file_and_stops_capturing
     assert prof.windows_closed == 1 and not prof.capturing
 
 
+@pytest.mark.slow
 def test_trace_budget_not_fooled_by_memory_an_earlier_window_freed(tmp_path):
     """RSS does not grow while a window refills heap an earlier window freed; the heap estimate does."""
     train(Profiler(cfg(tmp_path / "earlier", steps="1-30")), 31)  # ~20 MB of buffers, freed at its export
@@ -114,6 +116,7 @@ def test_host_limits_crossed_at_once_capture_nothing_and_say_why(tmp_path, caplo
     assert prof.windows_closed == 0
 
 
+@pytest.mark.slow
 def test_generous_guard_changes_nothing(tmp_path):
     plain_dir, guarded_dir = tmp_path / "plain", tmp_path / "guarded"
     train(Profiler(cfg(plain_dir, steps=[2, 3, 6])), 8)

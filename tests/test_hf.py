@@ -114,6 +114,7 @@ def test_phases_are_annotations_in_every_captured_step(fresh):
         assert any(r[0].startswith("Optimizer.step#") and within(r, opt) for r in ranges)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_captures_the_same_steps(fresh, tmp_path):
     out, _ = fresh
     trainer, _ = train(tmp_path, cfg(tmp_path / "run", steps=[3, 4]), max_steps=6)
@@ -193,6 +194,7 @@ def test_both_roles_at_once_are_refused():
         DistprofCallback(cfg("unused", steps=[1]), micro_steps=True)  # roles None selects main and micro_step
 
 
+@pytest.mark.slow
 def test_a_step_that_raises_keeps_the_captured_steps(tmp_path):
     proc = subprocess.run([sys.executable, JOB, str(tmp_path), "crash", "4"], check=False, capture_output=True,
                           text=True, timeout=300)
@@ -209,6 +211,7 @@ def test_a_step_that_raises_keeps_the_captured_steps(tmp_path):
         "train/forward_backward", "train/forward"]
 
 
+@pytest.mark.slow
 def test_close_after_a_failed_train_writes_the_window_at_once(tmp_path):
     trainer, cb = train(tmp_path, cfg(tmp_path / "run", steps=[3, 4]), max_steps=6)
     fail_in_forward(trainer, 4)

@@ -35,18 +35,21 @@ def run_job(tmp_path, level=None, app=False, name="run"):
     return out, [ln for ln in proc.stderr.splitlines() if "distprof" in ln]
 
 
+@pytest.mark.slow
 def test_without_the_variable_a_process_says_once_where_its_traces_go(tmp_path):
     out, lines = run_job(tmp_path)
     assert lines == [f"[distprof actor rank 1] traces go to {out}/actor/rank00001; read the run with: "
                      f"distprof diagnose {out}"]  # two windows, one line; nothing else from distprof
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("level", ["WARNING", "error"])
 def test_distprof_log_level_quiets_the_where_line(tmp_path, level):
     _, lines = run_job(tmp_path, level)
     assert lines == []
 
 
+@pytest.mark.slow
 def test_distprof_log_level_info_prints_every_message_prefixed(tmp_path):
     out, lines = run_job(tmp_path, "INFO")
     assert lines == [
@@ -60,6 +63,7 @@ def test_distprof_log_level_info_prints_every_message_prefixed(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_an_application_that_configured_logging_gets_each_line_once_in_its_format(tmp_path):
     out, lines = run_job(tmp_path, app=True)
     assert lines == [f"APP distprof.where: distprof: profiler 'actor' rank 1: traces go to {out}/actor/rank00001; "

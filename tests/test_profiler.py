@@ -311,6 +311,7 @@ def test_step_before_start_autostarts(tmp_path, caplog):
     assert p.global_step == 5
 
 
+@pytest.mark.slow
 def test_python_O_changes_nothing(tmp_path):
     code = f"""
 import distprof, torch, os
@@ -358,6 +359,7 @@ def test_held_export_ends_the_step_now_and_writes_later(tmp_path):
     assert [m["steps"] for m in manifest(tmp_path, "actor")] == [[1, 2], [4, 4]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value, shown", [("INFO", True), ("warning", False), ("loud", False)])
 def test_distprof_log_level_sets_distprof_loggers_level(tmp_path, value, shown):
     """DISTPROF_LOG_LEVEL reaches a process whose logging the user does not configure (a Ray worker, a torchrun

@@ -9,7 +9,7 @@ import sys
 from functools import partial
 
 import pytest
-from conftest import config
+from conftest import config as base_config
 
 import distprof
 from distprof.analysis.check import check_run
@@ -85,7 +85,7 @@ def train(workers, group, steps):
             group.step()
 
 
-cfg = partial(config, run="scratch", ranks="all", steps=[1, 2])
+cfg = partial(base_config, run="scratch", ranks="all", steps=[1, 2])
 
 
 def test_group_rpcs_capture_every_rank_and_collect_through_ray(cluster, tmp_path):

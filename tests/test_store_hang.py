@@ -101,6 +101,7 @@ def _train(endpoint, save, cache, out):
                              "file": r.files[0].path} for r in records]}, f)
 
 
+@pytest.mark.slow
 def test_profiler_start_and_steps_never_wait_for_a_store_that_never_answers(black_hole, tmp_path):
     ctx = warmfork.context()
     out = tmp_path / "out.json"
@@ -128,6 +129,7 @@ def test_profiler_start_and_steps_never_wait_for_a_store_that_never_answers(blac
     assert len(errors) == 1 and "could not upload window 2-2" in errors[0], errors  # the window, kept locally
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", ["summary", "check"])
 @pytest.mark.parametrize("as_json", [False, True])
 def test_cli_against_a_store_that_never_answers_ends_in_one_line(black_hole, verb, as_json):

@@ -167,6 +167,7 @@ CASES = [("summary", "dlrm", 80), ("summary", "dlrm", 120), ("summary", "hf", 80
          ("diagnose", "dlrm", 80), ("diagnose", "dlrm", 120), ("diagnose", "gloo", 80), ("diagnose", "rl", 80)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb,name,cols", CASES, ids=[f"{v}-{n}-{c}" for v, n, c in CASES])
 def test_verb_fits_the_terminal_with_every_figure_whole(inputs, verb, name, cols):
     path = inputs[name]
@@ -230,6 +231,7 @@ def trigger_dir(tmp_path_factory):
     return root, req.id
 
 
+@pytest.mark.slow
 def test_other_tables_fit_the_terminal(inputs, trigger_dir, tmp_path):
     """check, diff, validate, trigger --status and the demo's table of trace files, at 80 columns (the verbs
     above show that 120 adds nothing a table at 80 does not)."""

@@ -43,6 +43,7 @@ def profiler_steps(path):
                   if e.get("name", "").startswith("ProfilerStep#"))
 
 
+@pytest.mark.slow
 def test_gloo_job_captures_the_same_steps_on_both_ranks_on_request(tmp_path):
     run_dir, started = tmp_path / "run", tmp_path / "started"
     env = {**os.environ, "DISTPROF_TRIGGER": "1"}  # the job opts in from the environment, its code unchanged
@@ -289,6 +290,7 @@ def test_ray_demo_captures_on_request_through_the_groups(tmp_path):
     assert res.check.ok
 
 
+@pytest.mark.slow
 def test_hf_trainer_that_opted_in_captures_on_request(tmp_path):
     from hf_job import make_trainer
     from transformers import TrainerCallback

@@ -81,6 +81,7 @@ def _steps_of(opener):
     return sorted({int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#")})
 
 
+@pytest.mark.slow
 def test_object_store_down_mid_run_loses_nothing_and_never_blocks_a_step(moto, tmp_path):
     fs = _fs()
     fs.mkdir("bkt")
@@ -132,6 +133,7 @@ def test_object_store_down_mid_run_loses_nothing_and_never_blocks_a_step(moto, t
         assert _steps_of(lambda: gzip.open(os.path.join(w4.local_path, os.path.basename(w4.files[0].path)))) == [4]
 
 
+@pytest.mark.slow
 def test_upload_that_finally_fails_is_kept_locally_and_says_where(moto, tmp_path, monkeypatch):
     """The server never comes back: after the retry budget the window's files move to the unsent folder, intact,
     with a manifest line there naming local_path and upload_error."""
@@ -186,6 +188,7 @@ def test_stop_keeps_what_the_dead_store_did_not_take_within_its_wait(moto, tmp_p
         assert _steps_of(lambda: gzip.open(os.path.join(d, os.path.basename(r.files[0].path)))) == [r.steps[0]]
 
 
+@pytest.mark.slow
 def test_window_in_flight_when_stop_gives_up_is_kept_locally_with_its_line(moto, tmp_path, monkeypatch, caplog):
     """The store accepts connections and never answers (the moto server stopped with SIGSTOP: the kernel still
     accepts on its port): window 2's put hangs in flight. stop() waits its bounded time, then keeps that window
