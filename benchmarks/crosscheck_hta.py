@@ -46,7 +46,7 @@ Figures (distprof name = HTA name):
 
 Where a side cannot compute a figure (no device events: cpu_only; HTA's 0 launches on ROCm) the cell reads
 "n/a" and a row under the rank's figures gives the reason. ``--drop-last`` on nccl_data is HTA's default
-scope against distprof ``--steps 4,5 --steps-only`` (the figures tests/test_analysis_idle_launch.py records).
+scope against distprof ``--steps 4,5 --steps-only`` (the figures tests/unit/analysis/test_analysis_idle_launch.py records).
 
 A new analysis is one more :class:`Analysis` entry in ``ANALYSES``: a function of HTA's
 ``TraceAnalysis`` (run in the HTA worker) and a function of distprof's ``summary`` output, both giving

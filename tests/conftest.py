@@ -6,7 +6,20 @@ import os
 import pytest
 
 # The real traces the tests read, vendored with their licence notices (tests/data/README.md says where each came from).
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(TESTS, "data")
+# The job scripts and stand-ins the tests start or import (chaos_job.py, crash_job.py, warmfork.py, s3server.py, ...);
+# pyproject's pytest ``pythonpath`` puts this folder and tests/ on sys.path, and child processes that import a
+# test module get both on PYTHONPATH (``pythonpath_with``).
+JOBS = os.path.join(TESTS, "jobs")
+REPO = os.path.dirname(TESTS)
+
+
+def pythonpath_with(*folders):
+    """PYTHONPATH for a child process that imports test modules: ``folders``, tests/ (conftest, helpers, tracekit),
+    tests/jobs, then what PYTHONPATH held already."""
+    old = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*folders, TESTS, JOBS, *([old] if old else [])])
 
 
 def pytest_configure(config):
@@ -34,7 +47,8 @@ def _clean_env(monkeypatch):
 def _reset_annotation_state():
     import sys
 
-    from distprof.capture import annotate as _unused
+    from distprof.capture import annotate as _unused  # noqa: F401
+
 
     mod = sys.modules["distprof.capture.annotate"]
     yield
@@ -137,7 +151,7 @@ SLOW_S = 0.4
 
 
 def gloo_run(out, **kw):
-    """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/warmfork.py):
+    """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/jobs/warmfork.py):
     the same real processes and job, without two imports of torch per job."""
     import warmfork
 
@@ -174,7 +188,7 @@ def pytest_collection_modifyitems(config, items):
 def pytest_xdist_node_collection_finished(node, ids):
     """Under ``--dist loadgroup`` every ``xdist_group`` test's id carries its group (``...@ray``), or the groups are
     silently ignored (pytest 9 with pytest-xdist 3.8: two Ray clusters at once on 2 cores, module fixtures set up
-    on both workers, a suite 1.5-2x slower). tests/test_ray.py's tests are all grouped: stop at once if they lost it."""
+    on both workers, a suite 1.5-2x slower). tests/e2e/test_ray.py's tests are all grouped: stop at once if they lost it."""
     ray = [i for i in ids if "test_ray.py::" in i]
     if node.config.getvalue("dist") == "loadgroup" and ray and not any("@" in i for i in ray):
         pytest.exit(f"pytest-xdist's xdist_group marks are not applied (pytest {pytest.__version__} with this "

@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-HERE = os.path.dirname(__file__)
+from conftest import JOBS
 
 JOB = """
 import logging, sys, torch, distprof
@@ -80,7 +79,7 @@ def test_torchrun_children_log_with_role_and_rank(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))}
     env["DISTPROF_LOG_LEVEL"] = "INFO"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "--max-restarts", "0", os.path.join(HERE, "crash_job.py"), "ok", str(out)],
+                           "--max-restarts", "0", os.path.join(JOBS, "crash_job.py"), "ok", str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank in (0, 1):

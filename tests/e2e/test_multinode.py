@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
+from conftest import pythonpath_with
 
 import distprof
 from distprof import ProfilerConfig
@@ -42,7 +43,7 @@ TRACE = ".pt.trace.json.gz"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = TESTS + (os.pathsep + old if old else "")  # workers import this module
+    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import this module (and it conftest)
     scratch_var = os.environ.pop("SCRATCH", None)  # the driver's node has no scratch folder
     base = tmp_path_factory.mktemp("nodes")
     c = Cluster(initialize_head=True, head_node_args={**LOOPBACK, "num_cpus": 1, "include_dashboard": False})

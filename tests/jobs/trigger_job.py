@@ -6,7 +6,7 @@ Opts in through the environment (the test sets DISTPROF_TRIGGER=1); the config s
 schedule, so nothing is captured until a request comes. Rank 0 creates STARTED_FILE after the first step (the
 test sends its request once it exists). The ranks keep training until every rank has written a requested
 window (agreed through an all-reduce, so they stop at the same step), or MAX_STEPS. The ranks are forked from a
-server that imported torch (tests/warmfork.py) with this script's environment; this process imports no torch.
+server that imported torch (tests/jobs/warmfork.py) with this script's environment; this process imports no torch.
 """
 
 import os

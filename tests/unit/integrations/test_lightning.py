@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import msgspec
 import pytest
 import torch
-from conftest import config, load_trace, trace_files
+from conftest import JOBS, config, load_trace, trace_files
 from torch.utils.data import DataLoader, TensorDataset
 from tracekit import cli
 
@@ -19,7 +19,6 @@ import distprof
 from distprof.capture import shutdown
 from distprof.integrations.lightning import DistprofProfiler, phase_name
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PHASES = {"lightning/training_step", "lightning/backward", "lightning/optimizer_step",
           "lightning/train_dataloader_next", "lightning/run_training_batch"}
 
@@ -295,7 +294,7 @@ def test_profiler_used_outside_a_trainer_fails_softly(tmp_path, caplog):
 def test_ddp_two_processes_each_write_their_rank(tmp_path):
     """strategy="ddp" on CPU (gloo), Lightning launching the second rank itself; ranks: all."""
     run = tmp_path / "run"
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "lightning_job.py"), str(run), "2"],
+    proc = subprocess.run([sys.executable, os.path.join(JOBS, "lightning_job.py"), str(run), "2"],
                           check=False, capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rank 0 finished at global step 5" in proc.stdout and "rank 1 finished at global step 5" in proc.stdout

@@ -1,7 +1,7 @@
 """A tiny Hugging Face Trainer job profiled by DistprofCallback; imported by test_hf.py, run by it as a script.
 
-    python tests/hf_job.py OUT ddp          under torchrun: every rank captures steps 3-4 (gloo DDP on CPU)
-    python tests/hf_job.py OUT crash N      one process whose model raises inside forward at distprof step N
+    python tests/jobs/hf_job.py OUT ddp          under torchrun: every rank captures steps 3-4 (gloo DDP on CPU)
+    python tests/jobs/hf_job.py OUT crash N      one process whose model raises inside forward at distprof step N
 """
 
 import sys

@@ -8,7 +8,7 @@ its own pid, torch.profiler session, gloo connections and exit), forked from a s
 and ran nothing else.
 
 Only for children that start as a ``multiprocessing`` target: how a process starts, exits or dies by itself (an
-uncaught exception, ``sys.exit``, a signal) is tested with a real ``python`` (tests/crash_job.py, chaos_job.py).
+uncaught exception, ``sys.exit``, a signal) is tested with a real ``python`` (tests/jobs/crash_job.py, chaos_job.py).
 This module imports no torch itself, so a job script's parent process can use it and stay light.
 """
 

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import yaml
+from conftest import REPO
 from tracekit import cli
 
 import distprof
@@ -18,7 +19,7 @@ from distprof import ProfilerConfig
 from distprof.config.dialects import load_file, translate
 from distprof.config.model import ConfigError, ConfigProblem
 
-README = os.path.join(os.path.dirname(__file__), os.pardir, "README.md")
+README = os.path.join(REPO, "README.md")
 
 
 def refused(fn) -> ConfigError:

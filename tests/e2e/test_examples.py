@@ -6,8 +6,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO
 
-EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "examples")
+EXAMPLES = os.path.join(REPO, "examples")
 
 
 def run(name, tmp_path, *args):

@@ -161,7 +161,7 @@ def _worker(rank: int, world: int, init_file: str, variants: list[dict], out_dir
 def main(argv: list[str] | None = None) -> None:
     out_dir, variants = (argv if argv is not None else sys.argv[1:])
     variants = json.loads(variants)
-    # The two ranks are forked from a server that imported torch (tests/warmfork.py); this process imports none.
+    # The two ranks are forked from a server that imported torch (tests/jobs/warmfork.py); this process imports none.
     ctx = warmfork.context(warmfork.PRELOAD + ["torch.distributed.fsdp", "torch.distributed.device_mesh"],
                            whole_env=True)
     scratch = tempfile.mkdtemp(prefix="fsdp-job-")

@@ -11,7 +11,7 @@ from functools import partial
 import msgspec
 import pytest
 import torch
-from conftest import config
+from conftest import JOBS, config
 from tracekit import cli, load
 
 import distprof
@@ -20,9 +20,6 @@ from distprof.analysis.check import check_run
 from distprof.capture.trigger import RequestStore, make_request
 from distprof.config.model import ConfigError
 from distprof.rundir.store import manifest_records
-
-TESTS = os.path.dirname(os.path.abspath(__file__))
-
 
 cfg = partial(config, run=None, typed=False, enable=None, trigger=True, trigger_poll_s=0, ranks="all")
 
@@ -47,7 +44,7 @@ def profiler_steps(path):
 def test_gloo_job_captures_the_same_steps_on_both_ranks_on_request(tmp_path):
     run_dir, started = tmp_path / "run", tmp_path / "started"
     env = {**os.environ, "DISTPROF_TRIGGER": "1"}  # the job opts in from the environment, its code unchanged
-    job = subprocess.Popen([sys.executable, os.path.join(TESTS, "trigger_job.py"), str(run_dir), str(started), "20000"],
+    job = subprocess.Popen([sys.executable, os.path.join(JOBS, "trigger_job.py"), str(run_dir), str(started), "20000"],
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         while not started.exists():  # waiting for the job to be running, not for it to reach some step

@@ -3,7 +3,7 @@
 verl's and SkyRL's users report ``RuntimeError: _apply(): Couldn't swap ...weight`` with torch.profiler on
 while an FSDP2 model is offloaded by hand (``model.cpu()``: ``nn.Module._apply`` swaps DTensor parameters
 with ``torch.utils.swap_tensors``, which refuses tensors the profiler holds weak references to). The job
-(tests/fsdp_job.py) reproduces it on CPU; distprof.capture.compat turns the responsible flags off for such
+(tests/jobs/fsdp_job.py) reproduces it on CPU; distprof.capture.compat turns the responsible flags off for such
 processes and releases the profiler's references as soon as a window is written.
 """
 
@@ -14,9 +14,9 @@ import sys
 
 import msgspec
 import pytest
-from conftest import load_trace, trace_files
+from conftest import JOBS, load_trace, trace_files
 
-JOB = os.path.join(os.path.dirname(__file__), "fsdp_job.py")
+JOB = os.path.join(JOBS, "fsdp_job.py")
 ALL_FLAGS = ["record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules"]
 WARNING = "turning off torch.record_shapes and torch.with_flops in capture windows"
 

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+from conftest import JOBS
 
 from distprof import ProfilerConfig
 from distprof.capture.backends.process import WrapSpec, check_tool, output_name, render_options, tool_command
@@ -17,8 +18,7 @@ from distprof.capture.wrap import finalize_outputs
 from distprof.config.process_tools import nsys_capture_options
 from distprof.integrations.ray import runtime_env
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FAKE_NSYS = os.path.join(HERE, "fake_nsys.py")
+FAKE_NSYS = os.path.join(JOBS, "fake_nsys.py")
 
 
 def test_render_options_rlinf_rules():
@@ -222,7 +222,7 @@ def test_wrapper_turns_sigterm_into_a_written_output(tmp_path, backend, reap):
 
 def test_wrapper_with_stand_in_rocprof_sys(tmp_path):
     """rocprof-sys cannot run here; a stand-in with its interface writes a result directory."""
-    spec = _spec("rocprof_sys", tmp_path, executable=os.path.join(HERE, "fake_rocprof_sys.py"), python=[sys.executable],
+    spec = _spec("rocprof_sys", tmp_path, executable=os.path.join(JOBS, "fake_rocprof_sys.py"), python=[sys.executable],
                  options={"T": "hip"}, env={"ROCPROFSYS_SAMPLING_FREQ": "100"})
     proc = _wrapper(spec, "x = 1", tmp_path)
     proc.communicate(timeout=60)

@@ -1,4 +1,4 @@
-"""Signals while a window is being written, and forked children: a real child process (tests/crash_job.py).
+"""Signals while a window is being written, and forked children: a real child process (tests/jobs/crash_job.py).
 
 With HOLD_EXPORT=1 the job stops inside every export once torch has written the window's temporary trace, prints
 "exporting" and waits on stdin: the test sends real signals at exactly that moment (no sleep), then lets the export
@@ -14,8 +14,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import JOBS
 
-JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
+JOB = os.path.join(JOBS, "crash_job.py")
 
 
 def start(tmp_path, how, style="startstop", **env):

@@ -1,4 +1,4 @@
-"""What a cluster does to a job, done for real to real child processes (tests/chaos_job.py): kill -9 inside the
+"""What a cluster does to a job, done for real to real child processes (tests/jobs/chaos_job.py): kill -9 inside the
 export, a disk that fills up, a run directory made read-only, eight processes writing one run directory at once,
 a resumed job writing windows an earlier run already wrote.
 
@@ -19,13 +19,14 @@ import sys
 
 import pytest
 import warmfork
+from conftest import JOBS
 from helpers import run
 
 from distprof import Profiler, ProfilerConfig
 from distprof.rundir.layout import MANIFEST, TMP_PREFIX
 from distprof.rundir.store import list_files, manifest_records
 
-JOB = os.path.join(os.path.dirname(__file__), "chaos_job.py")
+JOB = os.path.join(JOBS, "chaos_job.py")
 
 
 def job(save, steps=7, *extra, env=None, namespace_script=None):

@@ -10,6 +10,7 @@ from functools import partial
 
 import pytest
 from conftest import config as base_config
+from conftest import pythonpath_with
 
 import distprof
 from distprof.analysis.check import check_run
@@ -29,7 +30,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 def cluster():
     # Workers import this module to find the actor classes.
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = TESTS + (os.pathsep + old if old else "")
+    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING)
     assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
@@ -304,7 +305,7 @@ print(json.dumps(_node_list({out!r}, 60, pids)))
 def test_outputs_finalized_after_ray_shutdown(tmp_path):
     out = str(tmp_path / "run")
     code = SHUTDOWN_SCRIPT.format(tests=os.path.dirname(__file__), out=out)
-    env = {**os.environ, "PYTHONPATH": TESTS}
+    env = {**os.environ, "PYTHONPATH": pythonpath_with(TESTS)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     listing = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -21,6 +21,7 @@ import termios
 import time
 
 import pytest
+from conftest import TESTS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
@@ -36,7 +37,7 @@ from distprof.report.terminal import us
 H100 = os.path.join(TRACES, "distprof-h100")
 GLOO = os.path.join(H100, "ddp-gloo-cuda-slow-rank1")   # 2 ranks on a GPU, rank 1 the straggler
 HF = os.path.join(H100, "hf-gpt2")                     # HF Trainer phases, H100 kernel names
-VERL = os.path.join(os.path.dirname(__file__), "dialects", "verl_ppo_torch.yaml")
+VERL = os.path.join(TESTS, "unit", "config", "dialects", "verl_ppo_torch.yaml")
 SRC = os.path.dirname(os.path.dirname(distprof.__file__))
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]")
 CUT_FIGURE = re.compile(r"\d…|…\d")

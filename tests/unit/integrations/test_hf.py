@@ -9,14 +9,13 @@ import sys
 from functools import partial
 
 import pytest
-from conftest import config, load_trace, trace_files
+from conftest import JOBS, config, load_trace, trace_files
 from hf_job import Probe, fail_in_forward, make_trainer
 from tracekit import cli
 
 from distprof.integrations.hf import DistprofCallback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-JOB = os.path.join(HERE, "hf_job.py")
+JOB = os.path.join(JOBS, "hf_job.py")
 PHASES = {"train/forward_backward", "train/forward", "train/backward", "train/optimizer"}
 
 

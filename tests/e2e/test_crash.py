@@ -1,6 +1,6 @@
 """Crash-safe capture: a real child process dies in each way a training process dies, inside a capture window.
 
-The child (tests/crash_job.py) profiles steps 3-5 and dies at step 4. distprof must write the steps it
+The child (tests/jobs/crash_job.py) profiles steps 3-5 and dies at step 4. distprof must write the steps it
 captured (manifest ``complete: false``, ``stopped_by`` naming the cause), never swallow the exception,
 and leave the exit status exactly what it would be without distprof.
 """
@@ -13,8 +13,9 @@ import subprocess
 import sys
 
 import pytest
+from conftest import JOBS
 
-JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
+JOB = os.path.join(JOBS, "crash_job.py")
 
 
 def run_job(tmp_path, how, style="startstop", **kw):

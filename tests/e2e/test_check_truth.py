@@ -13,16 +13,17 @@ import subprocess
 import sys
 
 import pytest
+from conftest import JOBS
 from helpers import PEAK_MB, run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ray import cfg as ray_cfg  # noqa: F401 - the local Ray cluster fixture
-from test_ray import cluster, make, train
+from test_ray import cluster, make, train  # noqa: F401 - cluster: the local Ray cluster fixture
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis.check import STATUSES, check_run
 
-JOB = os.path.join(os.path.dirname(__file__), "crash_job.py")
+JOB = os.path.join(JOBS, "crash_job.py")
 CPU = {"activities": ["cpu"]}
 
 
