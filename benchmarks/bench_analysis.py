@@ -1,6 +1,6 @@
 """Analysis speed and memory on a ~200 MB GPU trace, measured side by side in one run.
 
-The trace is made by tiling a real GPU trace from shared/data in time (each copy shifted past the
+The trace is made by tiling a real GPU trace from tests/data in time (each copy shifted past the
 previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 
 - floor: read the file and msgspec-decode it into the reader's typed events (nothing else),
@@ -29,7 +29,9 @@ import sys
 import tempfile
 import time
 
-SOURCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "traces", "hta", "trace-diff", "control.json.gz")
+# HTA's trace_diff control (tests/data holds the first 3 of its 6 steps); --source names another trace.
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "hta", "trace-diff",
+                      "control.json.gz")
 
 FLOOR = """
 import sys, msgspec
@@ -110,11 +112,16 @@ def measure(python: str, code: str, arg: str) -> tuple[float, float, str]:
 
 
 def main() -> int:
+    global SOURCE  # --source/--traces replaces the default
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=200)
     ap.add_argument("--hta-python", default=None)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--source", default=SOURCE, help="the real trace to tile (default: tests/data trace-diff control)")
     args = ap.parse_args()
+    SOURCE = args.source
+    if not os.path.isfile(SOURCE):
+        ap.error(f"no trace at {SOURCE}: pass --source FILE")
     tmp = tempfile.mkdtemp(prefix="bench-analysis-")
     path = make_trace(args.size_mb, tmp)
     size = os.path.getsize(path) / 1e6

@@ -1,6 +1,6 @@
 """The per-rank verbs at 64, 256 and 1,024 ranks, against the time to merely decode the same files.
 
-The N-rank sets are made from the real 8-rank DLRM traces in shared/data (rank r is a copy of rank r % 8,
+The N-rank sets are made from the real 8-rank DLRM traces in tests/data (rank r is a copy of rank r % 8,
 renumbered to r of N, its events tiled ``--tile`` times in time, timings kept). Measured side by side in one
 run, each in a fresh process:
 
@@ -27,8 +27,8 @@ import subprocess
 import sys
 import tempfile
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "traces",
-                      "dlrm-8rank-v100")
+# The 8 real ranks (tests/data, vendored); --source names another folder of them.
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "dlrm-8rank-v100")
 TARGET = 1.5
 PER_RANK_VERBS = ("summary", "steps", "stragglers", "diagnose")
 
@@ -118,12 +118,17 @@ def run(code: str, *args: str) -> dict:
 
 
 def main() -> int:
+    global SOURCE  # --source/--traces replaces the default
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", default="64,256,1024")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tile", type=int, default=4)
     ap.add_argument("--verbs", default="summary,steps,stragglers,diagnose,merge")
+    ap.add_argument("--source", default=SOURCE, help="folder of the 8 DLRM ranks (default: tests/data/dlrm-8rank-v100)")
     args = ap.parse_args()
+    SOURCE = args.source
+    if not glob.glob(os.path.join(SOURCE, "*.json.gz")):
+        ap.error(f"no DLRM trace (*.json.gz) in {SOURCE}: pass --source FOLDER")
     verbs = args.verbs.split(",")
     missed = []
     print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9}")

@@ -1,6 +1,6 @@
 """distprof's temporal breakdown, comm/compute overlap, kernel breakdown, idle time breakdown and kernel
 launch statistics side by side with HolisticTraceAnalysis (HTA) 0.5.0's, per rank, on the real traces in
-shared/data/traces.
+tests/data (or --traces FOLDER).
 
 HTA is not a distprof dependency: it runs in its own interpreter (``--hta-python``), in a subprocess that
 runs this same file with ``--hta-worker`` (that mode imports only the standard library and ``hta``), and
@@ -46,7 +46,7 @@ Figures (distprof name = HTA name):
 
 Where a side cannot compute a figure (no device events: cpu_only; HTA's 0 launches on ROCm) the cell reads
 "n/a" and a row under the rank's figures gives the reason. ``--drop-last`` on nccl_data is HTA's default
-scope against distprof ``--steps 4,5 --steps-only`` (the figures tests/test_analysis_idle_launch.py records).
+scope against distprof ``--steps 4,5 --steps-only`` (the figures tests/unit/analysis/test_analysis_idle_launch.py records).
 
 A new analysis is one more :class:`Analysis` entry in ``ANALYSES``: a function of HTA's
 ``TraceAnalysis`` (run in the HTA worker) and a function of distprof's ``summary`` output, both giving
@@ -76,7 +76,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable
 
-TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "traces")
+# The vendored traces (tests/data; its README says what was cut); --traces names another copy of the same layout.
+TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data")
 
 # name -> a folder of one job's files, or one file (copied into a folder of its own: HTA reads a folder).
 JOBS = {
@@ -349,6 +350,8 @@ def _fractional_ts(files: list[str]) -> bool:
 def stage(name: str, rel: str, tmp: str) -> tuple[str, list[str]]:
     """A folder holding only this job's files (HTA analyses every trace file in a folder)."""
     src = os.path.normpath(os.path.join(TRACES, rel))
+    if not os.path.exists(src):
+        sys.exit(f"crosscheck_hta: no {rel} under {TRACES} (pass --traces FOLDER)")
     if os.path.isdir(src):
         return src, sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith((".json", ".gz")))
     folder = os.path.join(tmp, name.replace("/", "_"))
@@ -452,14 +455,17 @@ def _print_table(header: list[str], rows: list[list[str]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global TRACES  # --source/--traces replaces the default
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hta-python", help="interpreter with HolisticTraceAnalysis 0.5.0 installed")
     p.add_argument("--drop-last", action="store_true", help="HTA's default scope (last step dropped)")
     p.add_argument("--job", action="append", choices=sorted(JOBS), help="only these jobs (repeatable)")
     p.add_argument("--json", help="also write every figure to this file")
+    p.add_argument("--traces", default=TRACES, help="folder holding the traces (default: tests/data)")
     p.add_argument("--hta-worker", help=argparse.SUPPRESS)
     p.add_argument("--include-last", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    TRACES = args.traces
     if args.hta_worker:
         hta_worker(args.hta_worker, args.include_last)
         return 0

@@ -5,7 +5,21 @@ import os
 
 import pytest
 
-SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+# The real traces the tests read, vendored with their licence notices (tests/data/README.md says where each came from).
+TESTS = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(TESTS, "data")
+# The job scripts and stand-ins the tests start or import (chaos_job.py, crash_job.py, warmfork.py, s3server.py, ...);
+# pyproject's pytest ``pythonpath`` puts this folder and tests/ on sys.path, and child processes that import a
+# test module get both on PYTHONPATH (``pythonpath_with``).
+JOBS = os.path.join(TESTS, "jobs")
+REPO = os.path.dirname(TESTS)
+
+
+def pythonpath_with(*folders):
+    """PYTHONPATH for a child process that imports test modules: ``folders``, tests/ (conftest, helpers, tracekit),
+    tests/jobs, then what PYTHONPATH held already."""
+    old = os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*folders, TESTS, JOBS, *([old] if old else [])])
 
 
 def pytest_configure(config):
@@ -33,7 +47,8 @@ def _clean_env(monkeypatch):
 def _reset_annotation_state():
     import sys
 
-    from distprof.capture import annotate as _unused
+    from distprof.capture import annotate as _unused  # noqa: F401
+
 
     mod = sys.modules["distprof.capture.annotate"]
     yield
@@ -52,6 +67,23 @@ def slow_rollout_demo(tmp_path_factory):
     from distprof.demo import rl_job
 
     return rl_job.run(str(tmp_path_factory.mktemp("slow-rollout") / "demo"), steps=4, slow={"rollout/generate": 300})
+
+
+def config(save, *, run="run", typed=True, enable=True, **fields):
+    """The profiler config every test starts from (the suite's one config helper): enabled, the CPU activity only
+    (no GPU needed), saving to ``save``/``run`` (``run=None``: to ``save`` itself); ``fields`` set or replace
+    any other field. A ``ProfilerConfig``, or with ``typed=False`` the plain dict (what the HF and Lightning
+    callbacks and the trigger tests pass on). ``enable=None`` leaves ``enable`` out (its default). A module fixes
+    its own defaults with ``functools.partial(config, steps=[1, 2], ...)``: a call's keywords still win."""
+    base = {"save_path": str(save if run is None else os.path.join(str(save), run)), "torch": {"activities": ["cpu"]}}
+    if enable is not None:
+        base["enable"] = enable
+    base.update(fields)
+    if not typed:
+        return base
+    from distprof import ProfilerConfig  # pydantic: the analysis-only test modules never pay for it
+
+    return ProfilerConfig(**base)
 
 
 def load_trace(path):
@@ -119,7 +151,7 @@ SLOW_S = 0.4
 
 
 def gloo_run(out, **kw):
-    """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/warmfork.py):
+    """``distprof.demo.gloo_job.run`` with its ranks forked from a server that imported torch (tests/jobs/warmfork.py):
     the same real processes and job, without two imports of torch per job."""
     import warmfork
 
@@ -138,10 +170,25 @@ def ddp_run(tmp_path_factory):
     return out
 
 
+# What makes a test slow (``-m "not slow"`` leaves it out of the fast loop; docs/testing.md): a Ray cluster or
+# Chromium (the "ray" and "browser" xdist groups, which also keep one of each at a time), the FSDP job, or a
+# fixture that runs a multi-process job or the demo. Tests slow for another reason (a torchrun or subprocess job,
+# several seconds of work) carry ``@pytest.mark.slow`` themselves.
+SLOW_GROUPS = {"ray", "browser", "fsdp_offload"}
+SLOW_FIXTURES = {"ddp_run", "slow_rollout_demo", "browser", "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {m.args[0] for m in item.iter_markers("xdist_group") if m.args}
+        if groups & SLOW_GROUPS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_xdist_node_collection_finished(node, ids):
     """Under ``--dist loadgroup`` every ``xdist_group`` test's id carries its group (``...@ray``), or the groups are
     silently ignored (pytest 9 with pytest-xdist 3.8: two Ray clusters at once on 2 cores, module fixtures set up
-    on both workers, a suite 1.5-2x slower). tests/test_ray.py's tests are all grouped: stop at once if they lost it."""
+    on both workers, a suite 1.5-2x slower). tests/e2e/test_ray.py's tests are all grouped: stop at once if they lost it."""
     ray = [i for i in ids if "test_ray.py::" in i]
     if node.config.getvalue("dist") == "loadgroup" and ray and not any("@" in i for i in ray):
         pytest.exit(f"pytest-xdist's xdist_group marks are not applied (pytest {pytest.__version__} with this "

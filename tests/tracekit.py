@@ -6,12 +6,12 @@ import os
 import subprocess
 import sys
 
-from conftest import SHARED
+from conftest import DATA
 
 from distprof.trace.reader import open_trace
 from distprof.trace.table import TraceTable
 
-TRACES = os.path.join(SHARED, "data", "traces")
+TRACES = DATA
 DLRM = os.path.join(TRACES, "dlrm-8rank-v100")
 H100 = os.path.join(TRACES, "distprof-h100")  # distprof's own run directories from a real H100 (README there)
 
