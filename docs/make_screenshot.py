@@ -3,7 +3,7 @@ opened in headless Chromium (Debian's ``chromium``, driven by Playwright), its d
 
     python docs/make_screenshot.py [TRACES] [--out docs/report.png] [--chromium /usr/bin/chromium]
 
-TRACES defaults to the 8-rank DLRM set in ../shared/data/traces (real V100 traces, rank 7 the straggler).
+TRACES defaults to the 8-rank DLRM set in tests/data (real V100 traces, rank 7 the straggler).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import tempfile
 from distprof.report import write_report
 
 HERE = pathlib.Path(__file__).resolve().parent
-DLRM = HERE.parent.parent / "shared" / "data" / "traces" / "dlrm-8rank-v100"
+DLRM = HERE.parent / "tests" / "data" / "dlrm-8rank-v100"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
         "--disable-component-update", "--disable-sync"]
 

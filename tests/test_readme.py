@@ -142,6 +142,7 @@ def _block_params():
             for page, i, b in python_blocks()]
 
 
+@pytest.mark.slow  # each block runs in a fresh interpreter (torch's import alone is seconds): not the fast loop
 @pytest.mark.parametrize("page, index", _block_params())
 def test_readme_block_runs(tmp_path, page, index):
     block = blocks_of(os.path.join(ROOT, page))[index]

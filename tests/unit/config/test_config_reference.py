@@ -2,9 +2,11 @@
 
 from pathlib import Path
 
+from conftest import REPO
+
 from distprof.config.reference import REGENERATE, markdown, undocumented
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOC = Path(REPO) / "docs" / "configuration.md"
 
 
 def test_every_field_has_a_docstring():
