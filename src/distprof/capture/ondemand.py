@@ -20,11 +20,12 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 
 from distprof.capture.backends import create_backend
+from distprof.capture.owner import Owner
 from distprof.capture.trigger import (
     FINAL_STATES,
     READS_PER_POLL,
@@ -40,9 +41,6 @@ from distprof.config.plan import Window, role_selected
 from distprof.rundir.manifest import WindowRecord
 from distprof.util.runtime import host_name
 
-if TYPE_CHECKING:  # the Profiler owns its OnDemand: only its type is needed here
-    from distprof.capture.profiler import Profiler
-
 logger = logging.getLogger(__name__)
 
 __all__ = ["OnDemand", "PollTimer"]
@@ -54,7 +52,7 @@ class OnDemand:
     """The requests one Profiler answers: the store it polls, the request accepted and not open yet
     (:attr:`pending`), and the one whose window is open (:attr:`open_trigger`, with the plan's backend)."""
 
-    def __init__(self, prof: Profiler, save_path: str) -> None:
+    def __init__(self, prof: Owner, save_path: str) -> None:
         self._prof = prof
         self.store = RequestStore(save_path)
         self.scanner = RequestScanner(self.store, prof._who())
@@ -78,7 +76,7 @@ class OnDemand:
         if interval == 0 or self.timer is None:
             self.scanner.scan(limit=READS_PER_POLL)
         if interval > 0 and self.timer is None:
-            self.timer = PollTimer(self._prof, interval)
+            self.timer = PollTimer(self, interval)
         for req in self.scanner.take():
             if req.id not in self._seen:
                 self.take(req, stored=True)
@@ -94,7 +92,7 @@ class OnDemand:
         p = self._prof
         out: list[Any] = []
         p._guard("trigger", lambda: out.append(self.take(request, stored=False)))
-        if p._ondemand is self and self.busy:
+        if self.busy:  # (a fault answered and dropped it)
             p._use_full_step(if_idle=True)  # a window to open: leave the idle fast path
         return msgspec.to_builtins(out[0]) if out and out[0] is not None else None
 
@@ -142,7 +140,7 @@ class OnDemand:
                 backend=req.backend, trigger=req.id))
             return self.ack(req, "skipped", detail, steps=[start, end], seen_step=g)
         w = Window(start=start, end=end, warmup_start=max(start - 1, g))
-        planned = p._plan.next_window(w.warmup_start) if p._plan is not None else None
+        planned = p._plan.next_window(w.warmup_start)
         opened = p._open if p._open is not None and p._open.end >= w.warmup_start else None
         other = opened or (planned if planned is not None and planned.warmup_start <= w.end else None)
         if other is not None:
@@ -248,6 +246,14 @@ class OnDemand:
             self.ack(req, "skipped", f"stopped ({cause}) at step {self._prof.global_step}, before the requested "
                                      f"steps {pw.start}-{pw.end}")
 
+    def due(self) -> None:
+        """The poll timer fired (on its thread): read the folder there, and poll at the next step boundary."""
+        if self.timer is None:
+            return  # cancelled: the profiler stopped or faulted
+        self.scanner.scan(READS_PER_SCAN)  # on the timer's thread: the folder is read here, never in a step
+        self.poll_due = True
+        self._prof._use_full_step(if_idle=True)  # leave the idle fast path: the next step() polls
+
     def fault(self, where: str) -> None:
         """The Profiler faulted: the sender of a waiting request gets its answer; no more polling."""
         waiting = self.open_trigger or self.pending
@@ -260,12 +266,13 @@ class OnDemand:
 
 class PollTimer:
     """Every ``interval`` seconds (Event.wait: a monotonic clock), tells a profiler to look for requests at its
-    next step boundary: raises ``poll_due`` and puts the full step() back in place of the idle one, so an idle
-    step() reads no clock and no flag. The thread holds the profiler weakly and ends with it."""
+    next step boundary (:meth:`OnDemand.due`): raises ``poll_due`` and puts the full step() back in place of the
+    idle one, so an idle step() reads no clock and no flag. The thread holds its OnDemand weakly and ends with it
+    (and with its profiler, which owns it)."""
 
-    def __init__(self, prof: Profiler, interval: float) -> None:
+    def __init__(self, owner: OnDemand, interval: float) -> None:
         self._stop = threading.Event()
-        self._ref = weakref.ref(prof)
+        self._ref = weakref.ref(owner)
 
         def run() -> None:
             while not self._stop.wait(interval) and self.fire():
@@ -276,14 +283,10 @@ class PollTimer:
 
     def fire(self) -> bool:
         """Time to poll; False once the profiler is gone."""
-        p = self._ref()
-        if p is None:
+        od = self._ref()
+        if od is None:
             return False
-        od = p._ondemand
-        if od is not None:
-            od.scanner.scan(READS_PER_SCAN)  # on this thread: the folder is read here, never in a step
-            od.poll_due = True
-        p._use_full_step(if_idle=True)
+        od.due()
         return True
 
     def cancel(self) -> None:

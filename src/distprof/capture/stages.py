@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distprof.capture import shutdown
 from distprof.capture.annotate import refresh_emitters, window_closed, window_opened
+from distprof.capture.owner import Owner
 from distprof.config.plan import Window
 from distprof.rundir.layout import stage_label
-
-if TYPE_CHECKING:  # the Profiler owns its Stages: only its type is needed here
-    from distprof.capture.profiler import Profiler
 
 __all__ = ["Stages"]
 
@@ -41,7 +39,7 @@ class Stages:
 
     __slots__ = ("_prof", "armed", "runs", "stage")
 
-    def __init__(self, prof: Profiler) -> None:
+    def __init__(self, prof: Owner) -> None:
         self._prof = prof
         self.armed = False  # this step is planned, so annotate() reports stages to the profiler
         self.stage: _Stage | None = None
@@ -50,7 +48,7 @@ class Stages:
     def arm(self) -> None:
         """Listen to annotate() during planned steps only; elsewhere the inert fast path stays inert."""
         p = self._prof
-        w = p._plan.next_window(p.global_step) if p._plan is not None else None
+        w = p._plan.next_window(p.global_step)
         armed = w is not None and w.start <= p.global_step <= w.end
         if armed and not self.armed:
             window_opened(p)

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 
 from distprof.rundir.layout import RUN_JSON, is_url, rank_dir
+from distprof.rundir.netfs import url_to_fs
 from distprof.rundir.safefile import write_bytes
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,8 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
                  lead_steps: int = 5, align: int = 10, start_step: int | None = None, tag: str = "",
                  max_steps: int | None = None) -> TriggerRequest:
     """A validated request with its id. ValueError names the argument, the value and the fix."""
+    # Kept here: config.model is pydantic; `distprof trigger --status` and distprof.trigger_status() import this
+    # module and never make a request, so they stay free of it.
     from distprof.config.model import _parse_steps
 
     def whole(name: str, v: Any, lo: int, hi: int, fix: str) -> int:
@@ -232,8 +235,6 @@ class RequestStore:
     @property
     def fs(self):
         if self._fs is None:
-            from distprof.rundir.netfs import url_to_fs
-
             self._fs, self.root = url_to_fs(self.save_path)  # bounded waits (netfs.py)
         return self._fs
 

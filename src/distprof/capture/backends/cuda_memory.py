@@ -19,6 +19,8 @@ from typing import Any
 from distprof.capture.backends.base import WindowContext, WindowFiles
 from distprof.config.model import CudaMemoryOptions
 from distprof.config.plan import Window
+from distprof.rundir.layout import rank_dir, window_file_name
+from distprof.rundir.manifest import OOM
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +62,6 @@ class CudaMemoryBackend:
             if last >= first:
                 tmp = self._ctx.tmp_path("snapshot" + SUFFIX)
                 _dump(torch, tmp)
-                from distprof.rundir.layout import window_file_name
-
                 files[window_file_name(first, last, SUFFIX)] = tmp
             torch.cuda.memory._record_memory_history(enabled=None)
             self._recording = False
@@ -83,9 +83,6 @@ class CudaMemoryBackend:
         """Write the snapshot right away and publish it with its own manifest line (``stopped_by: oom``, steps
         from the window's first to the one the allocation failed in): the process may not survive the OOM."""
         import torch
-
-        from distprof.rundir.layout import rank_dir
-        from distprof.rundir.manifest import OOM
 
         ctx = self._ctx
         tmp = ctx.tmp_path(f"oom{SUFFIX}")

@@ -27,6 +27,7 @@ from distprof.capture.backends.base import WindowContext, WindowFiles
 from distprof.capture.compat import release, window_options
 from distprof.config.model import AUTO_ACTIVITIES, TorchOptions
 from distprof.config.plan import Window
+from distprof.rundir.layout import window_file_name
 from distprof.util.intervals import union_length
 
 logger = logging.getLogger(__name__)
@@ -131,8 +132,6 @@ class TorchBackend:
         self._prof.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
-        from distprof.rundir.layout import window_file_name
-
         p, self._prof = self._prof, None
         _release_session(self)
         ready = None

@@ -26,10 +26,13 @@ from typing import Any
 
 from distprof.capture.engines.base import EngineAdapter, EngineError
 from distprof.capture.engines.contract import local_rank, parse_ranks
+from distprof.capture.engines.sglang import SglangAdapter
+from distprof.capture.engines.vllm import VllmAdapter
 from distprof.config.engine import EngineConfig
 from distprof.config.plan import Window
 from distprof.rundir.layout import ROLE_JSON, rank_dir, window_file_name
 from distprof.rundir.publish import publish, write_json
+from distprof.util.runtime import host_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +44,7 @@ ENGINE_ERROR = "engine_error"
 
 def make_adapter(config: EngineConfig, handle: Any = None, replica: int = 0) -> EngineAdapter:
     if config.kind == "vllm":
-        from distprof.capture.engines.vllm import VllmAdapter
-
         return VllmAdapter(config, handle, replica)
-    from distprof.capture.engines.sglang import SglangAdapter
-
     return SglangAdapter(config, handle, replica)
 
 
@@ -239,8 +238,6 @@ class EngineCapture:
 
 
 def _host() -> str:
-    from distprof.util.runtime import host_name
-
     return host_name()
 
 

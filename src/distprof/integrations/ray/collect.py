@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from distprof.integrations.ray.workers import ProfiledGroup
 from distprof.rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp
 from distprof.rundir.manifest import MANIFEST_LIMIT
 from distprof.rundir.safefile import AtomicWriter, no_links, write_bytes
@@ -145,8 +146,6 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
     it held; no wait on a node is unbounded.
     """
     import ray
-
-    from distprof.integrations.ray.workers import ProfiledGroup
 
     dest = os.path.abspath(dest)
     report = CollectReport(dest=dest)
@@ -290,8 +289,6 @@ def _unchanged(dest: str, rel: str, size: int, digest: str | None) -> bool:
 def finalize_timeout(workers: Sequence[Any]) -> float:
     """How long to wait for outputs still being written: the largest ``finalize_timeout_s`` among the process
     backends the groups use (their config's section), else :data:`DEFAULT_FINALIZE_TIMEOUT_S`."""
-    from distprof.integrations.ray.workers import ProfiledGroup
-
     found = [getattr(g.config, g.config.backend).finalize_timeout_s for g in workers
              if isinstance(g, ProfiledGroup) and g.config.is_process_backend]
     return max(found, default=DEFAULT_FINALIZE_TIMEOUT_S)

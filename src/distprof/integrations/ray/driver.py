@@ -22,6 +22,7 @@ from typing import Any
 
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import role_selected
+from distprof.integrations.ray.timeline import TimelineKeeper
 from distprof.integrations.ray.workers import ProfiledGroup, ProfiledWorker, _as_groups, start_all, stop_all
 from distprof.rundir.layout import DRIVER_ROLE
 
@@ -69,8 +70,6 @@ class DriverGroup(ProfiledGroup):
             self._fail("setup_profiler", 0, e)
             return
         if ray_timeline:
-            from distprof.integrations.ray.timeline import TimelineKeeper
-
             self._timeline = TimelineKeeper(self._local.profiler.config.save_path, list(groups), self.where[0],
                                             timeout_s=timeline_timeout_s)
 

@@ -13,6 +13,7 @@ from distprof.config.model import ProfilerConfig
 from distprof.config.plan import rank_selected, role_selected
 from distprof.config.process_tools import nsys_capture_options
 from distprof.rundir.layout import is_url, sanitize_role
+from distprof.util.raynodes import names_variables
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
             f"save_path {config.save_path!r} is a URL, but {config.backend} writes files on each node; "
             "use a local path (then distprof.integrations.ray.collect brings them to one place)"
         )
-    from distprof.util.raynodes import names_variables
-
     if names_variables(config.save_path):
         # The wrapper's output folder is fixed here, on the driver: a per-node variable cannot be honoured.
         raise ValueError(

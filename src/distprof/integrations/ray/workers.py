@@ -9,10 +9,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from distprof.capture.profiler import Profiler
+from distprof.capture.trigger import aligned_start, make_request
+from distprof.config.mesh import RankMesh
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import role_selected
 from distprof.rundir.layout import is_url
+from distprof.rundir.store import list_files
 from distprof.util.envvars import WRAPPED_BY
+from distprof.util.procfs import parent_pid
+from distprof.util.raynodes import expand_on_node, names_variables
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +80,6 @@ class ProfiledWorker:
         """Where this worker runs and writes: node, pid, parent pids (a process wrapper's pid names its output)."""
         import ray
 
-        from distprof.util.procfs import parent_pid
-
         p = self._profiler()
         ppid = os.getppid()
         gppid = parent_pid(ppid)
@@ -92,8 +95,6 @@ class ProfiledWorker:
 
     def collect_profile(self) -> list[dict[str, Any]]:
         """The finished files under this worker's save_path on its node: ``[{"path", "bytes"}]``."""
-        from distprof.rundir.store import list_files
-
         return list_files(os.path.abspath(os.path.expanduser(self._profiler().config.save_path)))
 
     def _profiler(self) -> Profiler:
@@ -105,8 +106,6 @@ class ProfiledWorker:
 def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
     """The config with ``$VARS`` and ``~`` of its save_path expanded here, on the worker's node: node-local
     scratch folders differ per node (``save_path: $TMPDIR/profile``). An unset variable is a ValueError."""
-    from distprof.util.raynodes import expand_on_node, names_variables
-
     if isinstance(config, dict):
         config = ProfilerConfig.from_dict(config)
     path = config.save_path
@@ -148,8 +147,6 @@ class ProfiledGroup:
                        if on and self.config.selects_rank(r, len(self.workers), mesh)}
         self._plan = self.config.plan() if self.active else None  # which steps close a window (step_all)
         if self.active:
-            from distprof.config.mesh import RankMesh
-
             plain_mesh = RankMesh.of(mesh) if mesh is not None else None  # a DeviceMesh does not travel; this does
             results = self._call("setup_profiler", self.config, role, _OWN_RANK, len(self.workers), global_step,
                                  plain_mesh)
@@ -281,8 +278,6 @@ def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, 
     answers by the rule of a polled request (refused over its ``trigger_max_steps``, ...) and writes its
     acknowledgement under its own save_path too. Returns ``{"id", "start_step", "acks": {role: {rank: ack}}}``.
     """
-    from distprof.capture.trigger import aligned_start, make_request
-
     groups = _as_groups(groups)
     now = [step for per_group in _call_all(groups, "profiler_step") for step in per_group.values()]
     if not now:
