@@ -14,8 +14,8 @@ A ``Profiler`` registers here when it starts and leaves when it stops. What happ
   default action as the first profiler starts (in the main thread), distprof installs a handler
   whose body only raises ``SystemExit`` (or, when the signal lands inside one of the profiler's own
   state changes, remembers it: see below): no I/O, no locks, nothing
-  that could deadlock against the code it interrupted (Python runs signal handlers between bytecodes of the main thread, which may
-  hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
+  that could deadlock against the code it interrupted (Python runs signal handlers between bytecodes of the main
+  thread, which may hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
   ``finally`` blocks run, ``except Exception`` does not catch it); the export then happens in the
   ``atexit`` handler, in ordinary code. Last, the handler puts SIGTERM's default action back and
   sends the signal again, so the process ends killed by SIGTERM exactly as it would without

@@ -1,6 +1,6 @@
 """On-demand capture requests (``distprof trigger``): their format, where they live, and their acknowledgements.
 
-    {save_path}/.requests/{id}.json                      the request (first writer wins: sending it twice is one request)
+    {save_path}/.requests/{id}.json                      the request (first writer wins: sent twice, one request)
     {save_path}/.requests/{id}.start                     the agreed first step (first process to accept writes it)
     {save_path}/.requests/{id}.acks/{role~rank}.json     one acknowledgement per (role, rank), replaced as it moves on
 
@@ -121,39 +121,9 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
                  lead_steps: int = 5, align: int = 10, start_step: int | None = None, tag: str = "",
                  max_steps: int | None = None) -> TriggerRequest:
     """A validated request with its id. ValueError names the argument, the value and the fix."""
-    # Kept here: config.model is pydantic; `distprof trigger --status` and distprof.trigger_status() import this
-    # module and never make a request, so they stay free of it.
-    from distprof.config.model import _parse_steps
-
-    def whole(name: str, v: Any, lo: int, hi: int, fix: str) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-            raise ValueError(f"trigger {name}={v!r} is out of range; {fix}")
-        return v
-
-    cap = max_steps if max_steps is not None else 10_000
-    whole("steps", steps, 1, cap, f"give a number of steps from 1 to {cap}"
-          + (" (the job's trigger_max_steps)" if max_steps is not None else ""))
-    whole("lead_steps", lead_steps, 0, MAX_LEAD, f"give 0..{MAX_LEAD} steps")
-    whole("align", align, 1, MAX_LEAD, f"give 1..{MAX_LEAD} (1: no alignment)")
-    if start_step is not None:
-        whole("start_step", start_step, 0, 2**62, "give a global step number >= 0, or leave it out")
-    if ranks is not None:
-        try:
-            ranks = _parse_steps(ranks)
-        except ValueError:
-            raise ValueError(f"trigger ranks={ranks!r} is not a list of ranks; give global ranks such as 0,3-5") from None
-    if roles is not None:
-        roles = [r for r in (roles.split(",") if isinstance(roles, str) else roles) if str(r).strip()]
-        if not roles or not all(isinstance(r, str) and r.isprintable() and len(r) <= 200 for r in roles):
-            raise ValueError(f"trigger roles={roles!r} must be role names or globs such as actor,rollout*")
-    if backend not in TRIGGER_BACKENDS:
-        raise ValueError(f"trigger backend={backend!r} is not supported; choose one of {', '.join(TRIGGER_BACKENDS)}")
-    flags = sorted(set(flags.split(",") if isinstance(flags, str) else (flags or [])) - {""})
-    bad = [f for f in flags if f not in FLAGS]
-    if bad:
-        raise ValueError(f"trigger flags {bad} are not torch.profiler options; choose from {', '.join(FLAGS)}")
-    if flags and backend != "torch":
-        raise ValueError(f"trigger flags {flags} apply to backend torch only, not {backend!r}; drop them")
+    _check_counts(steps, lead_steps, align, start_step, max_steps)
+    ranks, roles = _selection(ranks, roles)
+    flags = _backend_flags(backend, flags)
     if not isinstance(tag, str) or len(tag) > 200 or not tag.isprintable():
         raise ValueError(f"trigger tag={tag!r} must be printable text of at most 200 characters")
     req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags, lead_steps=lead_steps,
@@ -166,6 +136,53 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
                          f"({len(ranks or [])} ranks, {len(roles or [])} roles); give fewer ranks or roles, "
                          "or globs such as rollout*")
     return req
+
+
+def _check_counts(steps: Any, lead_steps: Any, align: Any, start_step: Any, max_steps: int | None) -> None:
+    def whole(name: str, v: Any, lo: int, hi: int, fix: str) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ValueError(f"trigger {name}={v!r} is out of range; {fix}")
+        return v
+
+    cap = max_steps if max_steps is not None else 10_000
+    whole("steps", steps, 1, cap, f"give a number of steps from 1 to {cap}"
+          + (" (the job's trigger_max_steps)" if max_steps is not None else ""))
+    whole("lead_steps", lead_steps, 0, MAX_LEAD, f"give 0..{MAX_LEAD} steps")
+    whole("align", align, 1, MAX_LEAD, f"give 1..{MAX_LEAD} (1: no alignment)")
+    if start_step is not None:
+        whole("start_step", start_step, 0, 2**62, "give a global step number >= 0, or leave it out")
+
+
+def _selection(ranks: Any, roles: Any) -> tuple[Any, Any]:
+    """The request's ranks (a sorted list) and roles (names or globs), checked."""
+    # Kept here: config.model is pydantic; `distprof trigger --status` and distprof.trigger_status() import this
+    # module and never make a request, so they stay free of it.
+    from distprof.config.model import _parse_steps
+
+    if ranks is not None:
+        try:
+            ranks = _parse_steps(ranks)
+        except ValueError:
+            raise ValueError(f"trigger ranks={ranks!r} is not a list of ranks; "
+                             "give global ranks such as 0,3-5") from None
+    if roles is not None:
+        roles = [r for r in (roles.split(",") if isinstance(roles, str) else roles) if str(r).strip()]
+        if not roles or not all(isinstance(r, str) and r.isprintable() and len(r) <= 200 for r in roles):
+            raise ValueError(f"trigger roles={roles!r} must be role names or globs such as actor,rollout*")
+    return ranks, roles
+
+
+def _backend_flags(backend: str, flags: Any) -> list[str]:
+    """The request's torch.profiler flags (sorted, unique), checked with its backend."""
+    if backend not in TRIGGER_BACKENDS:
+        raise ValueError(f"trigger backend={backend!r} is not supported; choose one of {', '.join(TRIGGER_BACKENDS)}")
+    flags = sorted(set(flags.split(",") if isinstance(flags, str) else (flags or [])) - {""})
+    bad = [f for f in flags if f not in FLAGS]
+    if bad:
+        raise ValueError(f"trigger flags {bad} are not torch.profiler options; choose from {', '.join(FLAGS)}")
+    if flags and backend != "torch":
+        raise ValueError(f"trigger flags {flags} apply to backend torch only, not {backend!r}; drop them")
+    return flags
 
 
 def _ignoring(problems: list[str] | None, path: str, why: Any) -> None:
@@ -239,7 +256,8 @@ class RequestStore:
         return self._fs
 
     def _path(self, *parts: str) -> str:
-        return posixpath.join(self.root, REQUESTS_DIR, *parts) if self.remote else os.path.join(self.root, REQUESTS_DIR, *parts)
+        join = posixpath.join if self.remote else os.path.join
+        return join(self.root, REQUESTS_DIR, *parts)
 
     # ---- small I/O primitives: one place for local vs fsspec ------------------------------------------------
     def _read(self, path: str, problems: list[str] | None = None) -> bytes | None:
@@ -527,7 +545,8 @@ def _status(store: RequestStore, run_dir: str, rid: str | None) -> dict[str, Any
                                  "lists the ids")
             continue
         acks = store.acks(i)
-        out.append({"id": i, "request": msgspec.to_builtins(req), "start_step": req.start_step if req.start_step is not None else store.agreed_start(i),
+        start = req.start_step if req.start_step is not None else store.agreed_start(i)
+        out.append({"id": i, "request": msgspec.to_builtins(req), "start_step": start,
                     "acks": [msgspec.to_builtins(a) for a in acks],
                     "done": bool(acks) and all(a.state in FINAL_STATES for a in acks)})
     if problems:

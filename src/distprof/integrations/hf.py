@@ -82,8 +82,8 @@ class DistprofCallback(TrainerCallback):
 
     ``config``: a :class:`~distprof.ProfilerConfig` or a dict (validated here: a bad one raises ``ValueError``).
     ``role``: the role of the per-optimizer-step profiler. ``micro_steps``: also profile micro-steps as
-    ``{role}/micro_step`` (None: when ``config.roles`` selects that role and not ``role``). ``phases``: annotate forward,
-    backward and optimizer. ``mesh``: the job's DeviceMesh or ``{dim: size}``, for ``ranks: {pp: "*", ...}``.
+    ``{role}/micro_step`` (None: when ``config.roles`` selects that role and not ``role``). ``phases``: annotate
+    forward, backward and optimizer. ``mesh``: the job's DeviceMesh or ``{dim: size}``, for ``ranks: {pp: "*", ...}``.
 
     Step rule: distprof step N is the optimizer step during which ``state.global_step == N``, which HF logs
     as step N+1; micro-step ``N*k + i`` is its i-th micro-batch. See the module docstring.

@@ -51,7 +51,8 @@ from typing import Any
 try:
     from lightning.pytorch.profilers import Profiler as _LightningProfiler
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("distprof.integrations.lightning needs PyTorch Lightning: pip install 'distprof[lightning]'") from e
+    raise ImportError("distprof.integrations.lightning needs PyTorch Lightning: "
+                      "pip install 'distprof[lightning]'") from e
 
 from distprof.capture.annotate import annotate
 from distprof.capture.faults import FaultGuard, misfit

@@ -92,7 +92,8 @@ def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list
     env = dict(spec.env)
     exe = spec.executable or DEFAULT_EXECUTABLES[spec.backend]
     if spec.backend == "py_spy":
-        cmd = [exe, "record", "-r", str(spec.extra.get("rate", 100)), "-f", spec.extra.get("format", "speedscope"), "-o", tmp]
+        cmd = [exe, "record", "-r", str(spec.extra.get("rate", 100)), "-f", spec.extra.get("format", "speedscope"),
+               "-o", tmp]
         if spec.extra.get("native"):
             cmd.append("--native")
         if spec.extra.get("subprocesses"):

@@ -264,7 +264,8 @@ def gzip_verified(src: str, dst: str) -> None:
             while chunk := f.read(_CHUNK):
                 n += len(chunk)
     except (OSError, EOFError) as e:
-        raise TraceExportError(f"the gzip written to {dst} does not read back ({e}); the window is not published") from None
+        raise TraceExportError(f"the gzip written to {dst} does not read back ({e}); "
+                               "the window is not published") from None
     if n != os.path.getsize(src):
         raise TraceExportError(f"the gzip written to {dst} holds {n} of {os.path.getsize(src)} bytes; "
                                "the window is not published")

@@ -110,7 +110,8 @@ def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, An
         f["ident"] = [st.st_size, st.st_mtime_ns, st.st_ino]
         listed.append(f)
     return {"files": listed,
-            "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
+            "pending": [p for p, _ in _pending(root)]
+            + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
 
 
 def _node_read(path: str, offset: int, size: int) -> bytes:
@@ -161,10 +162,11 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
 
     for item in workers:
         if isinstance(item, ProfiledGroup):
-            for rank, where in sorted(item.where.items()):
+            for _, where in sorted(item.where.items()):
                 add(where)
             for rank in sorted(set(item.active) - set(item.where)):
-                report.unreachable.append({"role": item.role, "rank": rank, "error": item.failed.get(rank, "never set up")})
+                report.unreachable.append({"role": item.role, "rank": rank,
+                                           "error": item.failed.get(rank, "never set up")})
             continue
         try:
             add(ray.get(item.profiler_where.remote(), timeout=30))

@@ -122,7 +122,7 @@ def profiling(groups: Iterable[ProfiledGroup], driver: bool = False) -> Iterator
     """
     groups = _as_groups(groups)
     if driver and groups and not any(g.role == DRIVER_ROLE for g in groups):
-        groups = _as_groups(groups + [DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
+        groups = _as_groups([*groups, DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
     start_all(groups)
     try:
         yield groups

@@ -15,8 +15,9 @@ the ``driver`` role, ``driver/rank00000/step{A}-{B}.ray_timeline.json.gz`` (:fun
 published with its manifest line (``backend: ray_timeline``) by the one writer every window takes
 (:func:`~..rundir.publish.publish`). Its JSON object: ``traceEvents`` (Chrome trace "X" events, ``ts``/``dur`` in
 epoch µs, as ``ray.timeline()`` writes them: open it in Perfetto), ``window`` ``{"start_us", "end_us"}`` (epoch
-µs), ``steps`` ``[A, B]``, ``own_methods`` (distprof's RPCs: not the job's work) and ``workers``: ``[{"role", "rank", "worker_id", "actor_id", "pid", "node_id"}]``, the
-map from Ray's workers and actors to distprof's (role, rank). :mod:`distprof.analysis.ray_timeline` reads it.
+µs), ``steps`` ``[A, B]``, ``own_methods`` (distprof's RPCs: not the job's work) and ``workers``: ``[{"role",
+"rank", "worker_id", "actor_id", "pid", "node_id"}]``, the map from Ray's workers and actors to distprof's (role,
+rank). :mod:`distprof.analysis.ray_timeline` reads it.
 """
 
 from __future__ import annotations

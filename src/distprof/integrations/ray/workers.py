@@ -47,7 +47,8 @@ class ProfiledWorker:
         return p.global_step
 
     def profile_step(self, export: bool = True) -> int:
-        """End the step (``Profiler.step``); ``export=False`` holds a closing window's writing for ``profile_export``."""
+        """End the step (``Profiler.step``); ``export=False`` holds a closing window's writing for
+        ``profile_export``."""
         p = self._profiler()
         p.step(export=export)
         return p.global_step
@@ -85,7 +86,8 @@ class ProfiledWorker:
         gppid = parent_pid(ppid)
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "ppid": ppid,
-                # Ray's names for this process (its task timeline's): distprof.integrations.ray.timeline maps them to role, rank.
+                # Ray's names for this process (its task timeline's): integrations/ray/timeline.py maps them to
+                # role, rank.
                 "worker_id": ctx.get_worker_id(), "actor_id": ctx.get_actor_id(),
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
@@ -141,7 +143,8 @@ class ProfiledGroup:
         if on:
             self.config.check_world_size(len(self.workers))
         if on and self.config.per_node is not None:
-            raise ValueError(f"per_node={self.config.per_node} needs each worker's local rank, which a worker group does "
+            raise ValueError(f"per_node={self.config.per_node} needs each worker's local rank, which a worker group "
+                             "does "
                              "not know; select ranks with ranks: [...] or mesh coordinates instead")
         self.active = {r: w for r, w in enumerate(self.workers)
                        if on and self.config.selects_rank(r, len(self.workers), mesh)}
@@ -254,7 +257,7 @@ def step_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
     ended = _call_all(groups, "profile_step", False)
     # Second round only to the workers whose plan closed a window at the step that just ended.
     _call_all(groups, "profile_export", only=[{r for r, g in e.items() if grp._closes_on(r, g - 1)}
-                                               for grp, e in zip(groups, ended)])
+                                               for grp, e in zip(groups, ended, strict=True)])
     return ended
 
 
@@ -288,7 +291,7 @@ def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, 
                        start_step=aligned_start(max(now), lead_steps, align), tag=tag)
     answers = _call_all(groups, "profile_trigger", req)
     acks: dict[str, dict[int, Any]] = {}
-    for g, per_rank in zip(groups, answers):
+    for g, per_rank in zip(groups, answers, strict=True):
         for r, ack in per_rank.items():
             if ack is None:
                 continue
