@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class Annotation:
             self._open()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if _STATE.opened:
             self._close(exc_type)
         return False  # never swallow the caller's exception

@@ -141,7 +141,7 @@ class MemoryGuard:
         """The window's first recorded step begins: torch drops what warm-up collected (and warm-up pays
         one-time costs, several MB with with_stack), so the trace estimate counts RSS growth from here."""
         self._rss0 = self._proc.memory_info().rss
-        self._heap0 = heap_in_use() if self.trace_basis == "heap" else self._rss0
+        self._heap0 = self._heap_or(self._rss0)
 
     def check(self, recording: bool = True) -> dict[str, Any] | None:
         """At a step boundary: None while every limit holds (or no sample is due), else what was crossed.
@@ -171,8 +171,12 @@ class MemoryGuard:
 
     def trace_estimate(self, rss: int) -> float:
         """Estimated trace bytes of the open window: heap (else RSS) growth since it began recording."""
-        now = heap_in_use() if self.trace_basis == "heap" else rss
-        return max(now - self._heap0, 0) * self.trace_per_byte
+        return max(self._heap_or(rss) - self._heap0, 0) * self.trace_per_byte
+
+    def _heap_or(self, rss: int) -> int:
+        """What the trace estimate grows with: the C heap in use, or ``rss`` without glibc."""
+        heap = heap_in_use() if self.trace_basis == "heap" else None
+        return rss if heap is None else heap
 
     def _numbers(self, limit: str, measured: float, value: float, rss: int, **more: Any) -> dict[str, Any]:
         est = self.trace_estimate(rss)

@@ -69,7 +69,7 @@ _extra = 0  # further signals that came while one was pending (counted in the wa
 _exiting = False  # in _at_exit: signals are held until every open window is written
 _threads: dict[int, int] = {}  # id(profiler) -> the thread that started it
 # The handler each signal must have for distprof to install its own: the default action, Python's own Ctrl-C.
-_DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+_DEFAULTS: dict[int, Any] = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
 
 def register(profiler: Any) -> None:
@@ -255,8 +255,9 @@ def _at_exit() -> None:
         logger.warning("distprof: %s came while distprof wrote the open windows at exit; it waited until %s, and "
                        "the process now ends by %s%s", _name(_pending), what, _name(_terminated_by or _pending),
                        _also(_extra))
-    if _terminated_by is not None or _pending is not None:
-        _die_by(_terminated_by or _pending)
+    stop_by = _terminated_by if _terminated_by is not None else _pending
+    if stop_by is not None:
+        _die_by(stop_by)
     _exiting = False
     _restore()
 

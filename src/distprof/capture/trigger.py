@@ -126,8 +126,8 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
     flags = _backend_flags(backend, flags)
     if not isinstance(tag, str) or len(tag) > 200 or not tag.isprintable():
         raise ValueError(f"trigger tag={tag!r} must be printable text of at most 200 characters")
-    req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags, lead_steps=lead_steps,
-                         align=align, start_step=start_step, tag=tag)
+    req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=_backend(backend), flags=flags,
+                         lead_steps=lead_steps, align=align, start_step=start_step, tag=tag)
     rid = hashlib.sha256(_content(req)).hexdigest()[:16]
     req = msgspec.structs.replace(req, id=rid, created=time.time())
     size = len(msgspec.json.encode(req))
@@ -170,6 +170,11 @@ def _selection(ranks: Any, roles: Any) -> tuple[Any, Any]:
         if not roles or not all(isinstance(r, str) and r.isprintable() and len(r) <= 200 for r in roles):
             raise ValueError(f"trigger roles={roles!r} must be role names or globs such as actor,rollout*")
     return ranks, roles
+
+
+def _backend(backend: str) -> Literal["torch", "cuda_memory"]:
+    """``backend``, checked by :func:`_backend_flags`, as the request's field type."""
+    return "cuda_memory" if backend == "cuda_memory" else "torch"
 
 
 def _backend_flags(backend: str, flags: Any) -> list[str]:
@@ -484,7 +489,7 @@ class RequestScanner:
 
     def take(self, n: int = TAKE_PER_POLL) -> list[TriggerRequest]:
         """Up to ``n`` of the requests found, oldest first; the others stay for the next poll."""
-        out = []
+        out: list[TriggerRequest] = []
         while len(out) < n and self._found:
             out.append(self._found.popleft())  # only this thread pops: the deque is not empty here
         return out

@@ -44,7 +44,7 @@ def finalize_outputs(out_dir: str, pid: int) -> list[str]:
     Safe to run twice at once (the wrapper and its finalizer may race): a name already moved is skipped.
     """
     prefix = temp_name(pid, "")
-    done = []
+    done: list[str] = []
     try:
         names = os.listdir(out_dir)
     except FileNotFoundError:

@@ -158,7 +158,7 @@ class DistprofProfiler(_LightningProfiler):
         if not self._live:
             if self._pending is None:
                 return  # disabled, not selected, or not a configured stage
-            if self._first_action(action_name):
+            if self._first_action(self._pending, action_name):
                 self._guard("start", self._create)
             if not self._live:
                 return
@@ -183,11 +183,14 @@ class DistprofProfiler(_LightningProfiler):
                 stack.pop()[1].__exit__(None, None, None)
             else:
                 self._close_to(action_name)
+            prof = self._prof  # live: created
+            if prof is None:
+                return
             if self._fit:
                 if action_name == "run_training_batch":
-                    self._sync_step(self._prof)
+                    self._sync_step(prof)
             elif action_name.endswith(self._end_suffix) and action_name.startswith("[Strategy]"):
-                self._prof.step()
+                prof.step()
         except Exception:
             if self._faults.fault("stop"):
                 raise
@@ -224,13 +227,15 @@ class DistprofProfiler(_LightningProfiler):
         return "\n".join(lines)
 
     # ---- glue -------------------------------------------------------------------------------------------
-    def _first_action(self, action: str) -> bool:
-        if self._pending == "fit":
+    def _first_action(self, stage: str, action: str) -> bool:
+        if stage == "fit":
             return action in _FIT_FIRST
-        return action == _EVAL[self._pending][0]
+        return action == _EVAL[stage][0]
 
     def _create(self) -> None:
         stage, self._pending = self._pending, None
+        if stage is None:  # (start() calls this with a stage set up)
+            return
         trainer = self._trainer_ref()
         if trainer is None:
             raise RuntimeError("the trainer was garbage-collected before its first batch")

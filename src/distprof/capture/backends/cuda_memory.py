@@ -59,7 +59,7 @@ class CudaMemoryBackend:
 
         files: dict[str, str] = {}
         if self._recording:
-            if last >= first:
+            if last >= first and self._ctx is not None:  # (recording: begin() set the context)
                 tmp = self._ctx.tmp_path("snapshot" + SUFFIX)
                 _dump(torch, tmp)
                 files[window_file_name(first, last, SUFFIX)] = tmp
@@ -84,12 +84,14 @@ class CudaMemoryBackend:
         from the window's first to the one the allocation failed in): the process may not survive the OOM."""
         import torch
 
-        ctx = self._ctx
+        ctx, window = self._ctx, self._window
+        if ctx is None or window is None:  # the observer is installed by begin(), which sets both
+            return
         tmp = ctx.tmp_path(f"oom{SUFFIX}")
         _dump(torch, tmp)
         name = f"oom-{time.strftime('%Y%m%dT%H%M%S')}-pid{os.getpid()}{SUFFIX}"
         step = self._step
-        steps = [self._window.start if step >= self._window.start else step, step]
+        steps = [window.start if step >= window.start else step, step]
         if ctx.publish_now is not None:
             ctx.publish_now(tmp, name, steps, OOM)
             where = f"{rank_dir(ctx.role, ctx.rank)}/{name}"
@@ -118,4 +120,4 @@ def _install_oom_observer(torch: Any, dumper: Callable[[], None]) -> None:
                     logger.exception("distprof: writing the OOM memory snapshot failed")
 
         torch._C._cuda_attach_out_of_memory_observer(observer)
-        _install_oom_observer.installed = True
+        _install_oom_observer.installed = True  # type: ignore[attr-defined]  # a flag tests reset

@@ -180,8 +180,7 @@ class EngineCapture:
                 t1: float | None = None) -> None:
         """One manifest line per engine rank (files), or one line saying why there are none."""
         desc = self.adapter.describe()
-        parsed = [(f, parse_ranks(self.adapter.kind, f)) for f in files]
-        parsed = [(f, r) for f, r in parsed if r is not None]
+        parsed = [(f, r) for f in files if (r := parse_ranks(self.adapter.kind, f)) is not None]
         sizes = {k: 1 + max((int(r.get(k, 0)) for _, r in parsed), default=0) for k in ("tp", "dp", "pp")}
         by_rank: dict[int, list[tuple[str, dict[str, Any]]]] = {}
         for f, r in parsed:

@@ -61,7 +61,7 @@ def worker_map(groups: list[Any], driver_where: dict[str, Any] | None) -> list[d
             actor = where.get("actor_id")
             if actor is None:
                 aid = getattr(handle, "_actor_id", None)  # the handle's id (no public accessor on a handle)
-                actor = aid.hex() if hasattr(aid, "hex") else None
+                actor = aid.hex() if aid is not None and hasattr(aid, "hex") else None
             out.append({"role": g.role, "rank": rank, "worker_id": where.get("worker_id"), "actor_id": actor,
                         "pid": where.get("pid"), "node_id": where.get("node_id")})
     if driver_where:

@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from distprof.capture.profiler import Profiler
 from distprof.capture.trigger import aligned_start, make_request
@@ -91,18 +91,24 @@ class ProfiledWorker:
                 "worker_id": ctx.get_worker_id(), "actor_id": ctx.get_actor_id(),
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
-                "save_root": None if is_url(p.config.save_path) else
-                os.path.abspath(os.path.expanduser(p.config.save_path.removeprefix("file://"))),
+                "save_root": None if is_url(self._save_path()) else
+                os.path.abspath(os.path.expanduser(self._save_path().removeprefix("file://"))),
                 "wrapped_by": os.environ.get(WRAPPED_BY)}
 
     def collect_profile(self) -> list[dict[str, Any]]:
         """The finished files under this worker's save_path on its node: ``[{"path", "bytes"}]``."""
-        return list_files(os.path.abspath(os.path.expanduser(self._profiler().config.save_path)))
+        return list_files(os.path.abspath(os.path.expanduser(self._save_path())))
 
     def _profiler(self) -> Profiler:
         if self.profiler is None:
             raise RuntimeError("setup_profiler() was not called on this worker")
         return self.profiler
+
+    def _save_path(self) -> str:
+        path = self._profiler().config.save_path
+        if path is None:
+            raise RuntimeError("this worker's profiler has no save_path (profiling is off in its config)")
+        return path
 
 
 def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
@@ -112,7 +118,7 @@ def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
         config = ProfilerConfig.from_dict(config)
     path = config.save_path
     if path and not is_url(path) and (names_variables(path) or path.startswith("~")):
-        config = config.model_copy(update={"save_path": expand_on_node(config.save_path, "save_path")})
+        config = config.model_copy(update={"save_path": expand_on_node(path, "save_path")})
     return config
 
 
@@ -175,7 +181,7 @@ class ProfiledGroup:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.stop()
         return False
 
