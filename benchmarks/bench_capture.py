@@ -93,7 +93,7 @@ def bench_between(number: int, repeats: int) -> tuple[float, float]:
     far, timed = distprof.Profiler(cfg, role="far"), distprof.Profiler(cfg, role="timed")
     far.start()
     timed.start()
-    timed._time_from = 0  # forces the timed path (the plan sets it for the steps before a window)
+    timed._clock.time_from = 0  # forces the timed path (the plan sets it for the steps before a window)
 
     def run(p):
         def f():

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ class Annotation:
             self._open()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         if _STATE.opened:
             self._close(exc_type)
         return False  # never swallow the caller's exception
@@ -156,8 +156,8 @@ class Annotation:
         with _STATE.lock:
             profilers = list(_STATE.profilers)
         for p in profilers:  # discrete profilers open the stage's own window first, so the range below is in it
-            if p._discrete:
-                p._guard("stage start", lambda p=p: p._stage_enter(self.name))
+            if (st := p._stages) is not None:  # capture/stages.py
+                p._guard("stage start", lambda st=st: st.enter(self.name))
         try:
             if _STATE.record_function is not None:
                 rf = _STATE.record_function(self.name)
@@ -191,8 +191,8 @@ class Annotation:
         for p in profilers:
             p._record_annotation(self.name, elapsed)
         for p in profilers:
-            if p._discrete:
-                p._guard("stage end", lambda p=p: p._stage_exit(self.name, exc_type))
+            if (st := p._stages) is not None:
+                p._guard("stage end", lambda st=st: st.exit(self.name, exc_type))
 
 
 def annotate(name: str) -> Annotation:

@@ -32,14 +32,21 @@ export failed (``guard.export_error``).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
+
+from distprof.capture.backends.base import WindowFiles
+from distprof.config.plan import Window
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "GUARD_STOP",
     "REFUSE_FACTOR",
     "TRACE_BYTES_PER_HEAP_BYTE",
     "MemoryGuard",
+    "MemoryWatch",
     "describe",
     "finish_closed",
     "heap_in_use",
@@ -134,7 +141,7 @@ class MemoryGuard:
         """The window's first recorded step begins: torch drops what warm-up collected (and warm-up pays
         one-time costs, several MB with with_stack), so the trace estimate counts RSS growth from here."""
         self._rss0 = self._proc.memory_info().rss
-        self._heap0 = heap_in_use() if self.trace_basis == "heap" else self._rss0
+        self._heap0 = self._heap_or(self._rss0)
 
     def check(self, recording: bool = True) -> dict[str, Any] | None:
         """At a step boundary: None while every limit holds (or no sample is due), else what was crossed.
@@ -164,8 +171,12 @@ class MemoryGuard:
 
     def trace_estimate(self, rss: int) -> float:
         """Estimated trace bytes of the open window: heap (else RSS) growth since it began recording."""
-        now = heap_in_use() if self.trace_basis == "heap" else rss
-        return max(now - self._heap0, 0) * self.trace_per_byte
+        return max(self._heap_or(rss) - self._heap0, 0) * self.trace_per_byte
+
+    def _heap_or(self, rss: int) -> int:
+        """What the trace estimate grows with: the C heap in use, or ``rss`` without glibc."""
+        heap = heap_in_use() if self.trace_basis == "heap" else None
+        return rss if heap is None else heap
 
     def _numbers(self, limit: str, measured: float, value: float, rss: int, **more: Any) -> dict[str, Any]:
         est = self.trace_estimate(rss)
@@ -187,8 +198,6 @@ def finish_closed(backend: Any, first: int, last: int, numbers: dict[str, Any]) 
     Refused (``numbers["exported"]`` false), the window is ended without export; in its warm-up (``last <
     first``) nothing was recorded. An export that fails (``std::bad_alloc``, a full disk) is caught: ``numbers``
     gets ``exported: false`` and ``export_error``, so the caller writes the window's line before re-raising."""
-    from distprof.capture.backends.base import WindowFiles
-
     if last < first:
         numbers["exported"] = False
         numbers["reason"] = f"closed in its warm-up (after step {last}): nothing recorded yet"
@@ -212,3 +221,59 @@ def describe(numbers: dict[str, Any]) -> str:
             f"(RSS {numbers['rss_gb']:g} GB, {numbers['rss_at_open_gb']:g} GB when the window opened; "
             f"trace estimate {numbers['trace_estimate_mb']:g} MB)"
             + (f"; {numbers['reason']}" if numbers.get("exported") is False and "reason" in numbers else ""))
+
+
+class MemoryWatch:
+    """The memory guard as one Profiler sees it: sampled at the step ends of an open window; once a limit is
+    crossed, the Profiler closes that window early through its normal path (with :attr:`numbers` in its manifest
+    line), and no more windows open in this run. Use :meth:`from_config` (None when no limit is set: no cost)."""
+
+    __slots__ = ("guard", "numbers", "tripped")
+
+    def __init__(self, guard: MemoryGuard) -> None:
+        self.guard: MemoryGuard | None = guard  # None once tripped: nothing more is sampled
+        self.tripped = False  # a limit was crossed earlier in this run: no more windows
+        self.numbers: dict[str, Any] | None = None  # set while the guard closes a window (its manifest line's guard)
+
+    @classmethod
+    def from_config(cls, config: Any) -> MemoryWatch | None:
+        guard = MemoryGuard.from_config(config)
+        return None if guard is None else cls(guard)
+
+    def opened(self) -> None:
+        """A window opened (after the backend's begin(): torch's own start-up memory is not the trace's)."""
+        if self.guard is not None:
+            self.guard.open()
+
+    def last_step(self) -> dict[str, Any] | None:
+        """The step that ends a window ended: always sampled, before its export (one step may have grown it a lot)."""
+        return None if self.guard is None else self.guard.sample()
+
+    def step_ended(self, w: Window, step: int) -> dict[str, Any] | None:
+        """Step ``step - 1`` of open window ``w`` ended: the crossed limit, if a sample is due and one is."""
+        guard = self.guard
+        if guard is None:
+            return None
+        crossed = guard.check(recording=step > w.start)
+        if crossed is None and step == w.start:
+            guard.rebase()  # the window's first recorded step begins
+        return crossed
+
+    def trip(self, who: str, w: Window, last: int, crossed: dict[str, Any]) -> None:
+        """A limit was crossed at the end of step ``last``: warn once, sample no more, keep the numbers for the
+        manifest line of the window the Profiler now closes (it clears :attr:`numbers` after)."""
+        kept = f"keeping steps {w.start}-{last}" if last >= w.start else "in its warm-up: nothing recorded yet"
+        if crossed.get("exported") is False and last >= w.start:
+            kept = f"dropping steps {w.start}-{last} unexported; its manifest line says why"
+        logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (%s) and capturing no more "
+                       "windows in this run", who, describe(crossed), last, w.start, w.end, kept)
+        self.tripped = True
+        self.guard = None
+        self.numbers = {**crossed, "step": last}
+
+    def finish(self, backend: Any, first: int, last: int) -> tuple[Any, Exception | None]:
+        """``backend.finish`` of the window being closed: refused or guarded (:func:`finish_closed`) while the
+        guard closes it, else as usual. (its files, the export's error)."""
+        if self.numbers is None:
+            return backend.finish(first, last), None
+        return finish_closed(backend, first, last, self.numbers)

@@ -14,8 +14,8 @@ A ``Profiler`` registers here when it starts and leaves when it stops. What happ
   default action as the first profiler starts (in the main thread), distprof installs a handler
   whose body only raises ``SystemExit`` (or, when the signal lands inside one of the profiler's own
   state changes, remembers it: see below): no I/O, no locks, nothing
-  that could deadlock against the code it interrupted (Python runs signal handlers between bytecodes of the main thread, which may
-  hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
+  that could deadlock against the code it interrupted (Python runs signal handlers between bytecodes of the main
+  thread, which may hold any lock). The exception unwinds the training code like ``KeyboardInterrupt`` does (its
   ``finally`` blocks run, ``except Exception`` does not catch it); the export then happens in the
   ``atexit`` handler, in ordinary code. Last, the handler puts SIGTERM's default action back and
   sends the signal again, so the process ends killed by SIGTERM exactly as it would without
@@ -69,7 +69,7 @@ _extra = 0  # further signals that came while one was pending (counted in the wa
 _exiting = False  # in _at_exit: signals are held until every open window is written
 _threads: dict[int, int] = {}  # id(profiler) -> the thread that started it
 # The handler each signal must have for distprof to install its own: the default action, Python's own Ctrl-C.
-_DEFAULTS = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
+_DEFAULTS: dict[int, Any] = {signal.SIGTERM: signal.SIG_DFL, signal.SIGINT: signal.default_int_handler}
 
 
 def register(profiler: Any) -> None:
@@ -255,8 +255,9 @@ def _at_exit() -> None:
         logger.warning("distprof: %s came while distprof wrote the open windows at exit; it waited until %s, and "
                        "the process now ends by %s%s", _name(_pending), what, _name(_terminated_by or _pending),
                        _also(_extra))
-    if _terminated_by is not None or _pending is not None:
-        _die_by(_terminated_by or _pending)
+    stop_by = _terminated_by if _terminated_by is not None else _pending
+    if stop_by is not None:
+        _die_by(stop_by)
     _exiting = False
     _restore()
 

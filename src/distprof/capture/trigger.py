@@ -1,6 +1,6 @@
 """On-demand capture requests (``distprof trigger``): their format, where they live, and their acknowledgements.
 
-    {save_path}/.requests/{id}.json                      the request (first writer wins: sending it twice is one request)
+    {save_path}/.requests/{id}.json                      the request (first writer wins: sent twice, one request)
     {save_path}/.requests/{id}.start                     the agreed first step (first process to accept writes it)
     {save_path}/.requests/{id}.acks/{role~rank}.json     one acknowledgement per (role, rank), replaced as it moves on
 
@@ -34,6 +34,7 @@ from typing import Any, Literal
 import msgspec
 
 from distprof.rundir.layout import RUN_JSON, is_url, rank_dir
+from distprof.rundir.netfs import url_to_fs
 from distprof.rundir.safefile import write_bytes
 
 logger = logging.getLogger(__name__)
@@ -120,8 +121,24 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
                  lead_steps: int = 5, align: int = 10, start_step: int | None = None, tag: str = "",
                  max_steps: int | None = None) -> TriggerRequest:
     """A validated request with its id. ValueError names the argument, the value and the fix."""
-    from distprof.config.model import _parse_steps
+    _check_counts(steps, lead_steps, align, start_step, max_steps)
+    ranks, roles = _selection(ranks, roles)
+    flags = _backend_flags(backend, flags)
+    if not isinstance(tag, str) or len(tag) > 200 or not tag.isprintable():
+        raise ValueError(f"trigger tag={tag!r} must be printable text of at most 200 characters")
+    req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=_backend(backend), flags=flags,
+                         lead_steps=lead_steps, align=align, start_step=start_step, tag=tag)
+    rid = hashlib.sha256(_content(req)).hexdigest()[:16]
+    req = msgspec.structs.replace(req, id=rid, created=time.time())
+    size = len(msgspec.json.encode(req))
+    if size > _MAX_REQUEST_BYTES:  # a job reads no more than this: it would take the request for a corrupt file
+        raise ValueError(f"trigger request is {size} bytes, over the {_MAX_REQUEST_BYTES} a job reads "
+                         f"({len(ranks or [])} ranks, {len(roles or [])} roles); give fewer ranks or roles, "
+                         "or globs such as rollout*")
+    return req
 
+
+def _check_counts(steps: Any, lead_steps: Any, align: Any, start_step: Any, max_steps: int | None) -> None:
     def whole(name: str, v: Any, lo: int, hi: int, fix: str) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ValueError(f"trigger {name}={v!r} is out of range; {fix}")
@@ -134,15 +151,34 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
     whole("align", align, 1, MAX_LEAD, f"give 1..{MAX_LEAD} (1: no alignment)")
     if start_step is not None:
         whole("start_step", start_step, 0, 2**62, "give a global step number >= 0, or leave it out")
+
+
+def _selection(ranks: Any, roles: Any) -> tuple[Any, Any]:
+    """The request's ranks (a sorted list) and roles (names or globs), checked."""
+    # Kept here: config.model is pydantic; `distprof trigger --status` and distprof.trigger_status() import this
+    # module and never make a request, so they stay free of it.
+    from distprof.config.model import _parse_steps
+
     if ranks is not None:
         try:
             ranks = _parse_steps(ranks)
         except ValueError:
-            raise ValueError(f"trigger ranks={ranks!r} is not a list of ranks; give global ranks such as 0,3-5") from None
+            raise ValueError(f"trigger ranks={ranks!r} is not a list of ranks; "
+                             "give global ranks such as 0,3-5") from None
     if roles is not None:
         roles = [r for r in (roles.split(",") if isinstance(roles, str) else roles) if str(r).strip()]
         if not roles or not all(isinstance(r, str) and r.isprintable() and len(r) <= 200 for r in roles):
             raise ValueError(f"trigger roles={roles!r} must be role names or globs such as actor,rollout*")
+    return ranks, roles
+
+
+def _backend(backend: str) -> Literal["torch", "cuda_memory"]:
+    """``backend``, checked by :func:`_backend_flags`, as the request's field type."""
+    return "cuda_memory" if backend == "cuda_memory" else "torch"
+
+
+def _backend_flags(backend: str, flags: Any) -> list[str]:
+    """The request's torch.profiler flags (sorted, unique), checked with its backend."""
     if backend not in TRIGGER_BACKENDS:
         raise ValueError(f"trigger backend={backend!r} is not supported; choose one of {', '.join(TRIGGER_BACKENDS)}")
     flags = sorted(set(flags.split(",") if isinstance(flags, str) else (flags or [])) - {""})
@@ -151,18 +187,7 @@ def make_request(steps: Any, ranks: Any = None, roles: Any = None, backend: str 
         raise ValueError(f"trigger flags {bad} are not torch.profiler options; choose from {', '.join(FLAGS)}")
     if flags and backend != "torch":
         raise ValueError(f"trigger flags {flags} apply to backend torch only, not {backend!r}; drop them")
-    if not isinstance(tag, str) or len(tag) > 200 or not tag.isprintable():
-        raise ValueError(f"trigger tag={tag!r} must be printable text of at most 200 characters")
-    req = TriggerRequest(steps=steps, ranks=ranks, roles=roles, backend=backend, flags=flags, lead_steps=lead_steps,
-                         align=align, start_step=start_step, tag=tag)
-    rid = hashlib.sha256(_content(req)).hexdigest()[:16]
-    req = msgspec.structs.replace(req, id=rid, created=time.time())
-    size = len(msgspec.json.encode(req))
-    if size > _MAX_REQUEST_BYTES:  # a job reads no more than this: it would take the request for a corrupt file
-        raise ValueError(f"trigger request is {size} bytes, over the {_MAX_REQUEST_BYTES} a job reads "
-                         f"({len(ranks or [])} ranks, {len(roles or [])} roles); give fewer ranks or roles, "
-                         "or globs such as rollout*")
-    return req
+    return flags
 
 
 def _ignoring(problems: list[str] | None, path: str, why: Any) -> None:
@@ -232,13 +257,12 @@ class RequestStore:
     @property
     def fs(self):
         if self._fs is None:
-            from distprof.rundir.netfs import url_to_fs
-
             self._fs, self.root = url_to_fs(self.save_path)  # bounded waits (netfs.py)
         return self._fs
 
     def _path(self, *parts: str) -> str:
-        return posixpath.join(self.root, REQUESTS_DIR, *parts) if self.remote else os.path.join(self.root, REQUESTS_DIR, *parts)
+        join = posixpath.join if self.remote else os.path.join
+        return join(self.root, REQUESTS_DIR, *parts)
 
     # ---- small I/O primitives: one place for local vs fsspec ------------------------------------------------
     def _read(self, path: str, problems: list[str] | None = None) -> bytes | None:
@@ -465,7 +489,7 @@ class RequestScanner:
 
     def take(self, n: int = TAKE_PER_POLL) -> list[TriggerRequest]:
         """Up to ``n`` of the requests found, oldest first; the others stay for the next poll."""
-        out = []
+        out: list[TriggerRequest] = []
         while len(out) < n and self._found:
             out.append(self._found.popleft())  # only this thread pops: the deque is not empty here
         return out
@@ -526,7 +550,8 @@ def _status(store: RequestStore, run_dir: str, rid: str | None) -> dict[str, Any
                                  "lists the ids")
             continue
         acks = store.acks(i)
-        out.append({"id": i, "request": msgspec.to_builtins(req), "start_step": req.start_step if req.start_step is not None else store.agreed_start(i),
+        start = req.start_step if req.start_step is not None else store.agreed_start(i)
+        out.append({"id": i, "request": msgspec.to_builtins(req), "start_step": start,
                     "acks": [msgspec.to_builtins(a) for a in acks],
                     "done": bool(acks) and all(a.state in FINAL_STATES for a in acks)})
     if problems:

@@ -27,7 +27,8 @@ from distprof.util.procfs import alive, first_child, wait_for_handler
 logger = logging.getLogger("distprof.capture.wrap")
 
 # The signal that makes each tool stop and write its output.
-FINALIZE_SIGNAL = {"py_spy": signal.SIGINT, "nsys": signal.SIGINT, "rocprof_sys": signal.SIGINT, "memray": signal.SIGTERM}
+FINALIZE_SIGNAL = {"py_spy": signal.SIGINT, "nsys": signal.SIGINT, "rocprof_sys": signal.SIGINT,
+                   "memray": signal.SIGTERM}
 # Tools that may hang once their child (the worker) is SIGKILLed, and the signal that makes them write.
 # py-spy 0.4 neither writes nor exits then (seen here). memray is the worker itself; nsys and
 # rocprof-sys launch the app through their own helpers, so they are left to finish by themselves.
@@ -43,7 +44,7 @@ def finalize_outputs(out_dir: str, pid: int) -> list[str]:
     Safe to run twice at once (the wrapper and its finalizer may race): a name already moved is skipped.
     """
     prefix = temp_name(pid, "")
-    done = []
+    done: list[str] = []
     try:
         names = os.listdir(out_dir)
     except FileNotFoundError:
@@ -89,7 +90,8 @@ def run(spec: WrapSpec, worker_args: list[str]) -> int:
     rc = _wait(child)
     if not finalize_outputs(spec.out_dir, pid):
         # Goes to the worker's log (Ray: the worker's .err file): the one place this can be seen.
-        logger.error("distprof.capture.wrap: %s exited with code %s and wrote no output in %s", argv[0], rc, spec.out_dir)
+        logger.error("distprof.capture.wrap: %s exited with code %s and wrote no output in %s", argv[0], rc,
+                     spec.out_dir)
     return rc if rc >= 0 else 128 - rc
 
 

@@ -57,6 +57,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("distprof.integrations.hf needs transformers: pip install 'distprof[hf]'") from e
 
 from distprof.capture.annotate import annotate
+from distprof.capture.faults import misfit
 from distprof.capture.profiler import Profiler
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import role_selected
@@ -81,8 +82,8 @@ class DistprofCallback(TrainerCallback):
 
     ``config``: a :class:`~distprof.ProfilerConfig` or a dict (validated here: a bad one raises ``ValueError``).
     ``role``: the role of the per-optimizer-step profiler. ``micro_steps``: also profile micro-steps as
-    ``{role}/micro_step`` (None: when ``config.roles`` selects that role and not ``role``). ``phases``: annotate forward,
-    backward and optimizer. ``mesh``: the job's DeviceMesh or ``{dim: size}``, for ``ranks: {pp: "*", ...}``.
+    ``{role}/micro_step`` (None: when ``config.roles`` selects that role and not ``role``). ``phases``: annotate
+    forward, backward and optimizer. ``mesh``: the job's DeviceMesh or ``{dim: size}``, for ``ranks: {pp: "*", ...}``.
 
     Step rule: distprof step N is the optimizer step during which ``state.global_step == N``, which HF logs
     as step N+1; micro-step ``N*k + i`` is its i-th micro-batch. See the module docstring.
@@ -190,9 +191,8 @@ class DistprofCallback(TrainerCallback):
             return Profiler(self.config, role=role, global_step=global_step, rank=args.process_index,
                             world_size=args.world_size, mesh=self.mesh, local_rank=args.local_process_index)
         except ValueError as e:  # the config does not fit this job (ranks, save_path): a fault, not a crash
-            if self.config.on_error == "raise":
+            if misfit(self.config.on_error, e, logger):  # capture/faults.py: logged, or raised with on_error: raise
                 raise
-            logger.error("distprof: profiling is off for this run: %s", e)
             return None
 
     def _micro_begins(self) -> None:

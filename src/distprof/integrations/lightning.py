@@ -51,9 +51,11 @@ from typing import Any
 try:
     from lightning.pytorch.profilers import Profiler as _LightningProfiler
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("distprof.integrations.lightning needs PyTorch Lightning: pip install 'distprof[lightning]'") from e
+    raise ImportError("distprof.integrations.lightning needs PyTorch Lightning: "
+                      "pip install 'distprof[lightning]'") from e
 
 from distprof.capture.annotate import annotate
+from distprof.capture.faults import FaultGuard, misfit
 from distprof.capture.profiler import Profiler
 from distprof.config.model import ProfilerConfig
 from distprof.rundir.layout import sanitize_role
@@ -123,6 +125,7 @@ class DistprofProfiler(_LightningProfiler):
         self.role = sanitize_role(role)
         self.stages = stages
         self._off = not (config.enable or config.trigger)  # disabled (or switched off by a fault): no stage is armed
+        self._faults = FaultGuard(config.on_error, self._fault_text, self._switch_off, logger)  # capture/faults.py
         self._ranges: dict[str, Any] = {}  # action -> its annotate range (actions without one are not cached)
 
     def _reset_runtime(self) -> None:
@@ -134,7 +137,6 @@ class DistprofProfiler(_LightningProfiler):
         self._stack: list[tuple[str, Any]] = []  # (action, open range), innermost last
         self._trainer_ref: Any = None
         self._done: list[Profiler] = []  # profilers this object stopped (for summary())
-        self._faulted = False
 
     def __getstate__(self) -> dict[str, Any]:
         # ddp_spawn pickles the trainer with its profiler: keep the settings, not this process's capture.
@@ -156,7 +158,7 @@ class DistprofProfiler(_LightningProfiler):
         if not self._live:
             if self._pending is None:
                 return  # disabled, not selected, or not a configured stage
-            if self._first_action(action_name):
+            if self._first_action(self._pending, action_name):
                 self._guard("start", self._create)
             if not self._live:
                 return
@@ -169,7 +171,7 @@ class DistprofProfiler(_LightningProfiler):
             rng.__enter__()
             self._stack.append((action_name, rng))
         except Exception:
-            if self._fault("start"):
+            if self._faults.fault("start"):
                 raise
 
     def stop(self, action_name: str) -> None:
@@ -181,13 +183,16 @@ class DistprofProfiler(_LightningProfiler):
                 stack.pop()[1].__exit__(None, None, None)
             else:
                 self._close_to(action_name)
+            prof = self._prof  # live: created
+            if prof is None:
+                return
             if self._fit:
                 if action_name == "run_training_batch":
-                    self._sync_step(self._prof)
+                    self._sync_step(prof)
             elif action_name.endswith(self._end_suffix) and action_name.startswith("[Strategy]"):
-                self._prof.step()
+                prof.step()
         except Exception:
-            if self._fault("stop"):
+            if self._faults.fault("stop"):
                 raise
 
     def summary(self) -> str:
@@ -222,13 +227,15 @@ class DistprofProfiler(_LightningProfiler):
         return "\n".join(lines)
 
     # ---- glue -------------------------------------------------------------------------------------------
-    def _first_action(self, action: str) -> bool:
-        if self._pending == "fit":
+    def _first_action(self, stage: str, action: str) -> bool:
+        if stage == "fit":
             return action in _FIT_FIRST
-        return action == _EVAL[self._pending][0]
+        return action == _EVAL[stage][0]
 
     def _create(self) -> None:
         stage, self._pending = self._pending, None
+        if stage is None:  # (start() calls this with a stage set up)
+            return
         trainer = self._trainer_ref()
         if trainer is None:
             raise RuntimeError("the trainer was garbage-collected before its first batch")
@@ -238,9 +245,8 @@ class DistprofProfiler(_LightningProfiler):
             prof = Profiler(self.config, role=role, global_step=trainer.global_step if fit else 0,
                             rank=trainer.global_rank, world_size=trainer.world_size)
         except ValueError as e:  # the config does not fit this job (ranks, save_path): a fault, not a crash
-            if self.config.on_error == "raise":
+            if misfit(self.config.on_error, e, logger):
                 raise
-            logger.error("distprof: profiling is off for this run: %s", e)
             self._off = True
             return
         self._fit, self._end_suffix = fit, ("" if fit else _EVAL[stage][1])
@@ -306,23 +312,12 @@ class DistprofProfiler(_LightningProfiler):
 
     def _guard(self, where: str, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn``; a fault is logged once and switches profiling off, or re-raises with on_error="raise"."""
-        try:
-            return fn(*args)
-        except Exception:
-            if self._fault(where):
-                raise
-            return None
+        return self._faults.call(where, fn, *args)
 
-    def _fault(self, where: str) -> bool:
-        """Handle the exception being handled: log it once, switch off; True if it must be re-raised."""
-        if not self._faulted:
-            self._faulted = True
-            logger.exception("distprof: the Lightning profiler failed during %s; profiling is off for the rest "
-                             "of the run", where)
-        self._switch_off()
-        return self.config.on_error == "raise"
+    def _fault_text(self, where: str) -> str:
+        return f"distprof: the Lightning profiler failed during {where}; profiling is off for the rest of the run"
 
-    def _switch_off(self) -> None:
+    def _switch_off(self, where: str = "") -> None:
         prof, self._prof, self._live, self._pending, self._off = self._prof, None, False, None, True
         try:
             self._close_all()

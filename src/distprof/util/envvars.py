@@ -6,6 +6,11 @@ variable distprof itself sets or reads must be listed here, or a process distpro
 environment.
 """
 
+import logging
+import os
+
+from distprof.util.logs import WHERE_LOGGER
+
 PREFIX = "DISTPROF_"
 
 # Set by ``distprof.capture.wrap`` in a worker it runs under a profiling tool: "<backend>:<wrapper pid>".
@@ -27,11 +32,6 @@ def apply_log_level() -> None:
     Unset, the one line saying where a process's traces go (``distprof.where``, see :mod:`distprof.util.logs`) is
     at INFO, shown; set, that line follows the variable like every other. Handlers: :mod:`distprof.util.logs`.
     """
-    import logging
-    import os
-
-    from distprof.util.logs import WHERE_LOGGER
-
     value = os.environ.get(LOG_LEVEL)
     if _applied and _applied[-1] == value:
         return

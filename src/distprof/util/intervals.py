@@ -103,7 +103,7 @@ def clip(a: IntervalSet, lo: float, hi: float) -> IntervalSet:
     return s2[keep], e2[keep]
 
 
-def covered_length(starts: Sequence[float], ends: Sequence[float]) -> float:
+def covered_length(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | np.ndarray) -> float:
     """Total length covered by half-open intervals ``[starts[i], ends[i])``, overlaps counted once."""
     return length(merge(starts, ends))
 

@@ -21,12 +21,22 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 __all__ = ["WHERE_LOGGER", "announce_where", "process_is"]
 
 WHERE_LOGGER = "distprof.where"
 
-_who: dict[str, object] = {"roles": [], "rank": None}
+
+class _Who:
+    """Who this process is in the prefix: the roles of its Profilers, and its rank."""
+
+    def __init__(self) -> None:
+        self.roles: list[str] = []
+        self.rank: int | None = None
+
+
+_who = _Who()
 _announced: list[int] = []  # the pid that said where its traces go (a forked child says it again)
 
 
@@ -35,7 +45,7 @@ class _Format(logging.Formatter):
         text = super().format(record)
         if text.startswith("distprof: "):
             text = text[len("distprof: "):]
-        roles, rank = _who["roles"], _who["rank"]
+        roles, rank = _who.roles, _who.rank
         if len(roles) == 1:  # the prefix names the profiler already
             own = f"profiler {roles[0]!r} rank {rank}"
             if text.startswith(own):
@@ -54,11 +64,11 @@ class _Handler(logging.StreamHandler):
         self.addFilter(lambda record: not logging.getLogger().handlers)  # the application took over: it prints
 
     @property
-    def stream(self):  # type: ignore[override]
+    def stream(self) -> Any:
         return sys.stderr
 
     @stream.setter
-    def stream(self, value) -> None:
+    def stream(self, value: Any) -> None:
         pass
 
 
@@ -72,10 +82,10 @@ def _attach() -> None:
 
 def process_is(role: str, rank: int) -> None:
     """A Profiler for ``role`` on ``rank`` was built in this process: name it in the prefix, attach the handler."""
-    if role not in _who["roles"]:
-        _who["roles"].append(role)
-    if _who["rank"] is None:
-        _who["rank"] = rank
+    if role not in _who.roles:
+        _who.roles.append(role)
+    if _who.rank is None:
+        _who.rank = rank
     _attach()
 
 

@@ -13,6 +13,8 @@ import os
 import re
 from typing import Any
 
+from distprof.util.runtime import host_name
+
 __all__ = [
     "cancel_quietly",
     "expand_on_node",
@@ -56,8 +58,6 @@ def _here() -> str:
         ctx = ray.get_runtime_context()
         return f"node {ctx.get_node_id()[:12]}, {ray.util.get_node_ip_address()}"
     except Exception:  # outside Ray (a plain process): the host is enough
-        from distprof.util.runtime import host_name
-
         return host_name()
 
 

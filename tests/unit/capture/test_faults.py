@@ -195,3 +195,32 @@ def test_file_system_without_hard_links_still_publishes_without_overwriting(tmp_
                             f"step00000001-00000001.pid{os.getpid()}.pt.trace.json.gz"])
     for f in trace_files(tmp_path / "run"):
         assert load_trace(f)["traceEvents"]
+
+
+def test_one_fault_guard_logs_once_switches_off_every_time_and_reraises_only_when_asked(caplog):
+    """capture/faults.py: the guard the Profiler, the Lightning profiler and the HF callback share."""
+    import pickle
+
+    from distprof.capture.faults import FaultGuard, misfit
+
+    caplog.set_level(logging.DEBUG, logger="distprof")
+    offs = []
+    guard = FaultGuard("disable", lambda where: f"distprof: it failed during {where} (100% sure)", offs.append)
+    assert guard.call("step", lambda x: x + 1, 1) == 2 and offs == [] and not caplog.records
+    assert guard.call("step", _explode) is None and guard.call("stop", _explode) is None
+    assert offs == ["step", "stop"]  # switched off at each fault
+    (line,) = caplog.records  # logged once, with its traceback
+    assert line.getMessage() == "distprof: it failed during step (100% sure)" and line.exc_info is not None
+    assert line.name == "distprof.capture.faults"
+    loud = FaultGuard("raise", str, offs.append, logging.getLogger("distprof.x"))
+    with pytest.raises(OSError, match="injected fault"):
+        loud.call("start", _explode)
+    assert offs[-1] == "start" and caplog.records[-1].name == "distprof.x"
+    assert pickle.loads(pickle.dumps(FaultGuard("raise", str, print))).on_error == "raise"
+
+    caplog.clear()
+    assert misfit("raise", ValueError("ranks [3] do not exist")) is True and not caplog.records
+    assert misfit("disable", ValueError("ranks [3] do not exist")) is False
+    (line,) = caplog.records
+    assert line.getMessage() == "distprof: profiling is off for this run: ranks [3] do not exist"
+    assert line.exc_info is None  # the message says what to fix: no traceback

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distprof.capture.backends.base import Backend, NullBackend, WindowContext, WindowFiles
+from distprof.capture.backends.cuda_range import CudaProfilerRangeBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from distprof.config.model import ProfilerConfig
@@ -20,6 +21,9 @@ __all__ = ["Backend", "NullBackend", "WindowContext", "WindowFiles", "create_bac
 
 
 def create_backend(config: ProfilerConfig) -> Backend:
+    # The in-process backends are imported here, when chosen: they bring pydantic (config.model), and the process-
+    # tool wrapper (capture/wrap.py, started before every wrapped worker) imports backends.process, which runs this
+    # package.
     if config.backend == "torch":
         from distprof.capture.backends.torch_backend import TorchBackend
 
@@ -29,7 +33,5 @@ def create_backend(config: ProfilerConfig) -> Backend:
 
         return CudaMemoryBackend(config.cuda_memory)
     if config.backend == "nsys" and not config.whole_lifetime:
-        from distprof.capture.backends.cuda_range import CudaProfilerRangeBackend
-
         return CudaProfilerRangeBackend()
     return NullBackend()

@@ -29,6 +29,19 @@ class WindowFiles:
     files: dict[str, str] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
 
+    def short_summary(self, top: int = 10) -> dict[str, Any] | None:
+        """The summary as the window's manifest line keeps it: the totals and the ``top`` ops."""
+        s = self.summary
+        if not s:
+            return None
+        return {
+            **({"activities": s["activities"]} if "activities" in s else {}),  # what "auto" became here
+            "device_busy_us": s["device_busy_us"],
+            "self_device_us": s["self_device_us"],
+            "self_cpu_us": s["self_cpu_us"],
+            "top": s["ops"][:top],
+        }
+
 
 class Backend(Protocol):
     name: str

@@ -19,6 +19,8 @@ from typing import Any
 from distprof.capture.backends.base import WindowContext, WindowFiles
 from distprof.config.model import CudaMemoryOptions
 from distprof.config.plan import Window
+from distprof.rundir.layout import rank_dir, window_file_name
+from distprof.rundir.manifest import OOM
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +59,9 @@ class CudaMemoryBackend:
 
         files: dict[str, str] = {}
         if self._recording:
-            if last >= first:
+            if last >= first and self._ctx is not None:  # (recording: begin() set the context)
                 tmp = self._ctx.tmp_path("snapshot" + SUFFIX)
                 _dump(torch, tmp)
-                from distprof.rundir.layout import window_file_name
-
                 files[window_file_name(first, last, SUFFIX)] = tmp
             torch.cuda.memory._record_memory_history(enabled=None)
             self._recording = False
@@ -84,15 +84,14 @@ class CudaMemoryBackend:
         from the window's first to the one the allocation failed in): the process may not survive the OOM."""
         import torch
 
-        from distprof.rundir.layout import rank_dir
-        from distprof.rundir.manifest import OOM
-
-        ctx = self._ctx
+        ctx, window = self._ctx, self._window
+        if ctx is None or window is None:  # the observer is installed by begin(), which sets both
+            return
         tmp = ctx.tmp_path(f"oom{SUFFIX}")
         _dump(torch, tmp)
         name = f"oom-{time.strftime('%Y%m%dT%H%M%S')}-pid{os.getpid()}{SUFFIX}"
         step = self._step
-        steps = [self._window.start if step >= self._window.start else step, step]
+        steps = [window.start if step >= window.start else step, step]
         if ctx.publish_now is not None:
             ctx.publish_now(tmp, name, steps, OOM)
             where = f"{rank_dir(ctx.role, ctx.rank)}/{name}"
@@ -121,4 +120,4 @@ def _install_oom_observer(torch: Any, dumper: Callable[[], None]) -> None:
                     logger.exception("distprof: writing the OOM memory snapshot failed")
 
         torch._C._cuda_attach_out_of_memory_observer(observer)
-        _install_oom_observer.installed = True
+        _install_oom_observer.installed = True  # type: ignore[attr-defined]  # a flag tests reset

@@ -24,7 +24,7 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,7 +40,7 @@ def _fmt(v: Any) -> str:
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
-def render_options(options: Mapping[str, Any], flags: list[str] = ()) -> list[str]:
+def render_options(options: Mapping[str, Any], flags: Sequence[str] = ()) -> list[str]:
     """RLinf's rules: ``-k v`` for one-letter keys, ``--key=v`` for longer ones, ``--flag`` for flags."""
     out: list[str] = []
     for k, v in options.items():
@@ -90,9 +90,10 @@ def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list
     tmp = os.path.join(spec.out_dir, temp_name(pid, output_name(spec, pid)))
     opts = render_options(spec.options, spec.flags)
     env = dict(spec.env)
-    exe = spec.executable or DEFAULT_EXECUTABLES[spec.backend]
+    exe = spec.executable or DEFAULT_EXECUTABLES[spec.backend] or ""  # "": memray runs in the interpreter
     if spec.backend == "py_spy":
-        cmd = [exe, "record", "-r", str(spec.extra.get("rate", 100)), "-f", spec.extra.get("format", "speedscope"), "-o", tmp]
+        cmd = [exe, "record", "-r", str(spec.extra.get("rate", 100)), "-f", spec.extra.get("format", "speedscope"),
+               "-o", tmp]
         if spec.extra.get("native"):
             cmd.append("--native")
         if spec.extra.get("subprocesses"):
@@ -128,7 +129,7 @@ def check_tool(backend: str, executable: str | None, python: list[str]) -> str |
                 "pip install memray there"
             )
         return None
-    exe = executable or DEFAULT_EXECUTABLES[backend]
+    exe = executable or DEFAULT_EXECUTABLES[backend] or backend  # (memray returned above)
     # pip puts tools beside an interpreter: the workers' one, or this process's (the tool runs outside the worker).
     beside = os.pathsep.join(os.path.dirname(shutil.which(p) or p) for p in (python[0], sys.executable))
     found = shutil.which(exe) or shutil.which(exe, path=beside)

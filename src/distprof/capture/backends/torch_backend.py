@@ -27,6 +27,7 @@ from distprof.capture.backends.base import WindowContext, WindowFiles
 from distprof.capture.compat import release, window_options
 from distprof.config.model import AUTO_ACTIVITIES, TorchOptions
 from distprof.config.plan import Window
+from distprof.rundir.layout import window_file_name
 from distprof.util.intervals import union_length
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,15 @@ class TorchBackend:
         self._resolved: list[str] = []  # the activities the open window records (resolve_activities)
 
     # ---- window lifecycle ---------------------------------------------------------------------------
+    def _context(self) -> WindowContext:
+        """The open window's context (begin() sets it before anything reads it)."""
+        if self._ctx is None:
+            raise RuntimeError("torch backend used before begin()")
+        return self._ctx
+
+    def _role(self) -> str:
+        return self._ctx.role if self._ctx is not None else "?"
+
     def begin(self, window: Window, step: int, ctx: WindowContext) -> None:
         import torch
         from torch.profiler import ProfilerAction, profile
@@ -69,7 +79,7 @@ class TorchBackend:
             # session too (a segfault at its export). Refuse before touching torch: this profiler is switched
             # off with this message, the one capturing goes on.
             raise RuntimeError(
-                f"another profiler in this process (role {_capturing._ctx.role!r}) has a window open at the same "
+                f"another profiler in this process (role {_capturing._role()!r}) has a window open at the same "
                 "time; torch.profiler records one session per process. Give the two roles disjoint steps, or select "
                 "one of them (roles: [...])")
         self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
@@ -131,8 +141,6 @@ class TorchBackend:
         self._prof.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
-        from distprof.rundir.layout import window_file_name
-
         p, self._prof = self._prof, None
         _release_session(self)
         ready = None
@@ -144,7 +152,7 @@ class TorchBackend:
             if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
                 self._write(ready)
                 for suffix, tmp in self._exported.items():
-                    files[window_file_name(first, last, suffix, self._ctx.label)] = tmp
+                    files[window_file_name(first, last, suffix, self._context().label)] = tmp
         finally:
             for done in (p, ready):
                 if done is not None:
@@ -179,7 +187,7 @@ class TorchBackend:
         plain JSON beside the final file, we check it is a whole trace, then gzip it ourselves. Any failure
         deletes every temporary of this window and raises: nothing half-made is left or published.
         """
-        ctx = self._ctx
+        ctx = self._context()
         made: list[str] = []
         try:
             if self.opts.export_chrome_trace:
@@ -265,7 +273,8 @@ def gzip_verified(src: str, dst: str) -> None:
             while chunk := f.read(_CHUNK):
                 n += len(chunk)
     except (OSError, EOFError) as e:
-        raise TraceExportError(f"the gzip written to {dst} does not read back ({e}); the window is not published") from None
+        raise TraceExportError(f"the gzip written to {dst} does not read back ({e}); "
+                               "the window is not published") from None
     if n != os.path.getsize(src):
         raise TraceExportError(f"the gzip written to {dst} holds {n} of {os.path.getsize(src)} bytes; "
                                "the window is not published")

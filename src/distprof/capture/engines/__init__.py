@@ -13,6 +13,8 @@ __all__ = ["attach"]
 
 def attach(profiler: Any, handle: Any, kind: str = "vllm", trace_dir: str | None = None,
            flush_timeout_s: float | None = None, version: str | None = None) -> bool:
+    # Kept here: the demo's engine stand-in imports engines.contract, which runs this package; capture.py would
+    # bring pydantic (config.engine) into that small server process.
     from distprof.capture.engines.capture import attach as _attach
 
     return _attach(profiler, handle, kind=kind, trace_dir=trace_dir, flush_timeout_s=flush_timeout_s,

@@ -146,7 +146,7 @@ class EngineAdapter:
 
     def _request(self, path: str, body: dict[str, Any] | None, timeout: float) -> tuple[int, bytes]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.config.url + path, data=data, method=self.contract.method,
+        req = urllib.request.Request(f"{self.config.url}{path}", data=data, method=self.contract.method,
                                      headers={"Content-Type": "application/json"} if data is not None else {})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -163,7 +163,7 @@ class EngineAdapter:
 
     def _query_version(self) -> str | None:
         try:
-            req = urllib.request.Request(self.config.url + self.contract.version_path, method="GET")
+            req = urllib.request.Request(f"{self.config.url}{self.contract.version_path}", method="GET")
             with urllib.request.urlopen(req, timeout=self.config.request_timeout_s) as r:
                 return self._version_of(json.loads(r.read(REPLY_LIMIT)))
         except Exception:  # no version route, garbage, a timeout: the version stays unknown

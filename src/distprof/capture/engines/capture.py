@@ -7,11 +7,11 @@ outside the window and never on a step boundary), or, with ``engine.iterations``
 of the window), at the window's first step and before that step runs. At the step after the window's last it
 is asked to stop. The stop, the engine's flush and the publication run on a thread of their own, bounded by
 ``engine.flush_timeout_s``: training never waits for them. A trace of a whole window may therefore begin with
-the end of its warm-up step's generation (the analyses place engine work by time). Each engine rank's trace is published under ``{role}/engine/rank{R:05d}/`` (R from the file name:
-capture/engines/contract.py) with one manifest line carrying ``engine: {engine, version, replica, ranks, file}``, through
-the run directory's one writer (rundir/publish.py). A failed start, a failed or slow flush, an engine that died:
-one warning and a manifest line with ``complete: false`` (``stopped_by``: ``engine_error`` or
-``flush_timeout``), never an exception into training.
+the end of its warm-up step's generation (the analyses place engine work by time). Each engine rank's trace is
+published under ``{role}/engine/rank{R:05d}/`` (R from the file name: capture/engines/contract.py) with one
+manifest line carrying ``engine: {engine, version, replica, ranks, file}``, through the run directory's one writer
+(rundir/publish.py). A failed start, a failed or slow flush, an engine that died: one warning and a manifest line
+with ``complete: false`` (``stopped_by``: ``engine_error`` or ``flush_timeout``), never an exception into training.
 """
 
 from __future__ import annotations
@@ -26,10 +26,13 @@ from typing import Any
 
 from distprof.capture.engines.base import EngineAdapter, EngineError
 from distprof.capture.engines.contract import local_rank, parse_ranks
+from distprof.capture.engines.sglang import SglangAdapter
+from distprof.capture.engines.vllm import VllmAdapter
 from distprof.config.engine import EngineConfig
 from distprof.config.plan import Window
 from distprof.rundir.layout import ROLE_JSON, rank_dir, window_file_name
 from distprof.rundir.publish import publish, write_json
+from distprof.util.runtime import host_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +44,7 @@ ENGINE_ERROR = "engine_error"
 
 def make_adapter(config: EngineConfig, handle: Any = None, replica: int = 0) -> EngineAdapter:
     if config.kind == "vllm":
-        from distprof.capture.engines.vllm import VllmAdapter
-
         return VllmAdapter(config, handle, replica)
-    from distprof.capture.engines.sglang import SglangAdapter
-
     return SglangAdapter(config, handle, replica)
 
 
@@ -181,8 +180,7 @@ class EngineCapture:
                 t1: float | None = None) -> None:
         """One manifest line per engine rank (files), or one line saying why there are none."""
         desc = self.adapter.describe()
-        parsed = [(f, parse_ranks(self.adapter.kind, f)) for f in files]
-        parsed = [(f, r) for f, r in parsed if r is not None]
+        parsed = [(f, r) for f in files if (r := parse_ranks(self.adapter.kind, f)) is not None]
         sizes = {k: 1 + max((int(r.get(k, 0)) for _, r in parsed), default=0) for k in ("tp", "dp", "pp")}
         by_rank: dict[int, list[tuple[str, dict[str, Any]]]] = {}
         for f, r in parsed:
@@ -206,17 +204,7 @@ class EngineCapture:
         for local, entries in sorted(by_rank.items()):
             rank = base + local
             rel = rank_dir(self.role, rank)
-            staged, taken = [], set()
-            for i, (src, ranks) in enumerate(entries):
-                label = f"engine-{ranks['stage']}" if "stage" in ranks else None
-                if (i and label is None) or (label in taken and label is not None):
-                    label = f"engine-{i + 1}"
-                taken.add(label)
-                suffix = ".pt.trace.json.gz" if src.endswith(".gz") else ".pt.trace.json"
-                name = window_file_name(w.start, last, suffix, label)
-                tmp = self._run.temp_path(rel, name)
-                shutil.copyfile(src, tmp)
-                staged.append((tmp, name))
+            staged = self._stage(rel, w.start, last, entries)
             ranks = {k: v for k, v in entries[0][1].items() if k != "stage"}
             publish(self._run, rel, staged, dict(
                 role=self.role, rank=rank, world_size=world, **common,
@@ -224,6 +212,23 @@ class EngineCapture:
         self.windows.append({"steps": [w.start, last], "complete": complete, "stopped_by": stopped_by,
                              "ranks": sorted(base + r for r in by_rank)})
         logger.info("distprof: %s published steps %d-%d: %d engine rank(s)", self._who, w.start, last, len(by_rank))
+
+    def _stage(self, rel: str, first: int, last: int,
+               entries: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
+        """Copy one engine rank's files into the run's staging folder under their window names: (temp, name)."""
+        staged: list[tuple[str, str]] = []
+        taken: set[str | None] = set()
+        for i, (src, ranks) in enumerate(entries):
+            label = f"engine-{ranks['stage']}" if "stage" in ranks else None
+            if (i and label is None) or (label in taken and label is not None):
+                label = f"engine-{i + 1}"
+            taken.add(label)
+            suffix = ".pt.trace.json.gz" if src.endswith(".gz") else ".pt.trace.json"
+            name = window_file_name(first, last, suffix, label)
+            tmp = self._run.temp_path(rel, name)
+            shutil.copyfile(src, tmp)
+            staged.append((tmp, name))
+        return staged
 
     def _write_role_json(self, ranks: list[int], world: int) -> None:
         config = self._config.model_dump(mode="json")
@@ -239,8 +244,6 @@ class EngineCapture:
 
 
 def _host() -> str:
-    from distprof.util.runtime import host_name
-
     return host_name()
 
 

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from distprof.integrations.ray.workers import ProfiledGroup
 from distprof.rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, TMP_PREFIX, pid_of_temp
 from distprof.rundir.manifest import MANIFEST_LIMIT
 from distprof.rundir.safefile import AtomicWriter, no_links, write_bytes
@@ -109,7 +110,8 @@ def _node_list(root: str, wait_s: float, expect_pids: list[int]) -> dict[str, An
         f["ident"] = [st.st_size, st.st_mtime_ns, st.st_ino]
         listed.append(f)
     return {"files": listed,
-            "pending": [p for p, _ in _pending(root)] + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
+            "pending": [p for p, _ in _pending(root)]
+            + [f"process {p} (still running)" for p in expect_pids if alive(p)]}
 
 
 def _node_read(path: str, offset: int, size: int) -> bytes:
@@ -146,8 +148,6 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
     """
     import ray
 
-    from distprof.integrations.ray.workers import ProfiledGroup
-
     dest = os.path.abspath(dest)
     report = CollectReport(dest=dest)
     sources: dict[tuple[str, str], _Source] = {}
@@ -162,10 +162,11 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
 
     for item in workers:
         if isinstance(item, ProfiledGroup):
-            for rank, where in sorted(item.where.items()):
+            for _, where in sorted(item.where.items()):
                 add(where)
             for rank in sorted(set(item.active) - set(item.where)):
-                report.unreachable.append({"role": item.role, "rank": rank, "error": item.failed.get(rank, "never set up")})
+                report.unreachable.append({"role": item.role, "rank": rank,
+                                           "error": item.failed.get(rank, "never set up")})
             continue
         try:
             add(ray.get(item.profiler_where.remote(), timeout=30))
@@ -290,8 +291,6 @@ def _unchanged(dest: str, rel: str, size: int, digest: str | None) -> bool:
 def finalize_timeout(workers: Sequence[Any]) -> float:
     """How long to wait for outputs still being written: the largest ``finalize_timeout_s`` among the process
     backends the groups use (their config's section), else :data:`DEFAULT_FINALIZE_TIMEOUT_S`."""
-    from distprof.integrations.ray.workers import ProfiledGroup
-
     found = [getattr(g.config, g.config.backend).finalize_timeout_s for g in workers
              if isinstance(g, ProfiledGroup) and g.config.is_process_backend]
     return max(found, default=DEFAULT_FINALIZE_TIMEOUT_S)

@@ -22,6 +22,7 @@ from typing import Any
 
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import role_selected
+from distprof.integrations.ray.timeline import TimelineKeeper
 from distprof.integrations.ray.workers import ProfiledGroup, ProfiledWorker, _as_groups, start_all, stop_all
 from distprof.rundir.layout import DRIVER_ROLE
 
@@ -68,11 +69,9 @@ class DriverGroup(ProfiledGroup):
         except Exception as e:  # Ray not initialised, a save_path it cannot create...: the job goes on
             self._fail("setup_profiler", 0, e)
             return
-        if ray_timeline:
-            from distprof.integrations.ray.timeline import TimelineKeeper
-
-            self._timeline = TimelineKeeper(self._local.profiler.config.save_path, list(groups), self.where[0],
-                                            timeout_s=timeline_timeout_s)
+        save_path = self._local._profiler().config.save_path
+        if ray_timeline and save_path is not None:  # (enable: true comes with a save_path)
+            self._timeline = TimelineKeeper(save_path, list(groups), self.where[0], timeout_s=timeline_timeout_s)
 
     def _submit(self, method: str, args: tuple, only: set[int] | None = None) -> dict[int, Any]:
         """Run ``method`` here, now (the other groups' RPCs went out first: ``profiling`` puts the driver last)."""
@@ -92,19 +91,21 @@ class DriverGroup(ProfiledGroup):
 
     def _note(self, method: str, result: Any) -> None:
         """Step boundaries for the timeline: when each step began, and a window closing."""
-        now = time.time()
+        now, tl = time.time(), self._timeline
+        if tl is None or self._plan is None:  # (called only while the timeline is kept)
+            return
         if method == "start_profile":
-            self._timeline.step_began(result, now)
+            tl.step_began(result, now)
         elif method == "profile_step":  # result: the step about to run; the one before just ended
             ended = result - 1
             # Seen from the first step since the last window (next_window clips a window to the step it is asked
             # from): the window's first step, or the first this process ran (a resumed job).
-            w = self._plan.next_window(min(min(self._timeline.began, default=ended), ended))
+            w = self._plan.next_window(min(min(tl.began, default=ended), ended))
             if w is not None and w.start <= ended == w.end:
-                self._timeline.window_closed(w.start, w.end, now)
-            self._timeline.step_began(result, now)
+                tl.window_closed(w.start, w.end, now)
+            tl.step_began(result, now)
         elif method == "stop_profile":
-            self._timeline.flush()
+            tl.flush()
 
     @property
     def timeline(self) -> Any:
@@ -123,7 +124,7 @@ def profiling(groups: Iterable[ProfiledGroup], driver: bool = False) -> Iterator
     """
     groups = _as_groups(groups)
     if driver and groups and not any(g.role == DRIVER_ROLE for g in groups):
-        groups = _as_groups(groups + [DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
+        groups = _as_groups([*groups, DriverGroup(groups[0].base_config, groups, groups[0]._start_step)])
     start_all(groups)
     try:
         yield groups

@@ -13,6 +13,7 @@ from distprof.config.model import ProfilerConfig
 from distprof.config.plan import rank_selected, role_selected
 from distprof.config.process_tools import nsys_capture_options
 from distprof.rundir.layout import is_url, sanitize_role
+from distprof.util.raynodes import names_variables
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +35,14 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
     if rank is not None and isinstance(config.ranks, list) and not rank_selected(config.ranks, rank):
         return base
     group = sanitize_role(group)
-    if is_url(config.save_path):
+    save_path = config.save_path
+    assert save_path is not None  # enable: true comes with a save_path (ProfilerConfig)
+    if is_url(save_path):
         raise ValueError(
             f"save_path {config.save_path!r} is a URL, but {config.backend} writes files on each node; "
             "use a local path (then distprof.integrations.ray.collect brings them to one place)"
         )
-    from distprof.util.raynodes import names_variables
-
-    if names_variables(config.save_path):
+    if names_variables(save_path):
         # The wrapper's output folder is fixed here, on the driver: a per-node variable cannot be honoured.
         raise ValueError(
             f"save_path {config.save_path!r} names an environment variable, but {config.backend}'s output folder "
@@ -61,7 +62,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
         extra = {"native": section.native}
     spec = WrapSpec(
         backend=config.backend, group=group,
-        out_dir=os.path.join(os.path.abspath(os.path.expanduser(config.save_path)), group),
+        out_dir=os.path.join(os.path.abspath(os.path.expanduser(save_path)), group),
         python=python, executable=executable, options=options, flags=list(section.flags),
         env=dict(section.env), extra=extra,
     )

@@ -15,8 +15,9 @@ the ``driver`` role, ``driver/rank00000/step{A}-{B}.ray_timeline.json.gz`` (:fun
 published with its manifest line (``backend: ray_timeline``) by the one writer every window takes
 (:func:`~..rundir.publish.publish`). Its JSON object: ``traceEvents`` (Chrome trace "X" events, ``ts``/``dur`` in
 epoch µs, as ``ray.timeline()`` writes them: open it in Perfetto), ``window`` ``{"start_us", "end_us"}`` (epoch
-µs), ``steps`` ``[A, B]``, ``own_methods`` (distprof's RPCs: not the job's work) and ``workers``: ``[{"role", "rank", "worker_id", "actor_id", "pid", "node_id"}]``, the
-map from Ray's workers and actors to distprof's (role, rank). :mod:`distprof.analysis.ray_timeline` reads it.
+µs), ``steps`` ``[A, B]``, ``own_methods`` (distprof's RPCs: not the job's work) and ``workers``: ``[{"role",
+"rank", "worker_id", "actor_id", "pid", "node_id"}]``, the map from Ray's workers and actors to distprof's (role,
+rank). :mod:`distprof.analysis.ray_timeline` reads it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ import threading
 import time
 from typing import Any
 
+from distprof.integrations.ray.workers import ProfiledWorker
 from distprof.rundir.layout import RAY_TIMELINE, rank_dir, ray_timeline_name
+from distprof.rundir.publish import publish
+from distprof.rundir.store import RunDir
+from distprof.util.runtime import host_name
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ def worker_map(groups: list[Any], driver_where: dict[str, Any] | None) -> list[d
             actor = where.get("actor_id")
             if actor is None:
                 aid = getattr(handle, "_actor_id", None)  # the handle's id (no public accessor on a handle)
-                actor = aid.hex() if hasattr(aid, "hex") else None
+                actor = aid.hex() if aid is not None and hasattr(aid, "hex") else None
             out.append({"role": g.role, "rank": rank, "worker_id": where.get("worker_id"), "actor_id": actor,
                         "pid": where.get("pid"), "node_id": where.get("node_id")})
     if driver_where:
@@ -67,8 +72,6 @@ def worker_map(groups: list[Any], driver_where: dict[str, Any] | None) -> list[d
 
 def own_methods() -> list[str]:
     """distprof's own RPCs on a worker (``profile_step``, ``profile_export`` ...): profiling, not the job's work."""
-    from distprof.integrations.ray.workers import ProfiledWorker
-
     return sorted(n for n, v in vars(ProfiledWorker).items() if callable(v) and not n.startswith("_"))
 
 
@@ -105,8 +108,6 @@ class TimelineKeeper:
     """The driver's keeper of Ray timelines: one file per closed window, fetched off the training thread."""
 
     def __init__(self, save_path: str, groups: list[Any], driver_where: dict[str, Any], timeout_s: float = 30.0):
-        from distprof.rundir.store import RunDir
-
         self.run = RunDir(save_path)
         self.groups = groups
         self.driver_where = driver_where
@@ -152,9 +153,6 @@ class TimelineKeeper:
             self._warn(f"cannot keep Ray's timeline of steps {first}-{last}: {type(e).__name__}: {e}")
 
     def _write(self, first: int, last: int, t0: float, t1: float, events: list[dict[str, Any]]) -> None:
-        from distprof.rundir.publish import publish
-        from distprof.util.runtime import host_name
-
         doc = {"kind": RAY_TIMELINE, "steps": [first, last], "window": {"start_us": t0 * 1e6, "end_us": t1 * 1e6},
                "workers": worker_map(self.groups, self.driver_where), "own_methods": own_methods(),
                "traceEvents": events}

@@ -6,13 +6,18 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from distprof.capture.profiler import Profiler
+from distprof.capture.trigger import aligned_start, make_request
+from distprof.config.mesh import RankMesh
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import role_selected
 from distprof.rundir.layout import is_url
+from distprof.rundir.store import list_files
 from distprof.util.envvars import WRAPPED_BY
+from distprof.util.procfs import parent_pid
+from distprof.util.raynodes import expand_on_node, names_variables
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +47,8 @@ class ProfiledWorker:
         return p.global_step
 
     def profile_step(self, export: bool = True) -> int:
-        """End the step (``Profiler.step``); ``export=False`` holds a closing window's writing for ``profile_export``."""
+        """End the step (``Profiler.step``); ``export=False`` holds a closing window's writing for
+        ``profile_export``."""
         p = self._profiler()
         p.step(export=export)
         return p.global_step
@@ -75,43 +81,44 @@ class ProfiledWorker:
         """Where this worker runs and writes: node, pid, parent pids (a process wrapper's pid names its output)."""
         import ray
 
-        from distprof.util.procfs import parent_pid
-
         p = self._profiler()
         ppid = os.getppid()
         gppid = parent_pid(ppid)
         ctx = ray.get_runtime_context()
         return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "ppid": ppid,
-                # Ray's names for this process (its task timeline's): distprof.integrations.ray.timeline maps them to role, rank.
+                # Ray's names for this process (its task timeline's): integrations/ray/timeline.py maps them to
+                # role, rank.
                 "worker_id": ctx.get_worker_id(), "actor_id": ctx.get_actor_id(),
                 "gppid": gppid, "save_path": p.config.save_path, "role": p.role, "rank": p.rank,
                 # The folder as this node resolves it (its own home, cwd): collect lists exactly this one.
-                "save_root": None if is_url(p.config.save_path) else
-                os.path.abspath(os.path.expanduser(p.config.save_path.removeprefix("file://"))),
+                "save_root": None if is_url(self._save_path()) else
+                os.path.abspath(os.path.expanduser(self._save_path().removeprefix("file://"))),
                 "wrapped_by": os.environ.get(WRAPPED_BY)}
 
     def collect_profile(self) -> list[dict[str, Any]]:
         """The finished files under this worker's save_path on its node: ``[{"path", "bytes"}]``."""
-        from distprof.rundir.store import list_files
-
-        return list_files(os.path.abspath(os.path.expanduser(self._profiler().config.save_path)))
+        return list_files(os.path.abspath(os.path.expanduser(self._save_path())))
 
     def _profiler(self) -> Profiler:
         if self.profiler is None:
             raise RuntimeError("setup_profiler() was not called on this worker")
         return self.profiler
 
+    def _save_path(self) -> str:
+        path = self._profiler().config.save_path
+        if path is None:
+            raise RuntimeError("this worker's profiler has no save_path (profiling is off in its config)")
+        return path
+
 
 def _save_path_on_this_node(config: ProfilerConfig | dict) -> ProfilerConfig:
     """The config with ``$VARS`` and ``~`` of its save_path expanded here, on the worker's node: node-local
     scratch folders differ per node (``save_path: $TMPDIR/profile``). An unset variable is a ValueError."""
-    from distprof.util.raynodes import expand_on_node, names_variables
-
     if isinstance(config, dict):
         config = ProfilerConfig.from_dict(config)
     path = config.save_path
     if path and not is_url(path) and (names_variables(path) or path.startswith("~")):
-        config = config.model_copy(update={"save_path": expand_on_node(config.save_path, "save_path")})
+        config = config.model_copy(update={"save_path": expand_on_node(path, "save_path")})
     return config
 
 
@@ -142,14 +149,13 @@ class ProfiledGroup:
         if on:
             self.config.check_world_size(len(self.workers))
         if on and self.config.per_node is not None:
-            raise ValueError(f"per_node={self.config.per_node} needs each worker's local rank, which a worker group does "
+            raise ValueError(f"per_node={self.config.per_node} needs each worker's local rank, which a worker group "
+                             "does "
                              "not know; select ranks with ranks: [...] or mesh coordinates instead")
         self.active = {r: w for r, w in enumerate(self.workers)
                        if on and self.config.selects_rank(r, len(self.workers), mesh)}
         self._plan = self.config.plan() if self.active else None  # which steps close a window (step_all)
         if self.active:
-            from distprof.config.mesh import RankMesh
-
             plain_mesh = RankMesh.of(mesh) if mesh is not None else None  # a DeviceMesh does not travel; this does
             results = self._call("setup_profiler", self.config, role, _OWN_RANK, len(self.workers), global_step,
                                  plain_mesh)
@@ -175,7 +181,7 @@ class ProfiledGroup:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
         self.stop()
         return False
 
@@ -257,7 +263,7 @@ def step_all(groups: Iterable[ProfiledGroup]) -> list[dict[int, Any]]:
     ended = _call_all(groups, "profile_step", False)
     # Second round only to the workers whose plan closed a window at the step that just ended.
     _call_all(groups, "profile_export", only=[{r for r, g in e.items() if grp._closes_on(r, g - 1)}
-                                               for grp, e in zip(groups, ended)])
+                                               for grp, e in zip(groups, ended, strict=True)])
     return ended
 
 
@@ -281,8 +287,6 @@ def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, 
     answers by the rule of a polled request (refused over its ``trigger_max_steps``, ...) and writes its
     acknowledgement under its own save_path too. Returns ``{"id", "start_step", "acks": {role: {rank: ack}}}``.
     """
-    from distprof.capture.trigger import aligned_start, make_request
-
     groups = _as_groups(groups)
     now = [step for per_group in _call_all(groups, "profiler_step") for step in per_group.values()]
     if not now:
@@ -293,7 +297,7 @@ def trigger_all(groups: Iterable[ProfiledGroup], steps: int, ranks: Any = None, 
                        start_step=aligned_start(max(now), lead_steps, align), tag=tag)
     answers = _call_all(groups, "profile_trigger", req)
     acks: dict[str, dict[int, Any]] = {}
-    for g, per_rank in zip(groups, answers):
+    for g, per_rank in zip(groups, answers, strict=True):
         for r, ack in per_rank.items():
             if ack is None:
                 continue
