@@ -12,7 +12,8 @@ creation goes through.
   the way that is a symbolic link is :class:`UnsafePath` (a ``ValueError``), one line naming it. The root itself
   is the caller's choice and may be a link. A rename onto a destination that is a link replaces the link.
 - :func:`temp_path` hands a fresh, unpredictable temporary name (created empty, exclusively) to a writer that
-  must open it itself (torch's trace export).
+  must open it itself (torch's trace export); :func:`place` (first writer wins) or :func:`replace` gives such a
+  file its final name.
 
 Standard library only; imports :mod:`.layout` for the temporary's name.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "no_links",
     "open_folder",
     "place",
+    "replace",
     "temp_path",
     "touch",
     "write_bytes",
@@ -182,6 +184,20 @@ def place(tmp: str, final: str) -> bool:
     dfd = os.open(folder or ".", _DIR)
     try:
         return _link_first(dfd, os.path.basename(tmp), os.path.basename(final))
+    finally:
+        os.close(dfd)
+
+
+def replace(tmp: str, final: str) -> None:
+    """Give the file ``tmp`` the name ``final`` in the same folder, replacing whatever is there (a link at ``final``
+    is replaced, never followed): the rename of a temporary written by someone else (a tool's hidden output, a
+    snapshot written by torch). ``FileNotFoundError`` when ``tmp`` is gone (renamed already)."""
+    folder = os.path.dirname(final)
+    if os.path.dirname(tmp) != folder:
+        raise UnsafePath(f"{tmp}: a temporary must sit in its destination's folder {folder}")
+    dfd = os.open(folder or ".", _DIR)
+    try:
+        os.replace(os.path.basename(tmp), os.path.basename(final), src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
         os.close(dfd)
 
