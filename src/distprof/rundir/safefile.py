@@ -230,7 +230,8 @@ class AtomicWriter:
         return self.file
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        dfd, f = self._dfd, self.file
+        dfd, f, tmp = self._dfd, self.file, self._tmp
+        assert dfd is not None and f is not None and tmp is not None  # (set by __enter__)
         try:
             if exc_type is None:
                 f.flush()
@@ -238,16 +239,16 @@ class AtomicWriter:
                     os.fsync(f.fileno())  # a full disk may only say so at write-back: find out before renaming
                 f.close()
                 if self.exclusive:
-                    self.placed = _link_first(dfd, self._tmp, self.name)
+                    self.placed = _link_first(dfd, tmp, self.name)
                 else:
-                    os.replace(self._tmp, self.name, src_dir_fd=dfd, dst_dir_fd=dfd)  # never follows a link
+                    os.replace(tmp, self.name, src_dir_fd=dfd, dst_dir_fd=dfd)  # never follows a link
                     self.placed = True
         finally:
             if not f.closed:
                 f.close()
             if not (self.placed and not self.exclusive):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._tmp, dir_fd=dfd)
+                    os.unlink(tmp, dir_fd=dfd)
             os.close(dfd)
 
 

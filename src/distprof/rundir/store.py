@@ -139,9 +139,10 @@ class RunDir:
 
         Two processes that claim one (role, rank) write the same names: the second keeps its file under
         :func:`layout.conflict_name` (``Published.conflict``). Locally this is exact (a hard link fails if the
-        name exists; a file system without hard links gets a check before a rename); on an object store it is a check before the put, so two puts racing within one round
-        trip can still overwrite each other (object stores have no portable create-if-absent). ``unlink``: delete
-        ``tmp`` once put (the upload thread does it itself, unless stop() has kept the window locally meanwhile).
+        name exists; a file system without hard links gets a check before a rename); on an object store it is a
+        check before the put, so two puts racing within one round trip can still overwrite each other (object
+        stores have no portable create-if-absent). ``unlink``: delete ``tmp`` once put (the upload thread does it
+        itself, unless stop() has kept the window locally meanwhile).
         """
         size = os.path.getsize(tmp)
         if self.remote:

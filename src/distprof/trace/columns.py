@@ -120,8 +120,7 @@ class Columns:
         return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._name_seq = self._track_seq = None
+        self.__dict__.update(state, _name_seq=None, _track_seq=None)
 
     def read(self, t, sel: Selection, pool: Any | None = None) -> bool | None:
         """Every batch of the stream ``t``: True; False when the file's rank or role is not selected (reading
@@ -187,13 +186,14 @@ class Columns:
         unk = Kind.UNKNOWN
         ks = list(map(KIND_OF_CATEGORY.get, map(_CAT, xs), repeat(unk)))
         if unk in ks:
-            self.unknown.update(e.cat for e, k in zip(xs, ks) if k == unk)
+            self.unknown.update(e.cat for e, k in zip(xs, ks, strict=True) if k == unk)
         nids = list(map(self.name_ids.setdefault, map(_NAME, xs), self._name_seq))
         self.ts.extend(map(_TS, xs))
         self.dur.extend(map(_DUR, xs))
         self.kind.extend(ks)
         self.name.extend(nids)
-        self.track.extend(map(self.track_ids.setdefault, zip(map(_PID, xs), map(_TID, xs)), self._track_seq))
+        threads = zip(map(_PID, xs), map(_TID, xs), strict=True)
+        self.track.extend(map(self.track_ids.setdefault, threads, self._track_seq))
         need = list(compress(range(len(xs)), map(_NEEDS_ARGS.__getitem__, ks)))
         if need:
             self._add_args(xs, need, base)
@@ -222,20 +222,20 @@ class Columns:
         self.arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
         sts = list(map(_STREAM, al))
         if None in sts:  # no stream arg: the device thread's id stands for it
-            sts = [e.tid if st is None else st for st, e in zip(sts, evs)]
+            sts = [e.tid if st is None else st for st, e in zip(sts, evs, strict=True)]
         self.arg_stream.extend(self._stream_ids(sts))
         pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
         if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
-            for j, g, c in zip(need, pgs, colls):
+            for j, g, c in zip(need, pgs, colls, strict=True):
                 if g is not None or c is not None:
                     self.meta[base + j] = (g, c)
 
     def _stream_ids(self, sts: list) -> list[int]:
         """The numbers of streams ``sts`` (new ones get one, first seen first)."""
         streams = self.streams
-        sids = list(map(streams.get, sts))
+        sids: list[Any] = list(map(streams.get, sts))
         if None in sids:
-            for st in dict.fromkeys(st for st, sid in zip(sts, sids) if sid is None):  # (first seen first)
+            for st in dict.fromkeys(st for st, sid in zip(sts, sids, strict=True) if sid is None):  # (first seen first)
                 streams[st] = _stream_id(st, len(streams))
             sids = list(map(streams.__getitem__, sts))
         return sids

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from distprof.trace.events import UNREAD_EVENT, Event, LeanEvent, event_decoder, raw_list_decoder
-from distprof.trace.jsonscan import SKIP_SEP, SKIP_WS, Malformed, failure, is_utf8, reason, value_end
+from distprof.trace.jsonscan import Malformed, failure, is_utf8, reason, skip_sep, skip_ws, value_end
 from distprof.trace.salvage import ReadReport, Skipped
 
 __all__ = ["Cutter"]
@@ -117,7 +117,7 @@ class Cutter:
         (None: the bytes so far end there)."""
         if not self.is_object:
             return True
-        j = SKIP_WS.match(buf, k + 1).end()
+        j = skip_ws(buf, k + 1)
         if j >= len(buf):
             return True if final else None
         return buf[j] in b",}"
@@ -143,18 +143,19 @@ class Cutter:
                 return s
         return None
 
-    def _walk(self, buf: bytes, i: int, until: int | None, final: bool) -> tuple[list[Event], int, bool, bool]:
+    def _walk(self, buf: bytes, i: int, until: int | None, final: bool
+              ) -> tuple[list[Event | LeanEvent], int, bool, bool]:
         """The slow path: elements one by one from ``i``, until past ``until`` (None: as far as the bytes go).
 
         Returns the events, where the rest starts, whether the events list ended, and whether to go on (the fast
         path takes the rest). A malformed element is skipped up to where the next event starts.
         """
-        out = []
+        out: list[Event | LeanEvent] = []
         n = len(buf)
         while True:
             if until is not None and i > until:
                 return out, i, False, True
-            i = SKIP_SEP.match(buf, i).end()
+            i = skip_sep(buf, i)
             if i >= n:
                 return out, n, False, False
             if buf[i] == 0x5D:  # ]
@@ -184,14 +185,14 @@ class Cutter:
             self.jumped.add(nxt - i)
             i = nxt
 
-    def take(self, buf: bytes, final: bool) -> tuple[list[Event], int, bool]:
+    def take(self, buf: bytes, final: bool) -> tuple[list[Event | LeanEvent], int, bool]:
         """The events of the whole elements at the front of ``buf`` (which starts at an element, or at the
         list's end), where the unread rest starts, and whether the events list's ``]`` was reached.
 
         Fast path first; where it fails, the elements are walked one by one only as far as needed (past the
         malformed one msgspec pointed at), then the fast path takes the rest.
         """
-        out: list[Event] = []
+        out: list[Event | LeanEvent] = []
         pos = 0
         while True:
             got, at = self._fast(buf, pos, len(buf), final)

@@ -17,6 +17,7 @@ import msgspec
 
 __all__ = [
     "HEAD_KEYS",
+    "UNREAD_EVENT",
     "Complete",
     "Duration",
     "Event",
@@ -26,7 +27,6 @@ __all__ = [
     "LeanEvent",
     "Meta",
     "Time",
-    "UNREAD_EVENT",
     "Unread",
     "event_decoder",
     "head_decoder",
@@ -115,8 +115,10 @@ class Unread(LeanEvent, tag=""):
 
 # Every other phase of the Trace Event Format; an event of a phase not listed (or without one) is decoded
 # whole to tell a valid event from a broken one, then stands as Unread.
-_UNREAD = tuple(msgspec.defstruct(f"Unread_{ord(p)}", [], bases=(LeanEvent,), tag=p) for p in "BEiICbnestfPONDRcSTpFVv()")
-Lean = Union[(Complete, Meta, Unread, *_UNREAD)]  # type: ignore[valid-type]
+_UNREAD = tuple(msgspec.defstruct(f"Unread_{ord(p)}", [], bases=(LeanEvent,), tag=p)
+                for p in "BEiICbnestfPONDRcSTpFVv()")
+_LEAN_TYPES = (Complete, Meta, Unread, *_UNREAD)
+Lean = Union[_LEAN_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (a union of a tuple of classes)
 lean_list_decoder = msgspec.json.Decoder(list[Lean])
 lean_decoder = msgspec.json.Decoder(Lean)
 UNREAD_EVENT = Unread()

@@ -14,17 +14,29 @@ import msgspec
 
 from distprof.trace.events import HEAD_KEYS
 
-__all__ = ["SKIP_SEP", "SKIP_WS", "WS", "Malformed", "failure", "is_utf8", "members", "reason", "value_end", "what"]
+__all__ = ["WS", "Malformed", "failure", "is_utf8", "members", "reason", "skip_sep", "skip_ws", "value_end", "what"]
 
 WS = b" \t\r\n"
-SKIP_WS = re.compile(rb"[ \t\r\n]*")
-SKIP_SEP = re.compile(rb"[ \t\r\n,]*")  # between members or elements (a stray comma is tolerated)
+_SKIP_WS = re.compile(rb"[ \t\r\n]*")
+_SKIP_SEP = re.compile(rb"[ \t\r\n,]*")  # between members or elements (a stray comma is tolerated)
 _STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.S)  # one whole JSON string, escapes included
 _TOKEN = re.compile(rb'[\[{]+|[\]}]+|"|,')  # what the tolerant scanner looks at: runs of brackets, strings, commas
 _TRAILING = re.compile(r"trailing characters \(byte (\d+)\)")
 _BYTE = re.compile(r"\(byte (\d+)\)")
 _raw_decoder = msgspec.json.Decoder(msgspec.Raw)
 _SCAN_BUDGET = 1_000_000  # tokens the tolerant scanner takes for one value (about a second) before giving up
+
+
+def skip_ws(buf: bytes, i: int) -> int:
+    """Where the whitespace from ``i`` ends."""
+    m = _SKIP_WS.match(buf, i)
+    return m.end() if m else i
+
+
+def skip_sep(buf: bytes, i: int) -> int:
+    """Where the whitespace and commas from ``i`` end (between members or elements a stray comma is tolerated)."""
+    m = _SKIP_SEP.match(buf, i)
+    return m.end() if m else i
 
 
 class Malformed(Exception):
@@ -135,7 +147,7 @@ def members(buf: bytes, i: int, header: bool, final: bool = False) -> tuple[str,
     found: list[tuple[str, bytes]] = []
     n = len(buf)
     while True:
-        i = SKIP_SEP.match(buf, i).end()
+        i = skip_sep(buf, i)
         if i >= n:
             return "more", i, found
         c = buf[i]
@@ -147,12 +159,12 @@ def members(buf: bytes, i: int, header: bool, final: bool = False) -> tuple[str,
         if m is None:
             return "more", i, found
         key_raw = buf[i + 1:m.end() - 1]
-        j = SKIP_WS.match(buf, m.end()).end()
+        j = skip_ws(buf, m.end())
         if j >= n:
             return "more", i, found
         if buf[j] != 0x3A:  # :
             return "bad", j, found
-        j = SKIP_WS.match(buf, j + 1).end()
+        j = skip_ws(buf, j + 1)
         if j >= n:
             return "more", i, found
         key = key_raw.decode("utf-8", "replace") if b"\\" not in key_raw else _unescape(key_raw)

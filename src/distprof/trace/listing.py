@@ -206,21 +206,21 @@ def _find_local(path: str, problem: Callable[[str, str], None], timelines: list[
             windows = _read_manifest(os.path.join(d, MANIFEST), inside, problem)
             role = _role(d, windows)
             run_root = _run_root(d, role, top)
-        for e in folder.entries:
-            p = e.path
-            if e.kind == "outside":
+        for ent in folder.entries:
+            p = ent.path
+            if ent.kind == "outside":
                 problem(p, f"symlink points outside {path}; not followed")
-            elif e.kind == "broken":
-                problem(p, f"cannot be followed ({getattr(e.error, 'strerror', None) or e.error})")
-            elif e.kind == "dir":
+            elif ent.kind == "broken":
+                problem(p, f"cannot be followed ({getattr(ent.error, 'strerror', None) or ent.error})")
+            elif ent.kind == "dir":
                 continue
-            elif _is_trace_name(e.name):
-                if e.kind != "file":
-                    problem(p, f"not a regular file ({file_kind(e.st.st_mode if e.st else 0)}); not read")
+            elif _is_trace_name(ent.name):
+                if ent.kind != "file":
+                    problem(p, f"not a regular file ({file_kind(ent.st.st_mode if ent.st else 0)}); not read")
                     continue
-                found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name),
+                found.append(TraceFile(p, manifest_rank, _file_role(role, ent.name), windows.get(ent.name),
                                        run_dir=run_root))
-            elif timelines is not None and is_ray_timeline(e.name) and e.kind == "file":
+            elif timelines is not None and is_ray_timeline(ent.name) and ent.kind == "file":
                 timelines.append(p)
     found.sort(key=lambda f: f.path)
     return found

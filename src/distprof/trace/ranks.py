@@ -245,8 +245,8 @@ def _time_reasons(groups: list[list], keys: list[tuple], dirs: list[list[str]]) 
     """How far apart in time the runs were traced: between runs that only time tells apart, else between all
     (when every gap is over :data:`RUN_GAP_S`)."""
     spans = [_span(g) for g in groups]
-    same = [(spans[i], spans[j]) for i in range(len(groups)) for j in range(i + 1, len(groups))
-            if keys[i] == keys[j] and dirs[i] == dirs[j] and spans[i] and spans[j]]
+    same = [(a, b) for i, a in enumerate(spans) for j, b in enumerate(spans)
+            if i < j and keys[i] == keys[j] and dirs[i] == dirs[j] and a and b]
     if same:  # runs that only time tells apart
         gap = min(max(b[0] - a[1], a[0] - b[1]) for a, b in same)
         return [f"traced at least {_duration(max(gap, 0.0) / 1e6)} apart"]

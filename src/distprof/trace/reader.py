@@ -82,7 +82,8 @@ __all__ = [
     "read_trace",
 ]
 
-BATCH_BYTES = 1 << 20  # decoded JSON per batch: large enough to amortise, small enough to stay in cache (measured: 4 MB is ~15% slower)
+# Decoded JSON per batch: large enough to amortise, small enough to stay in cache (measured: 4 MB is ~15% slower).
+BATCH_BYTES = 1 << 20
 SEARCH_LIMIT = 64 << 20  # decoded bytes held without finding the traceEvents array or the end of an event
 _BOM = b"\xef\xbb\xbf"
 
@@ -101,6 +102,8 @@ class TraceStream:
                  decoders: tuple[msgspec.json.Decoder, msgspec.json.Decoder] | None = None):
         self.path = path
         self.lean = lean  # LeanEvents (what a TraceTable reads), not whole Events
+        self._list: msgspec.json.Decoder[Any]
+        self._one: msgspec.json.Decoder[Any]
         self._list, self._one = (lean_list_decoder, lean_decoder) if lean else (list_decoder, event_decoder)
         if decoders is not None:
             # Another event type (merge's): a list decoder and an element decoder of one type. ``lean`` then says
@@ -165,7 +168,7 @@ class TraceStream:
             self.rank_source = "name" if self.rank is not None else "none"
 
     # ---- events --------------------------------------------------------------------------------------
-    def batches(self, defer: bool = False) -> Iterator[list[Event]]:
+    def batches(self, defer: bool = False) -> Iterator[Any]:
         """Lists of events in file order; each is safe to drop once reduced.
 
         Raises :class:`TraceError` (one line naming the file) when the file is not a trace or nothing
@@ -206,8 +209,9 @@ class TraceStream:
         if self._deferred:
             return  # the runs decoded elsewhere hold events: a file that fails them is read again, and judged then
         if self.event_count == 0 and r.events_skipped:
+            top = self._skips.most_common(1)
             raise TraceError(f"{self.path}: not a Chrome/Kineto trace (none of the {r.events_skipped:,} elements of "
-                             f"its event list is an event: {(self._skips.most_common(1) or [('not valid JSON',)])[0][0]})")
+                             f"its event list is an event: {top[0][0] if top else 'not valid JSON'})")
         if self.event_count == 0 and r.truncated:
             why = f" ({self._source_problems[0]})" if self._source_problems else ""
             raise TraceError(f"{self.path}: cut off before its first complete event{why}; nothing could be salvaged")
@@ -215,7 +219,7 @@ class TraceStream:
             logger.info("%s: read in part (%s)", self.path, "; ".join(r.notes) or "truncated")
 
 
-    def _batches(self) -> Iterator[list[Event]]:
+    def _batches(self) -> Iterator[Any]:  # lists of events; with defer, runs (bytes or Span) too
         problem = self._source_problems  # what the byte source finds wrong (a corrupt or cut-off gzip stream)
         plain = plain_file(self.path) if self._defer else None
         read = [0]

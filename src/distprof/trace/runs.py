@@ -9,6 +9,7 @@ is no answer: the file is then read again on the path that salvages element by e
 from __future__ import annotations
 
 import re
+from collections import deque
 from typing import NamedTuple
 
 import msgspec
@@ -33,11 +34,9 @@ def last_run_end(buf: bytes) -> tuple[int, int]:
     w = 1 << 16
     while True:
         lo = max(0, len(buf) - w)
-        last = None
-        for last in RUN_END.finditer(buf, lo):
-            pass
-        if last is not None:
-            return last.start() + 1, last.end()
+        tail = deque(RUN_END.finditer(buf, lo), maxlen=1)  # the last match
+        if tail:
+            return tail[0].start() + 1, tail[0].end()
         if lo == 0:
             return 0, 0
         w *= 8
@@ -57,10 +56,11 @@ def decode_run(data: bytes | Span) -> list | None:
     path that salvages element by element)."""
     if isinstance(data, Span):
         try:
-            data = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
+            whole = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
         except TraceError:
             return None
-    whole = data
+    else:
+        whole = data
     try:
         events = lean_list_decoder.decode(whole)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):

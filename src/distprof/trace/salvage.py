@@ -10,7 +10,7 @@ the note says it is an estimate.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,7 +54,7 @@ class Skipped:
         self.places += 1
         self.bytes += max(int(nbytes), 0)
 
-    def counted(self, chunks: Iterator[bytes]) -> Generator[bytes, None, None]:
+    def counted(self, chunks: Generator[bytes, None, None]) -> Generator[bytes, None, None]:
         """``chunks`` (the read's decoded bytes), their length added to :attr:`decoded`."""
         with contextlib.closing(chunks):
             for c in chunks:

@@ -151,7 +151,7 @@ class TraceTable:
         marker = ((self.kind == Kind.ANNOTATION) | (self.kind == Kind.CPU_OP)) & (step_of_name[self.name] >= 0) \
             if n else np.zeros(0, dtype=bool)
         self.kind[marker] = Kind.STEP
-        step_rows = list(zip(np.flatnonzero(marker).tolist(), step_of_name[self.name[marker]].tolist()))
+        step_rows = list(zip(np.flatnonzero(marker).tolist(), step_of_name[self.name[marker]].tolist(), strict=True))
         self.track = dense(cols.track, cols.track_ids)
         idx = np.frombuffer(cols.arg_i, dtype=np.int64) if len(cols.arg_i) else np.empty(0, dtype=np.int64)
         self.corr = np.full(n, -1, dtype=np.int64)
@@ -197,7 +197,8 @@ class TraceTable:
         (vocab.is_engine_role): all kept."""
         listed = getattr(t, "window", None)  # a WindowRecord (typed: its steps are two ints)
         last_listed = listed.last if listed is not None and not is_engine_role(getattr(t, "role", None)) else None
-        rows, seen = [], Counter()
+        rows: list[tuple[float, float, float]] = []
+        seen: Counter[int] = Counter()
         for j, num in step_rows:
             if last_listed is not None and num > last_listed:
                 continue
