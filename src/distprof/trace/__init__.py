@@ -8,9 +8,8 @@
 - :mod:`.cutter`: a batch's bytes into events, salvaging what it can;
 - :mod:`.runs`: runs of whole events handed to another process (``decode_run``);
 - :mod:`.salvage`: what reading lost (``ReadReport``) and what malformed JSON cost;
-- :mod:`.table`: ``TraceTable``, the one pass per file into numpy columns;
+- :mod:`.table`: ``TraceTable``, the one pass per file into numpy columns, and ``Sets``, its merged interval sets;
 - :mod:`.columns`: ``Columns``, what the pass keeps batch by batch (and a worker's run, ``reduce_run``);
-- :mod:`.sets`: ``Sets``, the merged interval sets the analyses share;
 - :mod:`.splitpool`: the worker processes that decode the runs of one big file;
 - :mod:`.vocab`: the one event vocabulary (Kineto categories, collectives, syncs, threads);
 - :mod:`.selection`: ``Selection`` (ranks, roles, steps);
