@@ -44,9 +44,9 @@ print(len(doc.traceEvents))
 """
 FLOOR_LEAN = """
 import sys, msgspec
-from distprof.trace.reader import _LEAN
+from distprof.trace.events import Lean
 class Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_LEAN] = []
+    traceEvents: list[Lean] = []
 data = open(sys.argv[1], 'rb').read()
 doc = msgspec.json.decode(data, type=Doc)
 print(len(doc.traceEvents))

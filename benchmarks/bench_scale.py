@@ -63,10 +63,10 @@ import gzip, json, resource, sys, time
 from concurrent.futures import ProcessPoolExecutor
 import msgspec
 from isal import igzip
-from distprof.trace.reader import _LEAN
+from distprof.trace.events import Lean
 
 class Doc(msgspec.Struct, gc=False):
-    traceEvents: list[_LEAN] = []
+    traceEvents: list[Lean] = []
 
 def decode(path):
     t0 = time.perf_counter()

@@ -15,21 +15,17 @@ import os
 import posixpath
 import stat
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from distprof.rundir.layout import is_url
+from distprof.rundir.walk import Entry as WalkEntry
+from distprof.rundir.walk import walk
 
-__all__ = ["Entry", "RunView", "ViewError"]
+__all__ = ["RunView", "ViewError"]
 
 
 class ViewError(ValueError):
     """A path of the run directory that cannot be read (the message names it and says why)."""
-
-
-class Entry(NamedTuple):
-    name: str
-    kind: str  # "file" | "dir" | "other" (refused: a symlink leaving the root, a FIFO, a device, a loop)
-    why: str = ""  # for "other": why it is not read
 
 
 class RunView:
@@ -78,69 +74,33 @@ class RunView:
         return "file" if kind == "file" else "dir" if kind == "directory" else "missing"
 
     # ---- listing ----------------------------------------------------------------------------------------
-    def listdir(self, rel: str) -> list[Entry]:
-        """The entries of folder ``rel`` ("" for the root), sorted by name; [] when it does not exist."""
-        if self.remote:
-            try:
-                infos = self._fs.ls(self._abs(rel), detail=True)
-            except FileNotFoundError:
-                return []
-            except Exception as e:  # the storage's own error: report it, do not stop the check
-                self.refused.append((rel or ".", f"cannot be listed ({type(e).__name__}: {e})"))
-                return []
-            out = []
-            base = self._abs(rel).rstrip("/")
-            for info in infos:
-                name = posixpath.basename(info["name"].rstrip("/"))
-                if not name or info["name"].rstrip("/") == base:
-                    continue  # some stores list the folder itself
-                out.append(Entry(name, "dir" if info.get("type") == "directory" else "file"))
-            return sorted(set(out))
-        d = self._local(rel)
-        try:
-            with os.scandir(d) as it:
-                names = sorted(e.name for e in it)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            self.refused.append((rel or ".", f"folder cannot be listed ({e.strerror or e})"))
-            return []
-        out = []
-        for n in names:
-            r = posixpath.join(rel, n) if rel else n
-            try:
-                kind = self._local_kind(r)
-            except ViewError as e:
-                out.append(Entry(n, "other", _why(e)))
-                continue
-            out.append(Entry(n, kind))
-        return out
-
     def walk(self) -> Iterator[tuple[str, list[str], list[str]]]:
         """``(folder, subfolders, files)`` top-down from the root, relative POSIX paths ("" is the root).
 
         Entries that are refused (a symlink leaving the root, a FIFO, a device, a loop) are neither listed nor
         followed; each is recorded in :attr:`refused`. A symlinked folder inside the root is walked once."""
-        seen: set[str] = set()
-        stack = [""]
-        while stack:
-            rel = stack.pop()
-            if not self.remote:
-                real = os.path.realpath(self._local(rel))
-                if real in seen:
-                    continue
-                seen.add(real)
+        if self.remote:
+            folders = walk(self._root, links="report", fs=self._fs, on_error=self._unlisted)
+        else:
+            folders = walk(self.where, links="report", on_error=self._unlisted)
+        for folder in folders:
             dirs, files = [], []
-            for e in self.listdir(rel):
-                r = posixpath.join(rel, e.name) if rel else e.name
+            for e in folder.entries:
                 if e.kind == "dir":
                     dirs.append(e.name)
                 elif e.kind == "file":
                     files.append(e.name)
-                else:
-                    self.refused.append((r, e.why))
-            yield rel, dirs, files
-            stack.extend(posixpath.join(rel, d) if rel else d for d in reversed(dirs))
+                elif (why := _refused(e)) is not None:
+                    self.refused.append((e.rel, why))
+            yield folder.rel, dirs, files
+
+    def _unlisted(self, path: str, rel: str, e: Exception) -> None:
+        if isinstance(e, FileNotFoundError):
+            return
+        if self.remote:
+            self.refused.append((rel or ".", f"cannot be listed ({type(e).__name__}: {e})"))
+        else:
+            self.refused.append((rel or ".", f"folder cannot be listed ({getattr(e, 'strerror', None) or e})"))
 
     # ---- files ----------------------------------------------------------------------------------------
     def size(self, rel: str) -> int | None:
@@ -248,6 +208,17 @@ class RunView:
         if stat.S_ISREG(mode):
             return "file"
         raise ViewError(f"{rel}: not a regular file ({_kind(mode)}); not read")
+
+
+def _refused(e: WalkEntry) -> str | None:
+    """Why a walked entry is not read (None: it vanished since its folder was listed)."""
+    if e.kind == "outside":
+        return "symlink points outside the run directory; not followed"
+    if e.kind == "broken":
+        if isinstance(e.error, FileNotFoundError):
+            return "dangling symlink" if e.link else None
+        return f"cannot be followed ({getattr(e.error, 'strerror', None) or e.error})"
+    return f"not a regular file ({_kind(e.st.st_mode if e.st else 0)}); not read"
 
 
 def _kind(mode: int) -> str:

@@ -20,7 +20,7 @@ import time
 
 from distprof.capture.backends.process import WrapSpec, tool_command
 from distprof.rundir.layout import temp_name
-from distprof.rundir.safefile import touch
+from distprof.rundir.safefile import replace, touch
 from distprof.util.envvars import WRAPPED_BY
 from distprof.util.procfs import alive, first_child, wait_for_handler
 
@@ -53,7 +53,7 @@ def finalize_outputs(out_dir: str, pid: int) -> list[str]:
         if name.startswith(prefix) and not name.endswith(FINALIZER_SUFFIX):
             final = name[len(prefix):]
             try:
-                os.replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
+                replace(os.path.join(out_dir, name), os.path.join(out_dir, final))
             except FileNotFoundError:
                 continue
             done.append(final)

@@ -52,10 +52,13 @@ TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
 RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
-COLLECT_JSON = "collect.json"  # what the last distprof.integrations.ray.collect into this folder could not reach (for check)
+# What the last distprof.integrations.ray.collect into this folder could not reach (for check).
+COLLECT_JSON = "collect.json"
 RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
-DRIVER_ROLE = "driver"  # the process running an RL loop (distprof.integrations.ray.driver): its phases wait on the other roles
-RAY_TIMELINE = "ray_timeline"  # the manifest ``backend`` of a window's Ray task timeline (distprof.integrations.ray.timeline)
+# The process running an RL loop (distprof.integrations.ray.driver): its phases wait on the other roles.
+DRIVER_ROLE = "driver"
+# The manifest ``backend`` of a window's Ray task timeline (distprof.integrations.ray.timeline).
+RAY_TIMELINE = "ray_timeline"
 _RAY_TIMELINE_SUFFIX = ".ray_timeline.json.gz"
 PROCESS_BACKENDS = ("nsys", "rocprof_sys", "py_spy", "memray")  # tools that wrap the whole worker process
 

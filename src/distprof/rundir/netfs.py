@@ -99,13 +99,13 @@ def open_url(url: str, mode: str = "rb"):
     return fs.open(path, mode)
 
 
-def is_timeout(e: BaseException) -> bool:
+def is_timeout(e: BaseException | None) -> bool:
     """A request that got no answer in time (botocore's, aiohttp's, fsspec's or the socket's own timeout)."""
-    seen = 0
-    while e is not None and seen < 8:
-        if any(c.__name__ in _TIMEOUT_NAMES for c in type(e).__mro__):
+    seen, cur = 0, e
+    while cur is not None and seen < 8:
+        if any(c.__name__ in _TIMEOUT_NAMES for c in type(cur).__mro__):
             return True
-        e, seen = e.__cause__ or e.__context__, seen + 1
+        cur, seen = cur.__cause__ or cur.__context__, seen + 1
     return False
 
 

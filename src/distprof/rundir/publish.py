@@ -34,7 +34,7 @@ def publish(run: RunDir, rel_dir: str, staged: list[tuple[str, str]], fields: di
             fields["export_s"] = round(time.perf_counter() - t0, 6)
         first = published[0] if published else None  # no file: a window the memory guard did not export
         return WindowRecord(**fields, written_time=time.time(), files=[FileEntry(p.path, p.bytes) for p in published],
-                            file=first and first.path, bytes=first and first.bytes,
+                            file=first.path if first else None, bytes=first.bytes if first else None,
                             writer_conflict=any(p.conflict for p in published))
 
     if run.remote:

@@ -12,7 +12,8 @@ creation goes through.
   the way that is a symbolic link is :class:`UnsafePath` (a ``ValueError``), one line naming it. The root itself
   is the caller's choice and may be a link. A rename onto a destination that is a link replaces the link.
 - :func:`temp_path` hands a fresh, unpredictable temporary name (created empty, exclusively) to a writer that
-  must open it itself (torch's trace export).
+  must open it itself (torch's trace export); :func:`place` (first writer wins) or :func:`replace` gives such a
+  file its final name.
 
 Standard library only; imports :mod:`.layout` for the temporary's name.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "no_links",
     "open_folder",
     "place",
+    "replace",
     "temp_path",
     "touch",
     "write_bytes",
@@ -186,6 +188,20 @@ def place(tmp: str, final: str) -> bool:
         os.close(dfd)
 
 
+def replace(tmp: str, final: str) -> None:
+    """Give the file ``tmp`` the name ``final`` in the same folder, replacing whatever is there (a link at ``final``
+    is replaced, never followed): the rename of a temporary written by someone else (a tool's hidden output, a
+    snapshot written by torch). ``FileNotFoundError`` when ``tmp`` is gone (renamed already)."""
+    folder = os.path.dirname(final)
+    if os.path.dirname(tmp) != folder:
+        raise UnsafePath(f"{tmp}: a temporary must sit in its destination's folder {folder}")
+    dfd = os.open(folder or ".", _DIR)
+    try:
+        os.replace(os.path.basename(tmp), os.path.basename(final), src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
 class AtomicWriter:
     """``with AtomicWriter(root, rel) as f: f.write(...)``: ``root/rel`` appears whole when the block ends without
     an error, and nothing is left otherwise. ``exclusive``: only if ``rel`` does not exist yet (first writer wins;
@@ -214,7 +230,8 @@ class AtomicWriter:
         return self.file
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        dfd, f = self._dfd, self.file
+        dfd, f, tmp = self._dfd, self.file, self._tmp
+        assert dfd is not None and f is not None and tmp is not None  # (set by __enter__)
         try:
             if exc_type is None:
                 f.flush()
@@ -222,16 +239,16 @@ class AtomicWriter:
                     os.fsync(f.fileno())  # a full disk may only say so at write-back: find out before renaming
                 f.close()
                 if self.exclusive:
-                    self.placed = _link_first(dfd, self._tmp, self.name)
+                    self.placed = _link_first(dfd, tmp, self.name)
                 else:
-                    os.replace(self._tmp, self.name, src_dir_fd=dfd, dst_dir_fd=dfd)  # never follows a link
+                    os.replace(tmp, self.name, src_dir_fd=dfd, dst_dir_fd=dfd)  # never follows a link
                     self.placed = True
         finally:
             if not f.closed:
                 f.close()
             if not (self.placed and not self.exclusive):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._tmp, dir_fd=dfd)
+                    os.unlink(tmp, dir_fd=dfd)
             os.close(dfd)
 
 

@@ -26,6 +26,7 @@ from distprof.rundir.layout import MANIFEST, RUN_JSON, TMP_PREFIX, conflict_name
 from distprof.rundir.manifest import MANIFEST_LIMIT, WindowRecord, encode_record, read_manifest
 from distprof.rundir.safefile import make_folder, place, write_bytes
 from distprof.rundir.safefile import temp_path as safe_temp_path
+from distprof.rundir.walk import walk
 
 logger = logging.getLogger(__name__)
 
@@ -138,9 +139,10 @@ class RunDir:
 
         Two processes that claim one (role, rank) write the same names: the second keeps its file under
         :func:`layout.conflict_name` (``Published.conflict``). Locally this is exact (a hard link fails if the
-        name exists; a file system without hard links gets a check before a rename); on an object store it is a check before the put, so two puts racing within one round
-        trip can still overwrite each other (object stores have no portable create-if-absent). ``unlink``: delete
-        ``tmp`` once put (the upload thread does it itself, unless stop() has kept the window locally meanwhile).
+        name exists; a file system without hard links gets a check before a rename); on an object store it is a
+        check before the put, so two puts racing within one round trip can still overwrite each other (object
+        stores have no portable create-if-absent). ``unlink``: delete ``tmp`` once put (the upload thread does it
+        itself, unless stop() has kept the window locally meanwhile).
         """
         size = os.path.getsize(tmp)
         if self.remote:
@@ -281,18 +283,19 @@ def _shown(path: str) -> str:
 def list_files(root: str) -> list[dict[str, Any]]:
     """Finished files under a local ``root`` (hidden temporaries excluded), paths relative to it.
 
-    Only regular files are listed, and symlinks are neither listed nor followed: a link placed in a run
-    directory must never bring a file from elsewhere along (``collect`` copies what this lists).
+    Only regular files are listed, and symlinks are neither listed nor followed (the walk's ``links="skip"``): a
+    link placed in a run directory must never bring a file from elsewhere along (``collect`` copies what this lists).
     """
     out = []
-    for d, dirs, names in os.walk(root):  # os.walk does not descend into symlinked folders
-        dirs[:] = sorted(x for x in dirs if not x.startswith(TMP_PREFIX) and not os.path.islink(os.path.join(d, x)))
-        for n in sorted(names):
-            full = os.path.join(d, n)
-            if n.startswith(TMP_PREFIX) or os.path.islink(full) or not os.path.isfile(full):
-                continue
-            out.append({"path": os.path.relpath(full, root), "bytes": os.path.getsize(full)})
+    for folder in walk(root, links="skip", skip=_temporary):
+        for e in folder.entries:
+            if e.kind == "file" and e.st is not None:
+                out.append({"path": os.path.relpath(e.path, root), "bytes": e.st.st_size})
     return out
+
+
+def _temporary(name: str) -> bool:
+    return name.startswith(TMP_PREFIX)
 
 
 def manifest_records(root: str) -> list[WindowRecord]:

@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from distprof.rundir.layout import MANIFEST
@@ -32,7 +32,8 @@ __all__ = ["DRAIN_TIMEOUT_S", "QUEUE_WINDOWS", "RETRY_BUDGET_S", "StoreWrite", "
 
 RETRY_BUDGET_S = 60.0  # per window: how long an object store may stay unreachable before the files are kept locally
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 0.5, 8.0
-DRAIN_TIMEOUT_S = 15.0  # at stop(): wait this long for pending uploads, then keep them locally (fits a SIGTERM grace period)
+# At stop(): wait this long for pending uploads, then keep them locally (fits a SIGTERM grace period).
+DRAIN_TIMEOUT_S = 15.0
 KEEP_GRACE_S = 5.0  # then: wait this long for a window the upload thread is moving to the unsent folder (local disk)
 QUEUE_WINDOWS = 64  # windows waiting at most; one more is kept locally at once (a step never waits for room)
 
@@ -80,7 +81,7 @@ class _Flight:
 
     __slots__ = ("claimed", "counted", "job", "published", "todo")
 
-    def __init__(self, job: UploadJob):
+    def __init__(self, job: UploadJob | StoreWrite):
         self.job = job
         self.todo = list(job.files)  # still staged here
         self.published: list[Published] = []  # already on the object store
@@ -93,7 +94,7 @@ class Uploader:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._q: queue.Queue[UploadJob] = queue.Queue(maxsize=QUEUE_WINDOWS)
+        self._q: queue.Queue[UploadJob | StoreWrite] = queue.Queue(maxsize=QUEUE_WINDOWS)
         self._cv = threading.Condition()
         self._pending = 0  # queued + in flight
         self._flight: _Flight | None = None
@@ -103,7 +104,7 @@ class Uploader:
         self._thread.start()
 
     # ---- training thread -------------------------------------------------------------------------------------
-    def submit(self, job: UploadJob) -> None:
+    def submit(self, job: UploadJob | StoreWrite) -> None:
         """Queue ``job``; never blocks. With the queue full the window is kept locally at once."""
         with self._cv:
             self._pending += 1
@@ -242,6 +243,7 @@ class Uploader:
 
     def _upload(self, flight: _Flight) -> None:
         job = flight.job
+        assert isinstance(job, UploadJob)  # (a StoreWrite is written by _write)
         deadline = time.monotonic() + RETRY_BUDGET_S
         backoff, attempt = FIRST_BACKOFF_S, 0
         while True:
@@ -288,8 +290,8 @@ class Uploader:
                     flight.published, settled=lambda: self._count(flight), try_store=True)
 
 
-def _keep_local(job: UploadJob, error: str, published: list[Published] = (), settled: Callable[[], None] | None = None,
-                try_store: bool = False) -> None:
+def _keep_local(job: UploadJob | StoreWrite, error: str, published: Sequence[Published] = (),
+                settled: Callable[[], None] | None = None, try_store: bool = False) -> None:
     """Keep a window's files that did not reach the object store in the run's unsent folder with its manifest line
     beside them, and say where; then (``try_store``) put the line in the object store's manifest too, if it
     answers. ``settled`` is called once the window is safe on this host, before that network call. A

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from distprof.rundir.layout import MANIFEST, RUN_FILES, is_ray_timeline, is_url, rank_of_dir, stage_of_file
 from distprof.rundir.manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
+from distprof.rundir.walk import walk
 from distprof.trace.source import TraceError, file_kind, open_local
 
 logger = logging.getLogger(__name__)
@@ -147,13 +148,12 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None,
         raise TraceError(f"{path}: no such file or directory")
     found = []
 
-    def unlisted(e: Exception) -> None:
+    def unlisted(d: str, rel: str, e: Exception) -> None:
         problem(getattr(e, "filename", None) or path, f"cannot be listed ({describe(e) if is_timeout(e) else e})")
 
-    for d, dirs, names in fs.walk(root, on_error=unlisted):
-        rel = posixpath.relpath(d, root) if d != root else ""
-        if any(part.startswith(".") for part in rel.split("/") if part):
-            continue
+    for folder in walk(root, links="report", fs=fs, skip=_hidden, on_error=unlisted):
+        d = folder.path
+        names = [e.name for e in folder.entries if e.kind != "dir"]
         windows, manifest_rank, role, run_root = {}, _run_dir(d, set(names)), None, None
         if manifest_rank is not None:
             try:
@@ -164,7 +164,7 @@ def find_traces(path: str, problems: list[tuple[str, str]] | None = None,
                         f"cannot be read ({describe(e) if is_timeout(e) else e})")
             role = _role(d, windows)
             run_root = _run_root(d, role, root)
-        for n in sorted(names):
+        for n in names:
             if _is_trace_name(n):
                 found.append(TraceFile(fs.unstrip_protocol(posixpath.join(d, n)), manifest_rank, _file_role(role, n),
                                        windows.get(n), run_dir=run_root))
@@ -193,57 +193,41 @@ def _find_local(path: str, problem: Callable[[str, str], None], timelines: list[
     if not stat.S_ISDIR(st.st_mode):
         raise TraceError(f"{path}: not a regular file ({file_kind(st.st_mode)})")
     top = os.path.abspath(root)
-    real_top = os.path.realpath(top)
-    inside = real_top.rstrip("/") + "/"
-    seen = {(st.st_dev, st.st_ino)}  # folders already walked (a symlink back up must not loop)
+    inside = os.path.realpath(top).rstrip("/") + "/"
     found: list[TraceFile] = []
-    stack = [top]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            problem(d, f"folder cannot be listed ({e.strerror or e})")
-            continue
-        names = {e.name for e in entries}
-        windows, manifest_rank, role, run_root = {}, _run_dir(d, names), None, None
+
+    def unlisted(d: str, rel: str, e: Exception) -> None:
+        problem(d, f"folder cannot be listed ({getattr(e, 'strerror', None) or e})")
+
+    for folder in walk(top, links="report", skip=_hidden, on_error=unlisted):
+        d = folder.path
+        windows, manifest_rank, role, run_root = {}, _run_dir(d, set(folder.names)), None, None
         if manifest_rank is not None:
             windows = _read_manifest(os.path.join(d, MANIFEST), inside, problem)
             role = _role(d, windows)
             run_root = _run_root(d, role, top)
-        subdirs = []
-        for e in entries:
-            if e.name.startswith("."):
+        for ent in folder.entries:
+            p = ent.path
+            if ent.kind == "outside":
+                problem(p, f"symlink points outside {path}; not followed")
+            elif ent.kind == "broken":
+                problem(p, f"cannot be followed ({getattr(ent.error, 'strerror', None) or ent.error})")
+            elif ent.kind == "dir":
                 continue
-            p = e.path
-            try:
-                if e.is_symlink():
-                    target = os.path.realpath(p)
-                    if target != real_top and not target.startswith(inside):
-                        problem(p, f"symlink points outside {path}; not followed")
-                        continue
-                    est = os.stat(p)  # inside: follow it (a loop fails here, it does not hang)
-                else:
-                    est = e.stat(follow_symlinks=False)
-            except OSError as err:
-                problem(p, f"cannot be followed ({err.strerror or err})")
-                continue
-            if stat.S_ISDIR(est.st_mode):
-                if (est.st_dev, est.st_ino) not in seen:
-                    seen.add((est.st_dev, est.st_ino))
-                    subdirs.append(p)
-            elif _is_trace_name(e.name):
-                if not stat.S_ISREG(est.st_mode):
-                    problem(p, f"not a regular file ({file_kind(est.st_mode)}); not read")
+            elif _is_trace_name(ent.name):
+                if ent.kind != "file":
+                    problem(p, f"not a regular file ({file_kind(ent.st.st_mode if ent.st else 0)}); not read")
                     continue
-                found.append(TraceFile(p, manifest_rank, _file_role(role, e.name), windows.get(e.name),
+                found.append(TraceFile(p, manifest_rank, _file_role(role, ent.name), windows.get(ent.name),
                                        run_dir=run_root))
-            elif timelines is not None and is_ray_timeline(e.name) and stat.S_ISREG(est.st_mode):
+            elif timelines is not None and is_ray_timeline(ent.name) and ent.kind == "file":
                 timelines.append(p)
-        stack.extend(reversed(subdirs))
     found.sort(key=lambda f: f.path)
     return found
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith(".")
 
 
 def _read_manifest(p: str, inside: str, problem: Callable[[str, str], None]) -> dict[str, WindowRecord]:

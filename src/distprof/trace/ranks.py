@@ -141,46 +141,61 @@ def _partition(files: list, same_rank: bool) -> list[list]:
     for i, info in enumerate(files):
         by_key[_key(info)].append(i)
     for idx in by_key.values():
-        by_dir: dict[Any, list[int]] = defaultdict(list)
-        for i in idx:
-            if files[i].start_us is not None:
-                by_dir[_facts(files[i]).get("run_dir")].append(i)
-        for timed in by_dir.values():
-            timed.sort(key=lambda i: files[i].start_us)
-            anchor, reach = None, -float("inf")
-            for i in timed:
-                if anchor is None or files[i].start_us > reach + RUN_GAP_S * 1e6:
-                    anchor = i
-                else:
-                    sets.join(anchor, i)
-                reach = max(reach, files[i].end_us)
-        anchors: dict[Any, list[int]] = defaultdict(list)
-        for i in idx:
-            tags = [("process", _facts(files[i]).get("process"))]
-            if same_rank:
-                tags.append(("rank", files[i].rank))
-            for tag in tags:
-                if tag[1] is None:
-                    continue
-                # One process never runs a step twice at two times: a pid that holds the same step again, traced
-                # elsewhere in time, is another process that got the same pid (containers start their pids alike).
-                j = next((a for a in anchors[tag] if tag[0] == "rank" or not _replayed(files[a], files[i])), None)
-                if j is None:
-                    anchors[tag].append(i)
-                else:
-                    sets.join(j, i)
-        # A file without a span (no events) that nothing else ties to a run joins the first of its kind.
-        size = Counter(sets.find(i) for i in idx)
-        lone = {i for i in idx if files[i].start_us is None and size[sets.find(i)] == 1}
-        rest = [i for i in idx if i not in lone]
-        for i in lone:
-            if rest:
-                sets.join(rest[0], i)
+        _link_in_time(files, idx, sets)
+        _link_by_writer(files, idx, sets, same_rank)
+        _join_lone(files, idx, sets)
     groups: dict[int, list] = defaultdict(list)
     for i, info in enumerate(files):
         groups[sets.find(i)].append(info)
     return sorted(groups.values(), key=lambda g: (min((f.start_us for f in g if f.start_us is not None),
                                                       default=float("inf")), min(f.rank for f in g)))
+
+
+def _link_in_time(files: list, idx: list[int], sets: _Sets) -> None:
+    """Join the files ``idx`` (of one fixed key) traced within :data:`RUN_GAP_S` of each other in one run
+    directory."""
+    by_dir: dict[Any, list[int]] = defaultdict(list)
+    for i in idx:
+        if files[i].start_us is not None:
+            by_dir[_facts(files[i]).get("run_dir")].append(i)
+    for timed in by_dir.values():
+        timed.sort(key=lambda i: files[i].start_us)
+        anchor, reach = None, -float("inf")
+        for i in timed:
+            if anchor is None or files[i].start_us > reach + RUN_GAP_S * 1e6:
+                anchor = i
+            else:
+                sets.join(anchor, i)
+            reach = max(reach, files[i].end_us)
+
+
+def _link_by_writer(files: list, idx: list[int], sets: _Sets, same_rank: bool) -> None:
+    """Join the files ``idx`` written by one process (and, ``same_rank``, of one rank)."""
+    anchors: dict[Any, list[int]] = defaultdict(list)
+    for i in idx:
+        tags = [("process", _facts(files[i]).get("process"))]
+        if same_rank:
+            tags.append(("rank", files[i].rank))
+        for tag in tags:
+            if tag[1] is None:
+                continue
+            # One process never runs a step twice at two times: a pid that holds the same step again, traced
+            # elsewhere in time, is another process that got the same pid (containers start their pids alike).
+            j = next((a for a in anchors[tag] if tag[0] == "rank" or not _replayed(files[a], files[i])), None)
+            if j is None:
+                anchors[tag].append(i)
+            else:
+                sets.join(j, i)
+
+
+def _join_lone(files: list, idx: list[int], sets: _Sets) -> None:
+    """A file without a span (no events) that nothing else ties to a run joins the first of its kind."""
+    size = Counter(sets.find(i) for i in idx)
+    lone = {i for i in idx if files[i].start_us is None and size[sets.find(i)] == 1}
+    rest = [i for i in idx if i not in lone]
+    for i in lone:
+        if rest:
+            sets.join(rest[0], i)
 
 
 def _replayed(a: Any, b: Any) -> bool:
@@ -199,35 +214,52 @@ def _why(role: str, groups: list[list]) -> str:
     """One warning: which ranks each run holds, and what tells the runs apart."""
     who = "; ".join(f"run {n + 1}: ranks " + ",".join(str(r) for r in sorted({f.rank for f in g}))
                     for n, g in enumerate(groups))
-    reasons = []
     keys = [_key(g[0]) for g in groups]
+    dirs = [sorted({str(_facts(f).get("run_dir")) for f in g}) for g in groups]
+    reasons = [*_fixed_reasons(keys), *_dir_reasons(dirs), *_time_reasons(groups, keys, dirs)]
+    return (f"{'role ' + repr(role) + ': ' if role else ''}ranks of {len(groups)} different runs, analysed apart and "
+            f"never matched as one job ({who}): {'; '.join(reasons) or 'nothing ties them together'}")
+
+
+def _fixed_reasons(keys: list[tuple]) -> list[str]:
+    """The fixed facts (world size, backend) the runs disagree on."""
+    reasons = []
     for k, (_, what) in enumerate(_FIXED):
         seen = list(dict.fromkeys(key[k] for key in keys))
         if len(seen) > 1:
             shown = ["unknown" if v is None else "the path itself" if v == "" else str(v) for v in seen]
             reasons.append(f"{what} {' vs '.join(shown)}")
-    dirs = [sorted({str(_facts(f).get("run_dir")) for f in g}) for g in groups]
-    if len({tuple(d) for d in dirs}) > 1:
-        shown = list(dict.fromkeys("the path itself" if d == "" else "none" if d == "None" else d
-                                   for ds in dirs for d in ds))
-        reasons.append(f"run directory {' vs '.join(shown)}")
+    return reasons
+
+
+def _dir_reasons(dirs: list[list[str]]) -> list[str]:
+    """The run directories, when the runs' differ."""
+    if len({tuple(d) for d in dirs}) <= 1:
+        return []
+    shown = list(dict.fromkeys("the path itself" if d == "" else "none" if d == "None" else d
+                               for ds in dirs for d in ds))
+    return [f"run directory {' vs '.join(shown)}"]
+
+
+def _time_reasons(groups: list[list], keys: list[tuple], dirs: list[list[str]]) -> list[str]:
+    """How far apart in time the runs were traced: between runs that only time tells apart, else between all
+    (when every gap is over :data:`RUN_GAP_S`)."""
     spans = [_span(g) for g in groups]
-    same = [(spans[i], spans[j]) for i in range(len(groups)) for j in range(i + 1, len(groups))
-            if keys[i] == keys[j] and dirs[i] == dirs[j] and spans[i] and spans[j]]
+    same = [(a, b) for i, a in enumerate(spans) for j, b in enumerate(spans)
+            if i < j and keys[i] == keys[j] and dirs[i] == dirs[j] and a and b]
     if same:  # runs that only time tells apart
         gap = min(max(b[0] - a[1], a[0] - b[1]) for a, b in same)
-        reasons.append(f"traced at least {_duration(max(gap, 0.0) / 1e6)} apart")
-    else:
-        timed = sorted(s for s in spans if s)
-        gaps, reach = [], -float("inf")
-        for lo, hi in timed:
-            if reach > -float("inf"):
-                gaps.append(lo - reach)
-            reach = max(reach, hi)
-        if gaps and min(gaps) > RUN_GAP_S * 1e6:
-            reasons.append(f"traced at least {_duration(min(gaps) / 1e6)} apart")
-    return (f"{'role ' + repr(role) + ': ' if role else ''}ranks of {len(groups)} different runs, analysed apart and "
-            f"never matched as one job ({who}): {'; '.join(reasons) or 'nothing ties them together'}")
+        return [f"traced at least {_duration(max(gap, 0.0) / 1e6)} apart"]
+    timed = sorted(s for s in spans if s)
+    gaps: list[float] = []
+    reach = -float("inf")
+    for lo, hi in timed:
+        if reach > -float("inf"):
+            gaps.append(lo - reach)
+        reach = max(reach, hi)
+    if gaps and min(gaps) > RUN_GAP_S * 1e6:
+        return [f"traced at least {_duration(min(gaps) / 1e6)} apart"]
+    return []
 
 
 def assign_runs(infos: Iterable[Any]) -> list[str]:

@@ -1,4 +1,5 @@
-"""What a salvaged read lost where the bytes were not JSON: how many events a skipped stretch held, estimated.
+"""What a salvaged read lost: :class:`ReadReport` (one file's account), and where the bytes were not JSON, how many
+events a skipped stretch held, estimated (:class:`Skipped`).
 
 The reader (:mod:`.reader`) jumps over malformed JSON to where the next event starts. One broken event and a
 23 MB corrupt region are both one such place; the bytes jumped over are counted exactly, and the events they
@@ -9,9 +10,33 @@ the note says it is an estimate.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["Skipped"]
+__all__ = ["ReadReport", "Skipped"]
+
+
+@dataclass
+class ReadReport:
+    """What reading one file lost (all zero/empty for a file read whole)."""
+    truncated: bool = False  # the file ended before the events array or the document closed
+    events_skipped: int = 0  # elements of traceEvents that are not events (see :mod:`.reader`)
+    bytes_unread: int = 0  # decoded bytes after the last usable element that could not be used (truncated files)
+    notes: list[str] = field(default_factory=list)  # one short line per problem
+    bytes_skipped: int = 0  # malformed JSON jumped over to the next event (each place one of events_skipped)
+    events_lost_estimate: int = 0  # the events those bytes held, estimated from the mean event size (:class:`Skipped`)
+
+    @property
+    def salvaged(self) -> bool:
+        """True when anything was lost: the file was read only in part."""
+        return self.truncated or self.events_skipped > 0 or self.bytes_unread > 0 or bool(self.notes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"truncated": self.truncated, "events_skipped": self.events_skipped, "bytes_unread": self.bytes_unread,
+                "notes": list(self.notes), "bytes_skipped": self.bytes_skipped,
+                "events_lost_estimate": self.events_lost_estimate}
+
 
 
 class Skipped:
@@ -29,7 +54,7 @@ class Skipped:
         self.places += 1
         self.bytes += max(int(nbytes), 0)
 
-    def counted(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    def counted(self, chunks: Generator[bytes, None, None]) -> Generator[bytes, None, None]:
         """``chunks`` (the read's decoded bytes), their length added to :attr:`decoded`."""
         with contextlib.closing(chunks):
             for c in chunks:

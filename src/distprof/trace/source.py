@@ -14,7 +14,7 @@ import logging
 import os
 import stat
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 from isal import isal_zlib
 
@@ -113,7 +113,8 @@ def read_span(path: str, start: int, end: int, brackets: bool = False,
 
 
 def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, problem: list[str],
-                offset: int = 0, ident: tuple[int, int] | None = None, end: int | None = None) -> Iterator[bytes]:
+                offset: int = 0, ident: tuple[int, int] | None = None, end: int | None = None
+                ) -> Generator[bytes, None, None]:
     """The file's bytes in chunks of at most ``size``, gunzipped on the fly when it is gzip.
 
     Only the bytes the file had when it was opened are read (``end``: that size, when known from an earlier
@@ -173,7 +174,8 @@ def byte_chunks(path: str, size: int, on_read: Callable[[int], None] | None, pro
                 yield out
             return
         except _Corrupt:
-            logger.debug("%s: ISA-L found the gzip stream corrupt after %d bytes; reading it again with zlib", path, produced)
+            logger.debug("%s: ISA-L found the gzip stream corrupt after %d bytes; reading it again with zlib", path,
+                         produced)
         again = None
         try:
             f.seek(0)

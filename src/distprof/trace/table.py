@@ -14,22 +14,15 @@ Times in the table are µs since the file's first event; ``info.offset_us`` turn
 from __future__ import annotations
 
 import logging
-from array import array
 from collections import Counter
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from functools import partial
-from itertools import compress, count, repeat
-from operator import attrgetter, is_
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import numpy as np
 
-from distprof.trace.reader import Complete, Int64, Meta, decode_run
+from distprof.trace.columns import Columns, dense, final_streams
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import (
-    KIND_OF_CATEGORY,
     ON_DEVICE,
     Kind,
     ThreadKind,
@@ -51,56 +44,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["FileInfo", "Sets", "TraceTable"]
-
-
-class _Args(msgspec.Struct, gc=False):
-    """The args analyses use; every other key is skipped by the decoder without building it."""
-    correlation: Int64 | None = None  # ids land in int64 columns: a bigger number makes the args unusable
-    external_id: Int64 | None = msgspec.field(default=None, name="External id")
-    stream: Int64 | str | None = None
-    pg: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-
-
-class _MetaArgs(msgspec.Struct):
-    name: str | None = None
-
-
-_args_decoder = msgspec.json.Decoder(_Args)
-_args_list_decoder = msgspec.json.Decoder(list[_Args])
-_meta_decoder = msgspec.json.Decoder(_MetaArgs)
-_NO_ARGS = _Args()
-_CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
-_IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
-_ARGS = attrgetter("args")
-_CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
-
-# Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
-_NEEDS_ARGS = [False] * 16
-for _k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME, Kind.DEVICE_SYNC, Kind.GPU_ANNOTATION):
-    _NEEDS_ARGS[_k] = True
-
-
-def _decode_args(raw: msgspec.Raw) -> _Args:
-    if not raw:
-        return _NO_ARGS
-    try:
-        return _args_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return _NO_ARGS  # args of the wrong shape: the event still counts, without its links
-
-
-def _decode_many(raws: list) -> list[_Args]:
-    """Many events' args in one decoder call (one per batch, not one per event); if any is of the wrong
-    shape, each on its own so that only that one loses its links."""
-    try:
-        return _args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return list(map(_decode_args, raws))
-
-
-def _or_minus_one(values: list) -> list:
-    return [-1 if v is None else v for v in values] if None in values else values
 
 
 @dataclass
@@ -181,40 +124,51 @@ class TraceTable:
         return self
 
     def _finish(self, t, sel, cols: Columns) -> None:
-        name_ids, track_ids, thread_names = cols.name_ids, cols.track_ids, cols.thread_names
-        ts_a, dur_a, kind_a, name_a, track_a = cols.ts, cols.dur, cols.kind, cols.name, cols.track
-        arg_i, arg_corr, arg_ext, arg_stream = cols.arg_i, cols.arg_corr, cols.arg_ext, cols.arg_stream
-        meta, rpc_ext, unknown = cols.meta, cols.rpc_ext, cols.unknown
-        n = len(ts_a)
-        self.names = list(name_ids)
-        ts = np.frombuffer(ts_a, dtype=np.float64) if n else np.empty(0)
+        """The table from the columns read: in named steps, each setting the attributes it says."""
+        n = len(cols.ts)
+        self.names = list(cols.name_ids)
+        step_rows = self._columns(cols, n)
+        self._communication(cols.meta, cols.rpc_ext, n)
+        self._steps(t, sel, step_rows, n)
+        # Threads: names from metadata, kinds from the name or from what the thread runs.
+        self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]
+        self._classify_tracks()
+        self._identity(t, cols.unknown, n)
+
+    def _columns(self, cols: Columns, n: int) -> list[tuple[int, int]]:
+        """Times, kinds, names, threads and the args' ids as numpy columns; returns the ProfilerStep markers as
+        (event index, step number) rows (their kind is now STEP)."""
+        ts = np.frombuffer(cols.ts, dtype=np.float64) if n else np.empty(0)
         # Times relative to the file's first event: epoch-µs timestamps (~1e15) leave float64 no room for
         # the sub-µs parts, so ends and interval lengths are computed on small numbers.
         self.t0 = float(ts.min()) if n else 0.0
         self.ts = ts - self.t0
-        self.dur = np.frombuffer(dur_a, dtype=np.float64) if n else np.empty(0)
+        self.dur = np.frombuffer(cols.dur, dtype=np.float64) if n else np.empty(0)
         self.end = self.ts + self.dur
-        self.kind = np.frombuffer(kind_a, dtype=np.int8).copy() if n else np.empty(0, dtype=np.int8)
-        self.name = _dense(name_a, name_ids)
+        self.kind = np.frombuffer(cols.kind, dtype=np.int8).copy() if n else np.empty(0, dtype=np.int8)
+        self.name = dense(cols.name, cols.name_ids)
         # ProfilerStep#N markers (user_annotation, or Operator in the 2021 schema) become steps, judged once
         # per distinct name.
-        step_of_name = np.array([-1 if (v := profiler_step(nm)) is None else v for nm in self.names] or [-1], dtype=np.int64)
+        step_of_name = np.array([-1 if (v := profiler_step(nm)) is None else v for nm in self.names] or [-1],
+                                dtype=np.int64)
         marker = ((self.kind == Kind.ANNOTATION) | (self.kind == Kind.CPU_OP)) & (step_of_name[self.name] >= 0) \
             if n else np.zeros(0, dtype=bool)
         self.kind[marker] = Kind.STEP
-        step_rows = list(zip(np.flatnonzero(marker).tolist(), step_of_name[self.name[marker]].tolist()))
-        self.track = _dense(track_a, track_ids)
-        idx = np.frombuffer(arg_i, dtype=np.int64) if len(arg_i) else np.empty(0, dtype=np.int64)
+        step_rows = list(zip(np.flatnonzero(marker).tolist(), step_of_name[self.name[marker]].tolist(), strict=True))
+        self.track = dense(cols.track, cols.track_ids)
+        idx = np.frombuffer(cols.arg_i, dtype=np.int64) if len(cols.arg_i) else np.empty(0, dtype=np.int64)
         self.corr = np.full(n, -1, dtype=np.int64)
         self.ext = np.full(n, -1, dtype=np.int64)
         self.stream = np.full(n, -1, dtype=np.int64)
         if idx.size:
-            self.corr[idx] = np.frombuffer(arg_corr, dtype=np.int64)
-            self.ext[idx] = np.frombuffer(arg_ext, dtype=np.int64)
-            self.stream[idx] = _final_streams(np.frombuffer(arg_stream, dtype=np.int64))
+            self.corr[idx] = np.frombuffer(cols.arg_corr, dtype=np.int64)
+            self.ext[idx] = np.frombuffer(cols.arg_ext, dtype=np.int64)
+            self.stream[idx] = final_streams(np.frombuffer(cols.arg_stream, dtype=np.int64))
+        return step_rows
 
-        # Communication: kernels by family name, by their own collective metadata, or by the
-        # record_param_comms op that launched them (same External id); host ranges by name.
+    def _communication(self, meta: dict[int, tuple[Any, Any]], rpc_ext: dict[int, tuple[Any, Any]], n: int) -> None:
+        """Communication: kernels by family name, by their own collective metadata, or by the record_param_comms op
+        that launched them (same External id); host ranges by name. Sets ``comm`` and ``meta``."""
         names = self.names
         comm_name = np.array([is_comm_kernel(nm) for nm in names], dtype=bool) if names else np.empty(0, dtype=bool)
         host_comm = np.array([is_comm_host_event(nm) for nm in names], dtype=bool) if names else np.empty(0, dtype=bool)
@@ -224,7 +178,7 @@ class TraceTable:
             comm[kernel] = comm_name[self.name[kernel]]
             host = (self.kind == Kind.CPU_OP) | (self.kind == Kind.ANNOTATION)
             comm[host] = host_comm[self.name[host]]
-        for j, m in meta.items():
+        for j in meta:
             if self.kind[j] == Kind.KERNEL:
                 comm[j] = True
         if rpc_ext and kernel.any():
@@ -238,20 +192,23 @@ class TraceTable:
         self.comm = comm
         self.meta = {j: (None if g is None else str(g), c) for j, (g, c) in meta.items()}
 
-        # Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range). When the
-        # manifest lists the window's steps, a ProfilerStep past them is not a step: a window cut short by stop()
-        # or exit holds one more range, from the last step's end to the profiler's teardown.
-        # An engine's ProfilerSteps number its iterations, not global steps (vocab.is_engine_role): all kept.
+    def _steps(self, t, sel: Selection, step_rows: list[tuple[int, int]], n: int) -> None:
+        """Steps: ProfilerStep ranges by start (a step seen twice in one file keeps its first range), each event's
+        step, and the selection's scope. When the manifest lists the window's steps, a ProfilerStep past them is not
+        a step: a window cut short by stop() or exit holds one more range, from the last step's end to the
+        profiler's teardown. An engine's ProfilerSteps number its iterations, not global steps
+        (vocab.is_engine_role): all kept."""
         listed = getattr(t, "window", None)  # a WindowRecord (typed: its steps are two ints)
         last_listed = listed.last if listed is not None and not is_engine_role(getattr(t, "role", None)) else None
-        rows, seen = [], Counter()
+        rows: list[tuple[float, float, float]] = []
+        seen: Counter[int] = Counter()
         for j, num in step_rows:
             if last_listed is not None and num > last_listed:
                 continue
             if num not in seen:
                 rows.append((self.ts[j], self.end[j], float(num)))
             seen[num] += 1
-        self._repeated_steps = sorted(n for n, c in seen.items() if c > 1)
+        self._repeated_steps = sorted(num for num, c in seen.items() if c > 1)
         rows.sort()
         self.steps = np.array(rows, dtype=np.float64).reshape(-1, 3)
         self.step = self._locate_steps()
@@ -265,28 +222,14 @@ class TraceTable:
         else:
             self.scope = np.ones(n, dtype=bool)
 
-        # Threads: names from metadata, kinds from the name or from what the thread runs.
-        self.tracks = [Track(pid, tid, thread_names.get((pid, tid))) for (pid, tid) in track_ids]
-        self._classify_tracks()
-
-        # Identity and what reading found.
+    def _identity(self, t, unknown: Counter, n: int) -> None:
+        """Identity and what reading found: ``info``, ``window_record``, and the file's warnings (logged)."""
         info = getattr(t, "distributed_info", None) or {}
         ws = info.get("world_size") if isinstance(info.get("world_size"), int) else None
         window = getattr(t, "window", None)
         self.window_record = window  # the manifest line (wall times), a WindowRecord or None
         win = list(window.steps) if window is not None else None
-        warnings = []
-        if self._repeated_steps:
-            shown = ", ".join(f"#{n}" for n in self._repeated_steps[:5])
-            warnings.append(f"ProfilerStep {shown}{' ...' if len(self._repeated_steps) > 5 else ''} appear more than "
-                            "once; the first range of each is used")
-        r = info.get("rank")
-        if "rank" in info and not (type(r) is int and 0 <= r < 2**31):  # the reader's rule for a usable rank
-            warnings.append(f"distributedInfo.rank {repr(r)[:40]} is not a rank; "
-                            + (f"rank {t.rank} taken from the {t.rank_source}" if t.rank is not None else "rank unknown"))
-        for cat, n_cat in sorted(unknown.items()):
-            if looks_like_device(cat):
-                warnings.append(f"{n_cat:,} events of unknown category {cat!r} look like device work; not counted")
+        warnings = self._warnings(t, info, unknown)
         for w in warnings:
             logger.info("%s: %s", t.path, w)  # in the file's `warnings`: the CLI prints each once
         salvaged = t.report.to_dict() if t.report.salvaged else None
@@ -296,6 +239,24 @@ class TraceTable:
             offset_us=off, start_us=float(self.ts.min()) + off if n else None,
             end_us=float(self.end.max()) + off if n else None,
             steps=[int(s) for s in self.steps[:, 2]], events=n, salvaged=salvaged, warnings=warnings)
+
+    def _warnings(self, t, info: dict[str, Any], unknown: Counter) -> list[str]:
+        """What the file's reader should know: repeated steps, an unusable distributedInfo.rank, device work of an
+        unknown category."""
+        warnings = []
+        if self._repeated_steps:
+            shown = ", ".join(f"#{n}" for n in self._repeated_steps[:5])
+            warnings.append(f"ProfilerStep {shown}{' ...' if len(self._repeated_steps) > 5 else ''} appear more than "
+                            "once; the first range of each is used")
+        r = info.get("rank")
+        if "rank" in info and not (type(r) is int and 0 <= r < 2**31):  # the reader's rule for a usable rank
+            warnings.append(f"distributedInfo.rank {repr(r)[:40]} is not a rank; "
+                            + (f"rank {t.rank} taken from the {t.rank_source}" if t.rank is not None
+                               else "rank unknown"))
+        for cat, n_cat in sorted(unknown.items()):
+            if looks_like_device(cat):
+                warnings.append(f"{n_cat:,} events of unknown category {cat!r} look like device work; not counted")
+        return warnings
 
     def _locate_steps(self) -> np.ndarray:
         """Index of each event's step: host events by where they start, device work by the runtime call
@@ -492,7 +453,8 @@ class Sets:
         host_comm = host((op | ann) & tb.comm)
         # Thread busy time: CPU ops; on communication threads also their collective ranges (gloo's
         # run loop records its work as gloo:* annotations, not ops).
-        threads = {name: host((op | (ann & comm_thread & tb.comm)) & (tk == i)) for i, name in enumerate(ThreadKind.ALL)}
+        threads = {name: host((op | (ann & comm_thread & tb.comm)) & (tk == i))
+                   for i, name in enumerate(ThreadKind.ALL)}
         names_dl = np.array([is_dataloader(nm) for nm in tb.names], dtype=bool) if tb.names else np.empty(0, dtype=bool)
         dl = (op | ann) & (names_dl[tb.name] if n else np.zeros(0, dtype=bool))
         if step is not None:
@@ -507,221 +469,5 @@ class Sets:
                    device_span=device_span, host_compute=host_compute, host_comm=host_comm, host_span=host_span,
                    runtime=host(k == Kind.RUNTIME), dataloader=host(dl),
                    host_ops=host((op | ann | (k == Kind.PYTHON)) & ~tb.comm), threads=threads,
-                   collectives=comm if collective_source((kernel & tb.comm & tb.scope).any()) == ON_DEVICE else host_comm)
-
-
-def _dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
-    """Ids a counter handed out (one number per event seen) -> 0..len(ids)-1, in first-seen order (the
-    order of ``ids``' keys, which ``names`` and ``tracks`` follow)."""
-    if not ids:
-        return np.empty(0, dtype=np.int32)
-    remap = np.zeros(max(ids.values()) + 1, dtype=np.int32)
-    remap[np.fromiter(ids.values(), dtype=np.int64, count=len(ids))] = np.arange(len(ids), dtype=np.int32)
-    return remap[np.frombuffer(sparse, dtype=np.int64)]
-
-
-class Columns:
-    """What reading keeps of a stream of events before the table is finished: the columns as ``array``\\ s, and
-    the names, threads and args found. Built batch by batch (:meth:`add`); the columns of a run of events
-    reduced elsewhere (a worker, for one big file) are appended in file order with :meth:`extend`."""
-
-    def __init__(self) -> None:
-        # Names and threads get ids from a counter, so setdefault can run over a whole batch in C (map, no
-        # bytecode per event); the ids are sparse (one number per event seen) and made dense in _finish.
-        self.name_ids: dict[str, int] = {}
-        self.track_ids: dict[Any, int] = {}
-        self._name_seq, self._track_seq = count(), count()
-        self.ts, self.dur, self.kind = array("d"), array("d"), array("b")
-        self.name, self.track = array("q"), array("q")
-        self.arg_i, self.arg_corr, self.arg_ext, self.arg_stream = array("q"), array("q"), array("q"), array("q")
-        self.streams: dict[Any, int] = {}
-        self.meta: dict[int, tuple[Any, Any]] = {}  # event index -> (group, collective) of comm events
-        self.rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
-        self.thread_names: dict[Any, str] = {}
-        self.unknown: Counter = Counter()
-        self.events = 0  # every event decoded (complete or not)
-
-    def __getstate__(self) -> dict:  # (the id counters stay behind: a reduced run is only ever appended)
-        return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._name_seq = self._track_seq = None
-
-    def read(self, t, sel: Selection, pool: Any | None = None) -> bool | None:
-        """Every batch of the stream ``t``: True; False when the file's rank or role is not selected (reading
-        stops there); None when a run the ``pool`` took could not be decoded whole (read it again without)."""
-        checked = False
-        runs: list = []  # in file order: futures of runs reduced in the pool, Columns of batches read here
-        for batch in (t.batches(defer=True) if pool is not None else t.batches()):
-            if not checked:
-                checked = True
-                if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
-                    return False  # leaving the loop closes the file: nothing more is read
-            if pool is None:
-                self.add(batch)
-                continue
-            if isinstance(batch, list):
-                here = Columns()
-                here.add(batch)
-                runs.append(here)
-            else:
-                try:
-                    runs.append(pool.submit(reduce_run, batch))
-                except BrokenProcessPool:  # (a worker died before this run: see _drain)
-                    _cancel(runs)
-                    return None
-            if not self._drain(runs, pool.backlog):
-                return None
-        if pool is not None and t.needs_whole_read:
-            _cancel(runs)
-            return None
-        return True if self._drain(runs, 0) else None
-
-    def _drain(self, runs: list, keep: int) -> bool:
-        """Append finished runs in order; wait for the oldest while more than ``keep`` are unfinished (bounded memory)."""
-        while runs:
-            first = runs[0]
-            if not isinstance(first, Columns):
-                if len(runs) <= keep and not first.done():
-                    return True
-                try:
-                    first = first.result()
-                except BrokenProcessPool:  # a worker died (the OOM killer ...): every run in flight is lost
-                    logger.info("a worker reading runs of events died")
-                    first = None
-                if first is None:
-                    _cancel(runs)
-                    return False
-            runs.pop(0)
-            self.extend(first)
-        return True
-
-    def add(self, batch: list) -> None:
-        """Reduce one batch of lean events. Each batch is reduced column by column with map() over attribute
-        getters: the per-event work runs in C, far fewer interpreter steps than one loop body per event."""
-        base = len(self.ts)  # index of the batch's first complete event in the table
-        self.events += len(batch)
-        types = list(map(type, batch))
-        xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
-        if len(xs) != len(batch) and Meta in types:
-            for e in compress(batch, map(_IS_M, types)):
-                if e.name == "thread_name" and e.args:
-                    try:
-                        nm = _meta_decoder.decode(e.args).name
-                    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-                        nm = None
-                    if nm:
-                        self.thread_names[(e.pid, e.tid)] = nm
-        if not xs:
-            return
-        unk = Kind.UNKNOWN
-        ks = list(map(KIND_OF_CATEGORY.get, map(_CAT, xs), repeat(unk)))
-        if unk in ks:
-            self.unknown.update(e.cat for e, k in zip(xs, ks) if k == unk)
-        name_ids = self.name_ids
-        nids = list(map(name_ids.setdefault, map(_NAME, xs), self._name_seq))
-        self.ts.extend(map(_TS, xs))
-        self.dur.extend(map(_DUR, xs))
-        self.kind.extend(ks)
-        self.name.extend(nids)
-        self.track.extend(map(self.track_ids.setdefault, zip(map(_PID, xs), map(_TID, xs)), self._track_seq))
-        need = list(compress(range(len(xs)), map(_NEEDS_ARGS.__getitem__, ks)))
-        if need:
-            evs = list(map(xs.__getitem__, need))
-            al = _decode_many(list(map(_ARGS, evs)))
-            self.arg_i.extend(map(base.__add__, need))
-            self.arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
-            self.arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
-            sts = list(map(_STREAM, al))
-            if None in sts:  # no stream arg: the device thread's id stands for it
-                sts = [e.tid if st is None else st for st, e in zip(sts, evs)]
-            streams = self.streams
-            sids = list(map(streams.get, sts))
-            if None in sids:
-                for st in dict.fromkeys(st for st, sid in zip(sts, sids) if sid is None):  # (first seen first)
-                    streams[st] = _stream_id(st, len(streams))
-                sids = list(map(streams.__getitem__, sts))
-            self.arg_stream.extend(sids)
-            pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
-            if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
-                for j, g, c in zip(need, pgs, colls):
-                    if g is not None or c is not None:
-                        self.meta[base + j] = (g, c)
-        rpc = name_ids.get("record_param_comms")
-        if rpc is not None and rpc in nids:
-            for j in compress(range(len(nids)), map(rpc.__eq__, nids)):
-                a = _decode_args(xs[j].args)
-                if a.pg is not None or a.collective is not None:
-                    self.meta[base + j] = (a.pg, a.collective)
-                    if a.external_id is not None:
-                        self.rpc_ext[a.external_id] = (a.pg, a.collective)
-
-    def extend(self, other: Columns) -> None:
-        """Append the columns of the events that follow this stream's (reduced on their own): ids renumbered."""
-        base = len(self.ts)
-        self.events += other.events
-        self.ts.extend(other.ts)
-        self.dur.extend(other.dur)
-        self.kind.extend(other.kind)
-        self.name.extend(_renumber(other.name, other.name_ids, self.name_ids, self._name_seq))
-        self.track.extend(_renumber(other.track, other.track_ids, self.track_ids, self._track_seq))
-        self.arg_i.extend(array("q", (np.frombuffer(other.arg_i, dtype=np.int64) + base).tobytes())
-                          if len(other.arg_i) else b"")
-        self.arg_corr.extend(other.arg_corr)
-        self.arg_ext.extend(other.arg_ext)
-        # Streams that are not ids got a number by order of appearance: give them this stream's numbers.
-        moved = {}
-        for st, sid in other.streams.items():
-            if st not in self.streams:
-                self.streams[st] = _stream_id(st, len(self.streams))
-            if self.streams[st] != sid:
-                moved[sid] = self.streams[st]
-        self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
-        self.meta.update({base + j: m for j, m in other.meta.items()})
-        self.rpc_ext.update(other.rpc_ext)
-        self.thread_names.update(other.thread_names)
-        self.unknown.update(other.unknown)
-
-
-def _cancel(runs: list) -> None:
-    """Cancel the runs not yet started in the pool (their file is read again in one process)."""
-    for r in runs:
-        if not isinstance(r, Columns):
-            r.cancel()
-
-
-def _stream_id(st: Any, known: int) -> int:
-    """A stream's number while reading: the stream id itself, or (a name, a negative number) a negative number
-    by order of appearance, which no real id can take (so runs reduced apart are renumbered by key without
-    mistaking a real id for a name's); :func:`_final_streams` makes it ``10**15 + order``."""
-    return st if isinstance(st, int) and st >= 0 else -2 - known
-
-
-def _final_streams(sids: np.ndarray) -> np.ndarray:
-    """The stream numbers a table shows: a name's (or a negative id's) one past every plausible real id."""
-    return np.where(sids <= -2, 10**15 - 2 - sids, sids)
-
-
-def _renumber(sparse: array, theirs: dict[Any, int], ours: dict[Any, int], seq) -> array:
-    """Ids handed out by another :class:`Columns` (``theirs``: key -> id) as ids of ours (new keys get new ids)."""
-    if not len(sparse):
-        return array("q")
-    lut = np.zeros(max(theirs.values()) + 1, dtype=np.int64)
-    for key, tid in theirs.items():
-        oid = ours.get(key)
-        if oid is None:
-            oid = ours[key] = next(seq)
-        lut[tid] = oid
-    return array("q", lut[np.frombuffer(sparse, dtype=np.int64)].tobytes())
-
-
-def reduce_run(data: bytes) -> Columns | None:
-    """A run of whole events (cut from one file's events list by the reader) decoded and reduced, in a worker;
-    None when it does not decode whole as lean events (the file is then read again on the salvaging path)."""
-    events = decode_run(data)
-    if events is None:
-        return None
-    cols = Columns()
-    cols.add(events)
-    return cols
+                   collectives=comm if collective_source((kernel & tb.comm & tb.scope).any()) == ON_DEVICE
+                   else host_comm)

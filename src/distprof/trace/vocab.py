@@ -256,7 +256,7 @@ ENGINE_SUFFIX = "/engine"  # an engine's traces are the role "<role>/engine" (e.
 
 
 def is_engine_role(role: str | None) -> bool:
-    return bool(role) and role.endswith(ENGINE_SUFFIX)
+    return role is not None and role.endswith(ENGINE_SUFFIX)
 
 
 def engine_parent(role: str) -> str:

@@ -21,6 +21,7 @@ from distprof.config.model import CudaMemoryOptions
 from distprof.config.plan import Window
 from distprof.rundir.layout import rank_dir, window_file_name
 from distprof.rundir.manifest import OOM
+from distprof.rundir.safefile import replace
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ class CudaMemoryBackend:
             where = f"{rank_dir(ctx.role, ctx.rank)}/{name}"
         else:  # a context without a run directory behind it: the file stays beside the window's
             where = os.path.join(os.path.dirname(tmp), name)
-            os.replace(tmp, where)
+            replace(tmp, where)
         logger.error("distprof: CUDA out of memory on %s in step %d; allocator snapshot written to %s (open it at "
                      "https://pytorch.org/memory_viz)", rank_dir(ctx.role, ctx.rank), step, where)
 

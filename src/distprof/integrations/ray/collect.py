@@ -35,6 +35,7 @@ from distprof.rundir.layout import COLLECT_JSON, MANIFEST, ROLE_JSON, RUN_JSON, 
 from distprof.rundir.manifest import MANIFEST_LIMIT
 from distprof.rundir.safefile import AtomicWriter, no_links, write_bytes
 from distprof.rundir.store import list_files
+from distprof.rundir.walk import walk
 from distprof.util.procfs import alive
 from distprof.util.raynodes import cancel_quietly, node_lost, node_name, node_table, one_line, pinned
 
@@ -68,12 +69,12 @@ class CollectReport:
 def _pending(root: str) -> list[tuple[str, int]]:
     """Temporaries of processes that are still alive: outputs being written right now."""
     found = []
-    for d, dirs, names in os.walk(root):
-        for n in names + dirs:
+    for folder in walk(root, links="skip"):
+        for n in folder.names:
             if n.startswith(TMP_PREFIX):
                 pid = pid_of_temp(n)
                 if pid is not None and alive(pid):
-                    found.append((os.path.relpath(os.path.join(d, n), root), pid))
+                    found.append((os.path.relpath(os.path.join(folder.path, n), root), pid))
     return found
 
 

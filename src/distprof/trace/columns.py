@@ -1,0 +1,320 @@
+"""What reading keeps of a stream of lean events before the table is finished: :class:`Columns`, the per-batch
+reduction into ``array`` columns and the names, threads and args found, and :func:`reduce_run`, the same for a
+run of events decoded in a worker (one big file on several cores) and appended in file order.
+
+Each batch is reduced column by column with map() over attribute getters, so the per-event work runs in C;
+only the ``args`` the analyses need are decoded (correlation and External ids, stream, collective metadata),
+for device work and the runtime calls that launch it, in one decoder call per batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures.process import BrokenProcessPool
+from functools import partial
+from itertools import compress, count, repeat
+from operator import attrgetter, is_
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from distprof.trace.events import Complete, Int64, Meta
+from distprof.trace.runs import decode_run
+from distprof.trace.selection import Selection
+from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Columns", "dense", "final_streams", "reduce_run"]
+
+
+class _Args(msgspec.Struct, gc=False):
+    """The args analyses use; every other key is skipped by the decoder without building it."""
+    correlation: Int64 | None = None  # ids land in int64 columns: a bigger number makes the args unusable
+    external_id: Int64 | None = msgspec.field(default=None, name="External id")
+    stream: Int64 | str | None = None
+    pg: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+
+
+class _MetaArgs(msgspec.Struct):
+    name: str | None = None
+
+
+_args_decoder = msgspec.json.Decoder(_Args)
+_args_list_decoder = msgspec.json.Decoder(list[_Args])
+_meta_decoder = msgspec.json.Decoder(_MetaArgs)
+_NO_ARGS = _Args()
+_CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
+_IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
+_ARGS = attrgetter("args")
+_CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
+
+# Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
+_NEEDS_ARGS = [False] * 16
+for _k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME, Kind.DEVICE_SYNC, Kind.GPU_ANNOTATION):
+    _NEEDS_ARGS[_k] = True
+
+
+def _decode_args(raw: msgspec.Raw) -> _Args:
+    if not raw:
+        return _NO_ARGS
+    try:
+        return _args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NO_ARGS  # args of the wrong shape: the event still counts, without its links
+
+
+def _decode_many(raws: list) -> list[_Args]:
+    """Many events' args in one decoder call (one per batch, not one per event); if any is of the wrong
+    shape, each on its own so that only that one loses its links."""
+    try:
+        return _args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return list(map(_decode_args, raws))
+
+
+def _or_minus_one(values: list) -> list:
+    return [-1 if v is None else v for v in values] if None in values else values
+
+
+
+def dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
+    """Ids a counter handed out (one number per event seen) -> 0..len(ids)-1, in first-seen order (the
+    order of ``ids``' keys, which ``names`` and ``tracks`` follow)."""
+    if not ids:
+        return np.empty(0, dtype=np.int32)
+    remap = np.zeros(max(ids.values()) + 1, dtype=np.int32)
+    remap[np.fromiter(ids.values(), dtype=np.int64, count=len(ids))] = np.arange(len(ids), dtype=np.int32)
+    return remap[np.frombuffer(sparse, dtype=np.int64)]
+
+
+
+class Columns:
+    """What reading keeps of a stream of events before the table is finished: the columns as ``array``\\ s, and
+    the names, threads and args found. Built batch by batch (:meth:`add`); the columns of a run of events
+    reduced elsewhere (a worker, for one big file) are appended in file order with :meth:`extend`."""
+
+    def __init__(self) -> None:
+        # Names and threads get ids from a counter, so setdefault can run over a whole batch in C (map, no
+        # bytecode per event); the ids are sparse (one number per event seen) and made dense (:func:`dense`) when
+        # the table is finished.
+        self.name_ids: dict[str, int] = {}
+        self.track_ids: dict[Any, int] = {}
+        self._name_seq, self._track_seq = count(), count()
+        self.ts, self.dur, self.kind = array("d"), array("d"), array("b")
+        self.name, self.track = array("q"), array("q")
+        self.arg_i, self.arg_corr, self.arg_ext, self.arg_stream = array("q"), array("q"), array("q"), array("q")
+        self.streams: dict[Any, int] = {}
+        self.meta: dict[int, tuple[Any, Any]] = {}  # event index -> (group, collective) of comm events
+        self.rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
+        self.thread_names: dict[Any, str] = {}
+        self.unknown: Counter = Counter()
+        self.events = 0  # every event decoded (complete or not)
+
+    def __getstate__(self) -> dict:  # (the id counters stay behind: a reduced run is only ever appended)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _name_seq=None, _track_seq=None)
+
+    def read(self, t, sel: Selection, pool: Any | None = None) -> bool | None:
+        """Every batch of the stream ``t``: True; False when the file's rank or role is not selected (reading
+        stops there); None when a run the ``pool`` took could not be decoded whole (read it again without)."""
+        checked = False
+        runs: list = []  # in file order: futures of runs reduced in the pool, Columns of batches read here
+        for batch in (t.batches(defer=True) if pool is not None else t.batches()):
+            if not checked:
+                checked = True
+                if not (sel.rank_ok(t.rank) and sel.role_ok(t.role)):
+                    return False  # leaving the loop closes the file: nothing more is read
+            if pool is None:
+                self.add(batch)
+                continue
+            if isinstance(batch, list):
+                here = Columns()
+                here.add(batch)
+                runs.append(here)
+            else:
+                try:
+                    runs.append(pool.submit(reduce_run, batch))
+                except BrokenProcessPool:  # (a worker died before this run: see _drain)
+                    _cancel(runs)
+                    return None
+            if not self._drain(runs, pool.backlog):
+                return None
+        if pool is not None and t.needs_whole_read:
+            _cancel(runs)
+            return None
+        return True if self._drain(runs, 0) else None
+
+    def _drain(self, runs: list, keep: int) -> bool:
+        """Append finished runs in order; wait for the oldest while more than ``keep`` are unfinished (bounded
+        memory)."""
+        while runs:
+            first = runs[0]
+            if not isinstance(first, Columns):
+                if len(runs) <= keep and not first.done():
+                    return True
+                try:
+                    first = first.result()
+                except BrokenProcessPool:  # a worker died (the OOM killer ...): every run in flight is lost
+                    logger.info("a worker reading runs of events died")
+                    first = None
+                if first is None:
+                    _cancel(runs)
+                    return False
+            runs.pop(0)
+            self.extend(first)
+        return True
+
+    def add(self, batch: list) -> None:
+        """Reduce one batch of lean events. Each batch is reduced column by column with map() over attribute
+        getters: the per-event work runs in C, far fewer interpreter steps than one loop body per event."""
+        base = len(self.ts)  # index of the batch's first complete event in the table
+        self.events += len(batch)
+        types = list(map(type, batch))
+        xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
+        if len(xs) != len(batch) and Meta in types:
+            self._thread_names(compress(batch, map(_IS_M, types)))
+        if not xs:
+            return
+        unk = Kind.UNKNOWN
+        ks = list(map(KIND_OF_CATEGORY.get, map(_CAT, xs), repeat(unk)))
+        if unk in ks:
+            self.unknown.update(e.cat for e, k in zip(xs, ks, strict=True) if k == unk)
+        nids = list(map(self.name_ids.setdefault, map(_NAME, xs), self._name_seq))
+        self.ts.extend(map(_TS, xs))
+        self.dur.extend(map(_DUR, xs))
+        self.kind.extend(ks)
+        self.name.extend(nids)
+        threads = zip(map(_PID, xs), map(_TID, xs), strict=True)
+        self.track.extend(map(self.track_ids.setdefault, threads, self._track_seq))
+        need = list(compress(range(len(xs)), map(_NEEDS_ARGS.__getitem__, ks)))
+        if need:
+            self._add_args(xs, need, base)
+        rpc = self.name_ids.get("record_param_comms")
+        if rpc is not None and rpc in nids:
+            self._add_rpc(xs, compress(range(len(nids)), map(rpc.__eq__, nids)), base)
+
+    def _thread_names(self, metas: Iterable[Meta]) -> None:
+        """Thread names from the batch's metadata events."""
+        for e in metas:
+            if e.name == "thread_name" and e.args:
+                try:
+                    nm = _meta_decoder.decode(e.args).name
+                except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                    nm = None
+                if nm:
+                    self.thread_names[(e.pid, e.tid)] = nm
+
+    def _add_args(self, xs: list, need: list[int], base: int) -> None:
+        """The args of the complete events ``xs[j]`` for ``j`` in ``need`` (device work and its launches): ids,
+        stream, collective metadata, all decoded in one call."""
+        evs = list(map(xs.__getitem__, need))
+        al = _decode_many(list(map(_ARGS, evs)))
+        self.arg_i.extend(map(base.__add__, need))
+        self.arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
+        self.arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
+        sts = list(map(_STREAM, al))
+        if None in sts:  # no stream arg: the device thread's id stands for it
+            sts = [e.tid if st is None else st for st, e in zip(sts, evs, strict=True)]
+        self.arg_stream.extend(self._stream_ids(sts))
+        pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
+        if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
+            for j, g, c in zip(need, pgs, colls, strict=True):
+                if g is not None or c is not None:
+                    self.meta[base + j] = (g, c)
+
+    def _stream_ids(self, sts: list) -> list[int]:
+        """The numbers of streams ``sts`` (new ones get one, first seen first)."""
+        streams = self.streams
+        sids: list[Any] = list(map(streams.get, sts))
+        if None in sids:
+            for st in dict.fromkeys(st for st, sid in zip(sts, sids, strict=True) if sid is None):  # (first seen first)
+                streams[st] = _stream_id(st, len(streams))
+            sids = list(map(streams.__getitem__, sts))
+        return sids
+
+    def _add_rpc(self, xs: list, rpcs: Iterable[int], base: int) -> None:
+        """The collective metadata of the record_param_comms ops ``xs[j]`` for ``j`` in ``rpcs``, by event and by
+        External id (the kernels they launch take it)."""
+        for j in rpcs:
+            a = _decode_args(xs[j].args)
+            if a.pg is not None or a.collective is not None:
+                self.meta[base + j] = (a.pg, a.collective)
+                if a.external_id is not None:
+                    self.rpc_ext[a.external_id] = (a.pg, a.collective)
+
+    def extend(self, other: Columns) -> None:
+        """Append the columns of the events that follow this stream's (reduced on their own): ids renumbered."""
+        base = len(self.ts)
+        self.events += other.events
+        self.ts.extend(other.ts)
+        self.dur.extend(other.dur)
+        self.kind.extend(other.kind)
+        self.name.extend(_renumber(other.name, other.name_ids, self.name_ids, self._name_seq))
+        self.track.extend(_renumber(other.track, other.track_ids, self.track_ids, self._track_seq))
+        self.arg_i.extend(array("q", (np.frombuffer(other.arg_i, dtype=np.int64) + base).tobytes())
+                          if len(other.arg_i) else b"")
+        self.arg_corr.extend(other.arg_corr)
+        self.arg_ext.extend(other.arg_ext)
+        # Streams that are not ids got a number by order of appearance: give them this stream's numbers.
+        moved = {}
+        for st, sid in other.streams.items():
+            if st not in self.streams:
+                self.streams[st] = _stream_id(st, len(self.streams))
+            if self.streams[st] != sid:
+                moved[sid] = self.streams[st]
+        self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
+        self.meta.update({base + j: m for j, m in other.meta.items()})
+        self.rpc_ext.update(other.rpc_ext)
+        self.thread_names.update(other.thread_names)
+        self.unknown.update(other.unknown)
+
+
+def _cancel(runs: list) -> None:
+    """Cancel the runs not yet started in the pool (their file is read again in one process)."""
+    for r in runs:
+        if not isinstance(r, Columns):
+            r.cancel()
+
+
+def _stream_id(st: Any, known: int) -> int:
+    """A stream's number while reading: the stream id itself, or (a name, a negative number) a negative number
+    by order of appearance, which no real id can take (so runs reduced apart are renumbered by key without
+    mistaking a real id for a name's); :func:`final_streams` makes it ``10**15 + order``."""
+    return st if isinstance(st, int) and st >= 0 else -2 - known
+
+
+def final_streams(sids: np.ndarray) -> np.ndarray:
+    """The stream numbers a table shows: a name's (or a negative id's) one past every plausible real id."""
+    return np.where(sids <= -2, 10**15 - 2 - sids, sids)
+
+
+def _renumber(sparse: array, theirs: dict[Any, int], ours: dict[Any, int], seq) -> array:
+    """Ids handed out by another :class:`Columns` (``theirs``: key -> id) as ids of ours (new keys get new ids)."""
+    if not len(sparse):
+        return array("q")
+    lut = np.zeros(max(theirs.values()) + 1, dtype=np.int64)
+    for key, tid in theirs.items():
+        oid = ours.get(key)
+        if oid is None:
+            oid = ours[key] = next(seq)
+        lut[tid] = oid
+    return array("q", lut[np.frombuffer(sparse, dtype=np.int64)].tobytes())
+
+
+def reduce_run(data: bytes) -> Columns | None:
+    """A run of whole events (cut from one file's events list by the reader) decoded and reduced, in a worker;
+    None when it does not decode whole as lean events (the file is then read again on the salvaging path)."""
+    events = decode_run(data)
+    if events is None:
+        return None
+    cols = Columns()
+    cols.add(events)
+    return cols
