@@ -5,6 +5,7 @@ import pathlib
 import re
 
 import pytest
+from conftest import REPO
 
 from distprof.capture.backends import cuda_memory
 from distprof.capture.backends.base import WindowContext
@@ -14,7 +15,7 @@ from distprof.config.plan import Window
 from distprof.rundir import safefile
 from distprof.rundir.safefile import UnsafePath, replace
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "distprof"
+SRC = pathlib.Path(REPO) / "src" / "distprof"
 # The demo's hostile engine stand-in moves a trace out of its folder on purpose (to plant a link in its place).
 ALLOWED = {"rundir/safefile.py", "demo/engine_standin.py"}
 
