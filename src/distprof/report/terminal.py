@@ -125,8 +125,20 @@ def summary(console: Console, s: dict[str, Any]) -> None:
     note = scope_note(s)
     if note is not None:
         say(console, note)
+    _top_tables(console, s)
+    _device_ranks(console, s["ranks"])
+    _host_ranks(console, s["ranks"])
+    _idle_table(console, s)
+    _launch_table(console, s)
+    _breakdown(console, s.get("step_breakdown"))
+    profiling_cost(console, s.get("profiling_cost"))
+
+
+def _top_tables(console: Console, s: dict[str, Any]) -> None:
+    """The kernels, CPU ops and phases over all ranks, each table when the run has any."""
     if s["kernels"]:
-        t = _table("Device kernels, memcpy, memset (all ranks; share of device time)", ["name", "count", "total", "share"])
+        t = _table("Device kernels, memcpy, memset (all ranks; share of device time)",
+                   ["name", "count", "total", "share"])
         for r in s["kernels"]:
             t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), share(r["share"]))
         console.print(t)
@@ -141,20 +153,28 @@ def summary(console: Console, s: dict[str, Any]) -> None:
         for r in s["phases"]:
             t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["wall_us"]), us(r["self_us"]), share(r["share"]))
         console.print(t)
-    ranks = s["ranks"]
-    if any((r.get("temporal") or {}).get("device") for r in ranks):
-        t = _table("Per rank: device time (share of the device span)",
-                   ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
-        for r in ranks:
-            d = (r.get("temporal") or {}).get("device")
-            o = (r.get("overlap") or {}).get("device")
-            if d is None:
-                t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
-                continue
-            t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
-                      share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
-                      share(o["share"]) if o else "-")
-        console.print(t)
+
+
+def _device_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+    """Per rank, its device time by kind (when any rank has device events)."""
+    if not any((r.get("temporal") or {}).get("device") for r in ranks):
+        return
+    t = _table("Per rank: device time (share of the device span)",
+               ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
+    for r in ranks:
+        d = (r.get("temporal") or {}).get("device")
+        o = (r.get("overlap") or {}).get("device")
+        if d is None:
+            t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
+            continue
+        t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
+                  share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
+                  share(o["share"]) if o else "-")
+    console.print(t)
+
+
+def _host_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+    """Per rank, its host time by kind and its threads' busy time."""
     t = _table("Per rank: host time (share of the traced host time; in phases: inside an annotated phase that "
                "runs no traced op, busy in user code, not idle)",
                ["role", "rank", "traced", "compute", "communication", "in phases", "idle", "main thread busy",
@@ -172,15 +192,17 @@ def summary(console: Console, s: dict[str, Any]) -> None:
                   us(th.get("main")),
                   us(th.get("communication")), share(o["share"]) if o else "-")
     console.print(t)
-    _idle_table(console, s)
-    _launch_table(console, s)
-    b = s.get("step_breakdown")
-    if b:
-        t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
-                   ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
-        t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
-        console.print(t)
-    profiling_cost(console, s.get("profiling_cost"))
+
+
+def _breakdown(console: Console, b: dict[str, Any] | None) -> None:
+    """The average step's TensorBoard-style breakdown (when the run has steps)."""
+    if not b:
+        return
+    t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
+               ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
+    t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
+    console.print(t)
+
 
 
 def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: int = 8) -> None:
