@@ -13,8 +13,9 @@ others the most waiting (``wait_caused_us``, as ``stragglers`` charges it, each 
 A rank can be late because its step started late (its previous step ran long), so this, not the time
 inside the step, is the measure. Each rank's row also has ``waited_us`` (its own blocked time in the
 step: the union of its waits), ``busy_us = dur_us - waited_us`` (its time outside waiting for
-peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no rank waited in a step (one rank, no collectives), the rank with the most busy time,
-that is the longest step, is the slowest.
+peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no
+rank waited in a step (one rank, no collectives), the rank with the most busy time, that is the longest step, is
+the slowest.
 """
 
 from __future__ import annotations

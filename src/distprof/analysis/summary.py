@@ -84,7 +84,7 @@ def _self_times_stack(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     stack: list[int] = []
     ends: list[float] = []
     parent = np.full(n, -1, dtype=np.int64)
-    for k, (s, d) in enumerate(zip(starts, durs)):
+    for k, (s, d) in enumerate(zip(starts, durs, strict=True)):
         while ends and ends[-1] <= s:
             stack.pop()
             ends.pop()
