@@ -42,7 +42,7 @@ def _totals(parts: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[float
     return out
 
 
-def step_facts(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+def step_facts(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> dict[str, Any]:
     """One side's steps, from ``(FileInfo, steps.extract(...))`` pairs: ``steps`` (the step numbers held),
     ``rank_steps`` (steps summed over files: what per-step means divide by), ``ranks`` (``(role, rank)`` held),
     ``without_steps`` (files holding no step: their time cannot be put per step) and ``durations`` (role ->

@@ -260,8 +260,9 @@ def analyse(tb: TraceTable) -> dict[str, Any]:
             st = np.where(step >= 0, step, n_steps)
             nums = tb.steps[:, 2].astype(np.int64)
             sgids, sfigs = work.figures(st, doing)
-            steps = {int(nums[g]): {"device": f, "streams": {}} for g, f in zip(sgids.tolist(), sfigs, strict=True)
-                     if g < n_steps}
+            steps: dict[int, dict[str, Any]] = {
+                int(nums[g]): {"device": f, "streams": {}}
+                for g, f in zip(sgids.tolist(), sfigs, strict=True) if g < n_steps}
             pgids, pfigs = work.figures(st * n_streams + stream_of)
             for g, f in zip(pgids.tolist(), pfigs, strict=True):
                 if g // n_streams < n_steps:

@@ -280,8 +280,8 @@ def _blocked(files: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, Any], i
     for role, ranks in members.items():
         if len(ranks) < 2:
             continue
-        for r in ranks.values():
-            r.sort(key=lambda c: c[2])
+        for colls in ranks.values():
+            colls.sort(key=lambda c: c[2])
         for _, lists in queues(ranks):
             if len(lists) < len(ranks):
                 continue

@@ -63,14 +63,14 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             if kind == Kind.KERNEL:
                 cats["communication"] += float(tb.dur[m[tb.comm[m]]].sum())
                 cats["compute"] += float(tb.dur[m[~tb.comm[m]]].sum())
-            else:
+            elif cat is not None:  # always: only kernels map to None
                 cats[cat] += float(tb.dur[m].sum())
         rows.append({"step": int(num), "start_us": start + off, "end_us": end + off, "dur_us": end - start,
                      "source": "ProfilerStep",
                      "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
                      "categories": {c: v for c in CATEGORIES if (v := cats.get(c, 0.0))}})
     window = tb.info.window
-    if not rows and window and tb.info.start_us is not None and not tb.by_step:
+    if not rows and window and tb.info.start_us is not None and tb.info.end_us is not None and not tb.by_step:
         # No step markers: the manifest's window is the unit (it may span several steps).
         w = getattr(tb, "window_record", None)
         dur = tb.info.end_us - tb.info.start_us

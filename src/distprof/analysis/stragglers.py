@@ -100,10 +100,10 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             inner = rpc.get(int(tb.track[j]), [])
             p = bisect.bisect_left(inner, (float(tb.ts[j]), -1))
             if p < len(inner) and inner[p][0] < tb.end[j]:
-                g, c = tb.meta[inner[p][1]]
+                group, c = tb.meta[inner[p][1]]
                 _, kind = tb.collective_label(j)
                 kind = c.lower().replace("_", "") if c else kind
-                g = g if g is not None else "default"
+                g = group if group is not None else "default"
             else:
                 g, kind = tb.collective_label(j)
             out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j)))

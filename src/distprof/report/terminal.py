@@ -406,7 +406,7 @@ def _ratio(r: float | None) -> str:
 
 def _change(a: float | None, b: float | None) -> str:
     """B over A as a ratio; ``new`` when A had none."""
-    return _ratio(b / a) if a else "new" if b else "-"
+    return _ratio(b / a) if a and b is not None else "new" if b else "-"
 
 
 def diff_headlines(d: dict[str, Any]) -> list[str]:
