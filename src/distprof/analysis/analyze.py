@@ -131,7 +131,8 @@ def read(path: str, names: Iterable[str], selection: Selection | None = None, wo
     """Find the traces under ``path``, drop those the selection rules out, read the rest in parallel.
 
     With ``ray_address`` a local path is listed on every node of the cluster and each file read on the node that
-    holds it (node-local scratch folders; ``$VARS`` in ``path`` expanded per node): see :mod:`distprof.analysis.rayfiles`.
+    holds it (node-local scratch folders; ``$VARS`` in ``path`` expanded per node): see
+    :mod:`distprof.analysis.rayfiles`.
     """
     if not ray_address:
         return _read(path, names, selection, workers, None, progress)
@@ -155,8 +156,9 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
         found = find_traces(path, problems, timelines)
     if not found:
         why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
-        raise nothing_read(f"{path}: no readable trace ({why})" if why else f"{path}: no trace files (*.json, *.json.gz) "
-                           "found", [FileError(p, f"{p}: {m}") for p, m in problems])
+        raise nothing_read(f"{path}: no readable trace ({why})" if why
+                           else f"{path}: no trace files (*.json, *.json.gz) found",
+                           [FileError(p, f"{p}: {m}") for p, m in problems])
     run = Run(path, selection)
     run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
     run.tasks = _timeline_tasks(timelines)
@@ -293,7 +295,8 @@ def summary(path: str, selection: Selection | None = None, top: int | None = Non
 
 
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
-          progress: Callable[[Progress], None] | None = None, tasks: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+          progress: Callable[[Progress], None] | None = None, tasks: list[dict[str, Any]] | None = None
+          ) -> dict[str, Any]:
     """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back; the
     RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
     run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
@@ -371,7 +374,7 @@ def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Sele
     """``distprof diff``: per kernel, op, phase and category, A's and B's time per step (and in total) and the
     change; the median step per role; warnings when the two sides do not hold the same steps or ranks."""
     runs = [read(p, DIFF_PARTS, sel, workers, ray_address, progress) for p, sel in ((a, selection_a), (b, selection_b))]
-    for run, label in zip(runs, "AB"):
+    for run, label in zip(runs, "AB", strict=True):
         if not run.files:
             raise nothing_read(f"{run.path}: nothing to compare on side {label} "
                                f"({'; '.join(e.message for e in run.errors) or 'no trace matches the selection'})",

@@ -78,5 +78,6 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
             steps.update(p["steps"])
             rows += list(p["steps"].values()) or ([p["whole"]] if p["whole"] else [])
         every += rows
-        ranks.append({"role": info.role, "rank": info.rank, "path": info.path, "average": average(rows), "steps": steps})
+        ranks.append({"role": info.role, "rank": info.rank, "path": info.path, "average": average(rows),
+                      "steps": steps})
     return {"ranks": ranks, "average": average(every)}

@@ -49,7 +49,7 @@ def window_cost(tb: TraceTable) -> dict[str, Any] | None:
     if w is None:
         return None
     profiled = [t for t in map(_seconds, w.step_times_s) if t is not None]
-    pairs = list(zip(w.baseline_step_numbers, w.baseline_times_s))
+    pairs = list(zip(w.baseline_step_numbers, w.baseline_times_s, strict=False))  # lengths checked next
     new = w.first_step is not None and len(w.baseline_step_numbers) == len(w.baseline_times_s)
     if not new:  # an older distprof: times without step numbers
         pairs = [(None, t) for t in w.baseline_times_s]
@@ -64,29 +64,36 @@ def window_cost(tb: TraceTable) -> dict[str, Any] | None:
 
 def profiling_cost(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> list[dict[str, Any]]:
     """Per (role, rank) whose manifest timed its windows: the figures and the verdict (see the module's doc)."""
+    return [_cost_row(role, rank, wins) for (role, rank), wins in sorted(_windows_by_rank(files).items())]
+
+
+def _windows_by_rank(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Each file's window cost under its (role, rank): role "" and rank -1 when the file names none."""
     acc: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for info, cost in files:
         if cost:
             acc[(info.role or "", -1 if info.rank is None else info.rank)].append(cost)
-    rows = []
-    for (role, rank), wins in sorted(acc.items()):
-        wins.sort(key=lambda c: c["steps"])
-        prof = [t for c in wins for t in c["profiled_s"]]
-        new = [c for c in wins if c["first_step"] is not None]
-        base = [t for c in new for t in c["baseline_s"]]
-        shown = base or [t for c in wins for t in c["baseline_s"]]  # an older distprof's, shown but not judged
-        b = statistics.median(shown) if shown else None
-        p = statistics.median(prof) if prof else None
-        spread = _spread(base)
-        reliable, reason = _verdict(wins, new, base, prof, spread)
-        exports = [c["export_s"] for c in wins if c["export_s"] is not None]
-        rows.append({"role": role or None, "rank": None if rank < 0 else rank, "baseline_s": b, "profiled_s": p,
-                     "inflation": (p / b - 1.0) if reliable and b else None, "baseline_steps": len(shown),
-                     "profiled_steps": len(prof), "windows": len(wins), "reliable": reliable, "reason": reason,
-                     "baseline_spread": spread[0] if spread else None,
-                     "export_s": max(exports) if exports else None,
-                     "export_total_s": sum(exports) if exports else None, "export_windows": len(exports)})
-    return rows
+    return acc
+
+
+def _cost_row(role: str, rank: int, wins: list[dict[str, Any]]) -> dict[str, Any]:
+    """One (role, rank)'s figures and verdict over its windows (sorted here by their steps)."""
+    wins.sort(key=lambda c: c["steps"])
+    prof = [t for c in wins for t in c["profiled_s"]]
+    new = [c for c in wins if c["first_step"] is not None]
+    base = [t for c in new for t in c["baseline_s"]]
+    shown = base or [t for c in wins for t in c["baseline_s"]]  # an older distprof's, shown but not judged
+    b = statistics.median(shown) if shown else None
+    p = statistics.median(prof) if prof else None
+    spread = _spread(base)
+    reliable, reason = _verdict(wins, new, base, prof, spread)
+    exports = [c["export_s"] for c in wins if c["export_s"] is not None]
+    return {"role": role or None, "rank": None if rank < 0 else rank, "baseline_s": b, "profiled_s": p,
+            "inflation": (p / b - 1.0) if reliable and b else None, "baseline_steps": len(shown),
+            "profiled_steps": len(prof), "windows": len(wins), "reliable": reliable, "reason": reason,
+            "baseline_spread": spread[0] if spread else None,
+            "export_s": max(exports) if exports else None,
+            "export_total_s": sum(exports) if exports else None, "export_windows": len(exports)}
 
 
 def _spread(base: list[float]) -> tuple[float, float, float] | None:
@@ -107,6 +114,7 @@ def _verdict(wins: list[dict[str, Any]], new: list[dict[str, Any]], base: list[f
                        "this version for a figure")
     if len(base) < MIN_BASELINE:
         return False, _too_few(wins, new, len(base))
+    assert spread is not None  # MIN_BASELINE >= 2 baseline steps always have one
     ratio, lo, hi = spread
     if ratio > MAX_SPREAD:
         return False, f"unprofiled steps vary {ratio:.1f}x ({_secs(lo)}-{_secs(hi)}): too noisy to compare"
@@ -125,7 +133,8 @@ def _too_few(wins: list[dict[str, Any]], new: list[dict[str, Any]], n: int) -> s
     end = start - 2 if start - 1 >= first else start - 1  # the last step before the window's warm-up
     ran = max(0, end - first + 1)  # unprofiled steps this process ran before the warm-up
     steps = "step" if ran == 1 else "steps"
-    head = "" if len(wins) == 1 else f"only {n} steady-state unprofiled steps before its {len(wins)} windows; the first: "
+    head = ("" if len(wins) == 1
+            else f"only {n} steady-state unprofiled steps before its {len(wins)} windows; the first: ")
     suggest = (f"profile later steps, e.g. steps: "
                f"{_steps_setting(first + SETTLING_STEPS + BASELINE_STEPS + 1, last - start + 1)}")
     if ran == 0:

@@ -16,7 +16,7 @@ Rows are sorted by the absolute change of what they compare.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = ["compare", "step_facts"]
@@ -42,7 +42,7 @@ def _totals(parts: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[float
     return out
 
 
-def step_facts(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+def step_facts(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> dict[str, Any]:
     """One side's steps, from ``(FileInfo, steps.extract(...))`` pairs: ``steps`` (the step numbers held),
     ``rank_steps`` (steps summed over files: what per-step means divide by), ``ranks`` (``(role, rank)`` held),
     ``without_steps`` (files holding no step: their time cannot be put per step) and ``durations`` (role ->
@@ -139,30 +139,60 @@ def compare(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], top: int |
     without steps) rows compare totals. ``chosen`` says whether the user picked each side's steps and ranks
     (``--step-a/-b``, ``--rank-a/-b``): sets that differ by choice are not warned about."""
     ta, tb = _totals(a), _totals(b)
-    per_step = bool(steps_a and steps_b and steps_a["rank_steps"] and steps_b["rank_steps"]
-                    and not steps_a["without_steps"] and not steps_b["without_steps"])
-    na = steps_a["rank_steps"] if per_step else 0
-    nb = steps_b["rank_steps"] if per_step else 0
-    rows = []
-    for key in ta.keys() | tb.keys():
-        (ca, ua), (cb, ub) = ta.get(key, (0, 0.0)), tb.get(key, (0, 0.0))
-        pa, pb = (ua / na, ub / nb) if per_step else (None, None)
-        base, new = (pa, pb) if per_step else (ua, ub)
-        rows.append({"kind": key[0], "name": key[1], "a_us": ua, "b_us": ub, "change_us": ub - ua,
-                     "ratio": (new / base) if base else None, "a_count": int(ca), "b_count": int(cb),
-                     "a_per_step_us": pa, "b_per_step_us": pb, "change_per_step_us": (pb - pa) if per_step else None})
-    rows.sort(key=lambda r: (-abs(r["change_per_step_us"] if per_step else r["change_us"]), r["kind"], r["name"]))
-    total_a = sum(v[1] for k, v in ta.items() if k[0] == "kernel")
-    total_b = sum(v[1] for k, v in tb.items() if k[0] == "kernel")
+    per = _per_step(steps_a, steps_b)
+    rows = _rows(ta, tb, per)
+    total_a, total_b = _kernel_total(ta), _kernel_total(tb)
     fa = steps_a or step_facts(())
     fb = steps_b or step_facts(())
-    return {"rows": rows[:top] if top else rows, "compares": "per_step" if per_step else "totals",
+    return {"rows": rows[:top] if top else rows, "compares": "per_step" if per else "totals",
             "steps": {"a": len(fa["steps"]), "b": len(fb["steps"])},
             "rank_steps": {"a": fa["rank_steps"], "b": fb["rank_steps"]},
             "step_time": _step_time(fa, fb),
             "kernel_total_a_us": total_a, "kernel_total_b_us": total_b,
-            "kernel_per_step_a_us": total_a / na if per_step else None,
-            "kernel_per_step_b_us": total_b / nb if per_step else None,
-            "only_in_a": sorted(k[1] for k in ta.keys() - tb.keys() if k[0] != "category"),
-            "only_in_b": sorted(k[1] for k in tb.keys() - ta.keys() if k[0] != "category"),
-            "warnings": _notes(fa, fb, per_step, chosen) if steps_a is not None and steps_b is not None else []}
+            "kernel_per_step_a_us": total_a / per[0] if per else None,
+            "kernel_per_step_b_us": total_b / per[1] if per else None,
+            "only_in_a": _only_in(ta, tb), "only_in_b": _only_in(tb, ta),
+            "warnings": (_notes(fa, fb, per is not None, chosen) if steps_a is not None and steps_b is not None
+                         else [])}
+
+
+def _per_step(steps_a: dict[str, Any] | None, steps_b: dict[str, Any] | None) -> tuple[int, int] | None:
+    """Each side's rank-steps (what means per step divide by) when rows compare means per step: both sides hold
+    steps, in every file. None: rows compare totals."""
+    if not (steps_a and steps_b and steps_a["rank_steps"] and steps_b["rank_steps"]
+            and not steps_a["without_steps"] and not steps_b["without_steps"]):
+        return None
+    return steps_a["rank_steps"], steps_b["rank_steps"]
+
+
+def _rows(ta: dict[tuple[str, str], list[float]], tb: dict[tuple[str, str], list[float]],
+          per: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """A row per key of either side, by the absolute change of what they compare, descending."""
+    rows = [_row(key, ta.get(key, (0, 0.0)), tb.get(key, (0, 0.0)), per) for key in ta.keys() | tb.keys()]
+    rows.sort(key=lambda r: (-abs(r["change_per_step_us"] if per else r["change_us"]), r["kind"], r["name"]))
+    return rows
+
+
+def _row(key: tuple[str, str], a: Sequence[float], b: Sequence[float],
+         per: tuple[int, int] | None) -> dict[str, Any]:
+    """One key's figures: ``a`` / ``b`` are each side's (count, microseconds)."""
+    (ca, ua), (cb, ub) = a, b
+    pa: float | None = None
+    pb: float | None = None
+    change: float | None = None
+    base, new = ua, ub
+    if per:
+        pa, pb = ua / per[0], ub / per[1]
+        base, new, change = pa, pb, pb - pa
+    return {"kind": key[0], "name": key[1], "a_us": ua, "b_us": ub, "change_us": ub - ua,
+            "ratio": (new / base) if base else None, "a_count": int(ca), "b_count": int(cb),
+            "a_per_step_us": pa, "b_per_step_us": pb, "change_per_step_us": change}
+
+
+def _kernel_total(t: dict[tuple[str, str], list[float]]) -> float:
+    return sum(v[1] for k, v in t.items() if k[0] == "kernel")
+
+
+def _only_in(t: dict[tuple[str, str], list[float]], other: dict[tuple[str, str], list[float]]) -> list[str]:
+    """Names (not categories) that ``t`` holds and ``other`` does not."""
+    return sorted(k[1] for k in t.keys() - other.keys() if k[0] != "category")

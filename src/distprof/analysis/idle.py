@@ -228,7 +228,7 @@ class _Host:
         if named.any():
             ids, inv = np.unique(label[named], return_inverse=True)
             per = np.bincount(inv, weights=lengths[named])
-            phases = {self.names[int(n)]: float(v) for n, v in zip(ids.tolist(), per.tolist())}
+            phases = {self.names[int(n)]: float(v) for n, v in zip(ids.tolist(), per.tolist(), strict=True)}
             out["phases"] = dict(sorted(phases.items(), key=lambda kv: -kv[1]))
             out["phase_us"] = float(per.sum())
         return out
@@ -252,7 +252,7 @@ def analyse(tb: TraceTable) -> dict[str, Any]:
         doing = _Host(tb)
         _, (result["device"],) = work.figures(np.zeros(idx.size, dtype=np.int64), doing)
         gids, figs = work.figures(stream_of)
-        result["streams"] = {int(stream_ids[g]): f for g, f in zip(gids.tolist(), figs)}
+        result["streams"] = {int(stream_ids[g]): f for g, f in zip(gids.tolist(), figs, strict=True)}
         step = tb.step[idx].astype(np.int64)
         if (step >= 0).any():
             # Work outside every step goes to one more group, dropped: the sorts above are reused as they are.
@@ -260,9 +260,11 @@ def analyse(tb: TraceTable) -> dict[str, Any]:
             st = np.where(step >= 0, step, n_steps)
             nums = tb.steps[:, 2].astype(np.int64)
             sgids, sfigs = work.figures(st, doing)
-            steps = {int(nums[g]): {"device": f, "streams": {}} for g, f in zip(sgids.tolist(), sfigs) if g < n_steps}
+            steps: dict[int, dict[str, Any]] = {
+                int(nums[g]): {"device": f, "streams": {}}
+                for g, f in zip(sgids.tolist(), sfigs, strict=True) if g < n_steps}
             pgids, pfigs = work.figures(st * n_streams + stream_of)
-            for g, f in zip(pgids.tolist(), pfigs):
+            for g, f in zip(pgids.tolist(), pfigs, strict=True):
                 if g // n_streams < n_steps:
                     steps[int(nums[g // n_streams])]["streams"][int(stream_ids[g % n_streams])] = f
             result["steps"] = steps

@@ -33,10 +33,11 @@ between (weight sync, the reference pass ...).
 **What-if** (``what_if``, per role ``saves_us``): "if this role's work in the step took its median step's
 busy time, the step would be this much shorter". Each segment waits for the segment that ended last before
 it started (as on the path), keeping its original gap after it (a hand-off's latency), and for the end of
-its role's own previous segment (a role does its work in order); the role's segments are shrunk by ``median / busy`` (never stretched) and the step is replayed in
-time order: a segment starts when the later of its predecessors (moved) plus its gap allows. The saving is
-the old last end less the new one, so when another chain then bounds the step, the saving stops there
-(``then_path``: the new critical path), never the plain difference of busy times.
+its role's own previous segment (a role does its work in order); the role's segments are shrunk by
+``median / busy`` (never stretched) and the step is replayed in time order: a segment starts when the later of
+its predecessors (moved) plus its gap allows. The saving is the old last end less the new one, so when another
+chain then bounds the step, the saving stops there (``then_path``: the new critical path), never the plain
+difference of busy times.
 
 Engine roles also get ``engine``: per engine role its iterations in the step (``engine_iterations``: its
 ``ProfilerStep`` ranges or iteration annotations, :func:`.vocab.is_engine_iteration`) and its ``prefill_us``
@@ -58,7 +59,6 @@ import numpy as np
 
 from distprof.analysis import records
 from distprof.analysis.records import Record
-
 from distprof.analysis.stragglers import blocked_until, queues
 from distprof.rundir.layout import DRIVER_ROLE
 from distprof.trace.ranks import role_of, runs
@@ -107,8 +107,8 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     off = tb.info.offset_us
     s = tb.sets()
     if tb.info.role == DRIVER_ROLE:
-        # The driver's phases are its waits on the other roles (distprof.integrations.ray.driver): its work is what it runs
-        # itself (ops, python), never its annotations.
+        # The driver's phases are its waits on the other roles (distprof.integrations.ray.driver): its work is
+        # what it runs itself (ops, python), never its annotations.
         m = ((tb.kind == Kind.CPU_OP) | (tb.kind == Kind.PYTHON)) & tb.scope & ~tb.comm
         own = iv.merge(tb.ts[m], tb.end[m])
         busy = iv.union(s.compute, s.memory, s.comm, s.runtime, s.dataloader, own)
@@ -128,7 +128,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         stages: dict[str, list] = {"prefill": [], "decode": []}
         whole = engine_stage(tb.info.path.rsplit("/", 1)[-1])  # SGLang profile_by_stage: one file per stage
         if whole:
-            stages[whole] = list(zip(bs.tolist(), be.tolist()))
+            stages[whole] = list(zip(bs.tolist(), be.tolist(), strict=True))
         else:
             for name, a, b in phases:
                 st = engine_stage(name)
@@ -171,7 +171,8 @@ class RLStep(Record):
     critical_path: list[str]
     roles: list[RoleTime]
     what_if: list[WhatIf]
-    path: list[dict[str, Any]] = msgspec.field(default_factory=list)  # the path's segments: {"role", "start_us", "end_us"}
+    # the path's segments: {"role", "start_us", "end_us"}
+    path: list[dict[str, Any]] = msgspec.field(default_factory=list)
     engine: list[EngineTime] = msgspec.field(default_factory=list)
     lanes: list[dict[str, Any]] = msgspec.field(default_factory=list)  # per role and rank: busy spans, phases, waits
 
@@ -195,7 +196,7 @@ def _segments(busy: dict[str, iv.IntervalSet], bridge: float) -> list[Segment]:
         if not s.size:
             continue
         split = np.flatnonzero(s[1:] - e[:-1] >= bridge) + 1
-        for lo, hi in zip(np.concatenate([[0], split]), np.concatenate([split, [s.size]])):
+        for lo, hi in zip(np.concatenate([[0], split]), np.concatenate([split, [s.size]]), strict=True):
             segs.append(Segment(role, float(s[lo]), float(e[hi - 1]), float((e[lo:hi] - s[lo:hi]).sum())))
     segs.sort(key=lambda g: (g.start, g.end, g.role))
     return segs
@@ -279,8 +280,8 @@ def _blocked(files: list[tuple[Any, dict[str, Any]]]) -> dict[tuple[str, Any], i
     for role, ranks in members.items():
         if len(ranks) < 2:
             continue
-        for r in ranks.values():
-            r.sort(key=lambda c: c[2])
+        for colls in ranks.values():
+            colls.sort(key=lambda c: c[2])
         for _, lists in queues(ranks):
             if len(lists) < len(ranks):
                 continue
@@ -330,7 +331,7 @@ def _unkeyed(files: list[tuple[Any, dict[str, Any]]], keyed_paths: set[str], tas
         if p is None or info.path in keyed_paths:
             continue
         role = role_of(labels, info) or ""
-        unkeyed += [(role, info.rank, a, b) for a, b in zip(*p["busy"])]
+        unkeyed += [(role, info.rank, a, b) for a, b in zip(*p["busy"], strict=False)]
         extra_phases += [(role, info.rank, n, a, b) for n, a, b in p["phases"]]
         if "iterations" in p:
             engine_parts.append((role, p))
@@ -496,6 +497,7 @@ def _lanes(dur: float, lanes: dict[tuple[str, Any], list[iv.IntervalSet]], phase
             s, e = np.concatenate([s[:1], s[keep + 1]]), np.concatenate([e[keep], e[-1:]])
         s, e = _bounded(s, e, LANE_SPANS)
         ph = sorted(phases.get((role, rank), []), key=lambda t: -(t[2] - t[1]))[:LANE_PHASES]
-        lane_rows.append({"role": role, "rank": rank, "busy": [[a, b] for a, b in zip(s.tolist(), e.tolist())],
+        lane_rows.append({"role": role, "rank": rank,
+                          "busy": [[a, b] for a, b in zip(s.tolist(), e.tolist(), strict=True)],
                           "phases": [[n, a, b] for n, a, b in sorted(ph, key=lambda t: t[1])]})
     return lane_rows

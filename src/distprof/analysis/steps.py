@@ -13,8 +13,9 @@ others the most waiting (``wait_caused_us``, as ``stragglers`` charges it, each 
 A rank can be late because its step started late (its previous step ran long), so this, not the time
 inside the step, is the measure. Each rank's row also has ``waited_us`` (its own blocked time in the
 step: the union of its waits), ``busy_us = dur_us - waited_us`` (its time outside waiting for
-peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no rank waited in a step (one rank, no collectives), the rank with the most busy time,
-that is the longest step, is the slowest.
+peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no
+rank waited in a step (one rank, no collectives), the rank with the most busy time, that is the longest step, is
+the slowest.
 """
 
 from __future__ import annotations
@@ -62,14 +63,14 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             if kind == Kind.KERNEL:
                 cats["communication"] += float(tb.dur[m[tb.comm[m]]].sum())
                 cats["compute"] += float(tb.dur[m[~tb.comm[m]]].sum())
-            else:
+            elif cat is not None:  # always: only kernels map to None
                 cats[cat] += float(tb.dur[m].sum())
         rows.append({"step": int(num), "start_us": start + off, "end_us": end + off, "dur_us": end - start,
                      "source": "ProfilerStep",
                      "phases": dict(sorted(phases.items(), key=lambda kv: -kv[1])),
                      "categories": {c: v for c in CATEGORIES if (v := cats.get(c, 0.0))}})
     window = tb.info.window
-    if not rows and window and tb.info.start_us is not None and not tb.by_step:
+    if not rows and window and tb.info.start_us is not None and tb.info.end_us is not None and not tb.by_step:
         # No step markers: the manifest's window is the unit (it may span several steps).
         w = getattr(tb, "window_record", None)
         dur = tb.info.end_us - tb.info.start_us

@@ -81,7 +81,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         sync_name = np.array([is_sync(nm) for nm in tb.names], dtype=bool)
         m = ((k == Kind.RUNTIME) | (k == Kind.CPU_OP)) & tb.scope & sync_name[tb.name]
         a, b = iv.merge(tb.ts[m], tb.end[m])
-        syncs = list(zip((a + off).tolist(), (b + off).tolist()))
+        syncs = list(zip((a + off).tolist(), (b + off).tolist(), strict=True))
         for j in gpu[np.argsort(tb.ts[gpu], kind="stable")].tolist():
             g, kind = tb.collective_label(j)
             out.append((g, kind, float(tb.ts[j]) + off, float(tb.end[j]) + off, step_of(j)))
@@ -100,10 +100,10 @@ def extract(tb: TraceTable) -> dict[str, Any]:
             inner = rpc.get(int(tb.track[j]), [])
             p = bisect.bisect_left(inner, (float(tb.ts[j]), -1))
             if p < len(inner) and inner[p][0] < tb.end[j]:
-                g, c = tb.meta[inner[p][1]]
+                group, c = tb.meta[inner[p][1]]
                 _, kind = tb.collective_label(j)
                 kind = c.lower().replace("_", "") if c else kind
-                g = g if g is not None else "default"
+                g = group if group is not None else "default"
             else:
                 g, kind = tb.collective_label(j)
             out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j)))
@@ -306,5 +306,6 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], top: int | None = 10) -
         ranks=rank_rows, matched=len(m.instances), mismatched=m.mismatched, steps=steps,
         worst=worst[:top] if top else worst, waits=_waits(c), sources=sorted(g.sources), unranked=g.unranked,
         warnings=run_warnings,
-        wait_matrix=[WaitPair(role=role or None, waiter=w, culprit=cu, wait_us=us, sync_us=c.pair_sync.get((role, w, cu), 0.0))
+        wait_matrix=[WaitPair(role=role or None, waiter=w, culprit=cu, wait_us=us,
+                              sync_us=c.pair_sync.get((role, w, cu), 0.0))
                      for (role, w, cu), us in sorted(c.pair.items())])

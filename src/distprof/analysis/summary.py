@@ -84,7 +84,7 @@ def _self_times_stack(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     stack: list[int] = []
     ends: list[float] = []
     parent = np.full(n, -1, dtype=np.int64)
-    for k, (s, d) in enumerate(zip(starts, durs)):
+    for k, (s, d) in enumerate(zip(starts, durs, strict=True)):
         while ends and ends[-1] <= s:
             stack.pop()
             ends.pop()
@@ -173,10 +173,10 @@ def extract(tb: TraceTable) -> dict[str, Any]:
 def _rows(table: dict[str, list[float]], top: int | None, total: float, row: type[R], share_of: int = 1) -> list[R]:
     """One ``row`` record per name (``KernelRow``: count, total; ``OpRow``: and self; ``PhaseRow``: and wall, self),
     by total_us descending."""
-    extra = {KernelRow: (), OpRow: ("self_us",), PhaseRow: ("wall_us", "self_us")}[row]  # type: ignore[index]
+    extra = {KernelRow: (), OpRow: ("self_us",), PhaseRow: ("wall_us", "self_us")}[row]
     rows = [row(name=name, count=int(v[0]), total_us=v[1], share=(v[share_of] / total) if total else 0.0,
                 **{key: v[j] for j, key in enumerate(extra, start=2)}) for name, v in table.items()]
-    rows.sort(key=lambda r: (-r.total_us, r.name))  # type: ignore[attr-defined]
+    rows.sort(key=lambda r: (-r.total_us, r.name))
     return rows[:top] if top else rows
 
 
@@ -184,7 +184,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One rank's files as one: names and figures summed (its windows are different steps)."""
     if len(parts) == 1:
         return parts[0]
-    out = {"kernels": defaultdict(lambda: [0, 0.0]), "ops": defaultdict(lambda: [0, 0.0, 0.0]),
+    out: dict[str, Any] = {"kernels": defaultdict(lambda: [0, 0.0]), "ops": defaultdict(lambda: [0, 0.0, 0.0]),
            "phases": defaultdict(lambda: [0, 0.0, 0.0, 0.0]), "categories": defaultdict(float),
            "outside_steps": defaultdict(float), "device_busy_us": 0.0, "device_span_us": 0.0, "traced_us": 0.0}
     for p in parts:

@@ -214,6 +214,17 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], role: str | None, step:
     labels, _ = runs(info for info, _ in files)
     mine = [(info, parts) for info, parts in files if (role_of(labels, info) or None) == (role or None)]
     want = list(dict.fromkeys(ranks))
+    rows = _rank_rows(mine, step, want)
+    if not rows:
+        return None
+    members = _collectives_by_rank(mine)
+    if len(members) > 1:
+        _add_waiting(rows, members, step)
+    return StepTimeline(role, step, [rows[r] for r in want if r in rows])
+
+
+def _rank_rows(mine: list[tuple[Any, dict[str, Any]]], step: Any, want: list[int]) -> dict[int, RankTimeline]:
+    """Each asked rank's lanes of ``step`` in absolute µs, from the first of its files that has a timeline of it."""
     rows: dict[int, RankTimeline] = {}
     for info, parts in mine:
         tl = parts.get("timeline")
@@ -223,29 +234,40 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], role: str | None, step:
         if row is None or info.rank in rows:
             continue
         names, t0 = tl["names"], row["start_us"]
-
-        def spans(lane: tuple, named: bool) -> list:
-            s, e = lane[0].astype(np.float64) + t0, lane[1].astype(np.float64) + t0
-            if not named:
-                return list(zip(s.tolist(), e.tolist()))
-            return [(names[k], a, b) for k, a, b in zip(lane[2].tolist(), s.tolist(), e.tolist())]
-
         rows[info.rank] = RankTimeline(info.rank, info.path, row["start_us"], row["end_us"],
-                                       spans(row["phase"], True), spans(row["compute"], False),
-                                       spans(row["collective"], True))
-    if not rows:
-        return None
+                                       _spans(row["phase"], names, t0), _bounds(row["compute"], t0),
+                                       _spans(row["collective"], names, t0))
+    return rows
+
+
+def _bounds(lane: tuple, t0: float) -> list:
+    """A lane's (start, end) in absolute µs (``t0``: the step's start)."""
+    s, e = lane[0].astype(np.float64) + t0, lane[1].astype(np.float64) + t0
+    return list(zip(s.tolist(), e.tolist(), strict=False))
+
+
+def _spans(lane: tuple, names: list[str], t0: float) -> list:
+    """A named lane's (name, start, end) in absolute µs (``t0``: the step's start)."""
+    return [(names[k], a, b) for k, (a, b) in zip(lane[2].tolist(), _bounds(lane, t0), strict=False)]
+
+
+def _collectives_by_rank(mine: list[tuple[Any, dict[str, Any]]]) -> dict[int, list]:
+    """Each rank's collectives (from its stragglers extract), over its files."""
     members: dict[int, list] = {}
     for info, parts in mine:
         coll = (parts.get("stragglers") or {}).get("collectives")
         if coll is not None:
             members.setdefault(info.rank, []).extend(coll)
-    if len(members) > 1:
-        for r, waits in _waiting(members, step, set(rows)).items():
-            if waits:
-                t0, t1 = rows[r].start_us, rows[r].end_us
-                culprit = np.array([w[0] for w in waits])
-                s, e, c = coarse(np.array([w[1] for w in waits]) - t0, np.array([w[2] for w in waits]) - t0, culprit,
-                                 WAIT_CAP, (t1 - t0) / RESOLUTION)
-                rows[r].waiting = sorted(zip(c.tolist(), (s + t0).tolist(), (e + t0).tolist()), key=lambda w: w[1])
-    return StepTimeline(role, step, [rows[r] for r in want if r in rows])
+    return members
+
+
+def _add_waiting(rows: dict[int, RankTimeline], members: dict[int, list], step: Any) -> None:
+    """Set each shown rank's ``waiting``: its blocked intervals, coarsened like the other lanes."""
+    for r, waits in _waiting(members, step, set(rows)).items():
+        if waits:
+            t0, t1 = rows[r].start_us, rows[r].end_us
+            culprit = np.array([w[0] for w in waits])
+            s, e, c = coarse(np.array([w[1] for w in waits]) - t0, np.array([w[2] for w in waits]) - t0, culprit,
+                             WAIT_CAP, (t1 - t0) / RESOLUTION)
+            rows[r].waiting = sorted(zip(c.tolist(), (s + t0).tolist(), (e + t0).tolist(), strict=True),
+                                     key=lambda w: w[1])

@@ -84,7 +84,8 @@ def table(title: str | Text, cols: list[tuple[str, str] | str]) -> FitTable:
 
 def files_table(run_dir: str, files: list[dict[str, Any]]) -> FitTable:
     """The trace files a run wrote (the demo's first table): role, rank, steps, file, bytes."""
-    t = table(Text(f"Traces in {plain(run_dir)}"), ["role", "rank", ("steps", "fixed"), ("file", "name"), ("bytes", "num")])
+    t = table(Text(f"Traces in {plain(run_dir)}"),
+              ["role", "rank", ("steps", "fixed"), ("file", "name"), ("bytes", "num")])
     for rec in sorted(files, key=lambda r: (r["role"], r["rank"], r["steps"])):
         t.add_row(_t(rec["role"]), str(rec["rank"]), f"{rec['steps'][0]}-{rec['steps'][1]}", _t(rec["file"]),
                   f"{rec['bytes']:,}")
@@ -110,7 +111,8 @@ def scope_note(result: dict[str, Any]) -> Text | None:
     scope = result.get("scope") or {}
     outside = result.get("outside_steps") or {}
     if scope.get("steps_only"):
-        which = f"steps {','.join(map(str, scope['steps']))}" if scope.get("steps") else "work inside ProfilerStep ranges"
+        which = (f"steps {','.join(map(str, scope['steps']))}" if scope.get("steps")
+                 else "work inside ProfilerStep ranges")
         return Text(f"Figures cover {which} only.")
     if outside.get("device_us") or outside.get("op_us"):
         total_dev = sum(result.get("categories", {}).values())
@@ -125,8 +127,20 @@ def summary(console: Console, s: dict[str, Any]) -> None:
     note = scope_note(s)
     if note is not None:
         say(console, note)
+    _top_tables(console, s)
+    _device_ranks(console, s["ranks"])
+    _host_ranks(console, s["ranks"])
+    _idle_table(console, s)
+    _launch_table(console, s)
+    _breakdown(console, s.get("step_breakdown"))
+    profiling_cost(console, s.get("profiling_cost"))
+
+
+def _top_tables(console: Console, s: dict[str, Any]) -> None:
+    """The kernels, CPU ops and phases over all ranks, each table when the run has any."""
     if s["kernels"]:
-        t = _table("Device kernels, memcpy, memset (all ranks; share of device time)", ["name", "count", "total", "share"])
+        t = _table("Device kernels, memcpy, memset (all ranks; share of device time)",
+                   ["name", "count", "total", "share"])
         for r in s["kernels"]:
             t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), share(r["share"]))
         console.print(t)
@@ -141,20 +155,28 @@ def summary(console: Console, s: dict[str, Any]) -> None:
         for r in s["phases"]:
             t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["wall_us"]), us(r["self_us"]), share(r["share"]))
         console.print(t)
-    ranks = s["ranks"]
-    if any((r.get("temporal") or {}).get("device") for r in ranks):
-        t = _table("Per rank: device time (share of the device span)",
-                   ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
-        for r in ranks:
-            d = (r.get("temporal") or {}).get("device")
-            o = (r.get("overlap") or {}).get("device")
-            if d is None:
-                t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
-                continue
-            t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
-                      share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
-                      share(o["share"]) if o else "-")
-        console.print(t)
+
+
+def _device_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+    """Per rank, its device time by kind (when any rank has device events)."""
+    if not any((r.get("temporal") or {}).get("device") for r in ranks):
+        return
+    t = _table("Per rank: device time (share of the device span)",
+               ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
+    for r in ranks:
+        d = (r.get("temporal") or {}).get("device")
+        o = (r.get("overlap") or {}).get("device")
+        if d is None:
+            t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
+            continue
+        t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
+                  share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
+                  share(o["share"]) if o else "-")
+    console.print(t)
+
+
+def _host_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+    """Per rank, its host time by kind and its threads' busy time."""
     t = _table("Per rank: host time (share of the traced host time; in phases: inside an annotated phase that "
                "runs no traced op, busy in user code, not idle)",
                ["role", "rank", "traced", "compute", "communication", "in phases", "idle", "main thread busy",
@@ -172,15 +194,17 @@ def summary(console: Console, s: dict[str, Any]) -> None:
                   us(th.get("main")),
                   us(th.get("communication")), share(o["share"]) if o else "-")
     console.print(t)
-    _idle_table(console, s)
-    _launch_table(console, s)
-    b = s.get("step_breakdown")
-    if b:
-        t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
-                   ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
-        t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
-        console.print(t)
-    profiling_cost(console, s.get("profiling_cost"))
+
+
+def _breakdown(console: Console, b: dict[str, Any] | None) -> None:
+    """The average step's TensorBoard-style breakdown (when the run has steps)."""
+    if not b:
+        return
+    t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
+               ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
+    t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
+    console.print(t)
+
 
 
 def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: int = 8) -> None:
@@ -320,7 +344,7 @@ def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int =
         ranks = row["ranks"]
         shown = ranks if len(ranks) <= max_ranks else \
             sorted(ranks, key=lambda x: (-x["wait_caused_us"], -x["busy_us"]))[:max_ranks // 2]
-        for j, x in enumerate(shown):
+        for x in shown:
             mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
             ph = Text(", ").join([Text(f"{plain(k)} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
             t.add_row(_t(row["role"]), label, _rank(x["rank"]) + mark,
@@ -364,11 +388,12 @@ def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
                       "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
         console.print(t)
     if r["worst"]:
-        t = _table("Collectives that cost the most waiting", ["role", "step", "group", "kind", "index", "last rank",
-                                                               "wait caused", "longest wait"], left=("role", "group", "kind"))
+        t = _table("Collectives that cost the most waiting",
+                   ["role", "step", "group", "kind", "index", "last rank", "wait caused", "longest wait"],
+                   left=("role", "group", "kind"))
         for w in r["worst"]:
-            t.add_row(_t(w["role"]), _step(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]), str(w["last_rank"]),
-                      us(w["wait_caused_us"]), us(w["max_wait_us"]))
+            t.add_row(_t(w["role"]), _step(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]),
+                      str(w["last_rank"]), us(w["wait_caused_us"]), us(w["max_wait_us"]))
         console.print(t)
     for m in r["mismatched"]:
         say(err, Text(plain(f"warning: {m['kind']} in group {m['group']} (step {_step(m['step'])}) has different "
@@ -381,7 +406,7 @@ def _ratio(r: float | None) -> str:
 
 def _change(a: float | None, b: float | None) -> str:
     """B over A as a ratio; ``new`` when A had none."""
-    return _ratio(b / a) if a else "new" if b else "-"
+    return _ratio(b / a) if a and b is not None else "new" if b else "-"
 
 
 def diff_headlines(d: dict[str, Any]) -> list[str]:
@@ -431,7 +456,8 @@ def _what_if(w: dict[str, Any] | None) -> str | None:
            f"shorter" + (f" ({us(w['saves_us'])} over {steps} steps)" if steps > 1 else "")
     if w.get("naive_us") is not None and w["naive_us"] > w["saves_us"] * 1.05 + 1:
         text += f" (subtracting the time alone would say {us(w['naive_us'])}"
-        text += f"; rank {_rank(w['then_last_rank'])} then arrives last)" if w.get("then_last_rank") is not None else ")"
+        text += (f"; rank {_rank(w['then_last_rank'])} then arrives last)" if w.get("then_last_rank") is not None
+                 else ")")
     return text
 
 
@@ -448,8 +474,10 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
     say(console, Text(f"Diagnosis: {len(findings)} finding{'s' if len(findings) > 1 else ''}, ranked by the step time "
                       f"they cost ({seen})", style="bold"))
     for i, f in enumerate(findings, 1):
-        cost = us(f["cost_us"]) + (f" ({share(f['cost_share'])} of step time)" if f.get("cost_share") is not None else "")
-        say(console, Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")), hang=3)
+        cost = us(f["cost_us"]) + (f" ({share(f['cost_share'])} of step time)" if f.get("cost_share") is not None
+                                   else "")
+        say(console, Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")),
+            hang=3)
         say(console, Text.assemble("   ", plain(f["claim"])))
         w = _what_if(f.get("what_if"))
         if w:
@@ -459,8 +487,10 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
         names = ", ".join(fit_name(console, plain(n), min(60, max(24, console.width - 16))) for n in ev["names"][:3])
         where = "; ".join(p for p in (
             f"role {plain(ev['role'])}" if ev.get("role") else "",
-            f"ranks {', '.join(map(_rank, ev['ranks'][:8]))}{' ...' if len(ev['ranks']) > 8 else ''}" if ev["ranks"] else "",
-            f"steps {', '.join(map(_step, ev['steps'][:8]))}{' ...' if len(ev['steps']) > 8 else ''}" if ev["steps"] else "",
+            (f"ranks {', '.join(map(_rank, ev['ranks'][:8]))}{' ...' if len(ev['ranks']) > 8 else ''}"
+             if ev["ranks"] else ""),
+            (f"steps {', '.join(map(_step, ev['steps'][:8]))}{' ...' if len(ev['steps']) > 8 else ''}"
+             if ev["steps"] else ""),
             f"names {names}" if names else "",
             f"plot {f['plot']}" if f.get("plot") else "") if p)
         if where:
