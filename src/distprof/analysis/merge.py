@@ -225,8 +225,9 @@ def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection:
     return scan
 
 
-def _step_ranges(xe: list[Event], selection: Selection) -> list[tuple[float, float]]:
-    """(start, end) of the complete events that are a selected step's ``ProfilerStep#N``."""
+def _step_ranges(xe: list[Any], selection: Selection) -> list[tuple[float, float]]:
+    """(start, end) of the complete events (any decoded kind with ts, dur, name) that are a selected step's
+    ``ProfilerStep#N``."""
     return [(e.ts, e.ts + e.dur) for e in xe if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
 
 
