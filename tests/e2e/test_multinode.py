@@ -17,7 +17,6 @@ import psutil
 import pytest
 from conftest import pythonpath_with
 
-import distprof
 from distprof import ProfilerConfig
 from distprof.analysis.check import check_run
 from distprof.rundir.store import list_files
@@ -27,12 +26,13 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: loopback, not the external address
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray_workers import Trainer  # noqa: E402  (tests/jobs: what the workers import, and no more)
 from tracekit import cli  # noqa: E402
 
 from distprof.analysis import analyze  # noqa: E402
 from distprof.analysis.parallel import FileError, map_files  # noqa: E402
 from distprof.analysis.rayfiles import find_traces_on_nodes  # noqa: E402
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, collect  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 LOOPBACK = {"node_ip_address": "127.0.0.1"}
@@ -87,18 +87,6 @@ def cluster(tmp_path_factory):
             os.environ["PYTHONPATH"] = old
         if scratch_var is not None:
             os.environ["SCRATCH"] = scratch_var
-
-
-class Trainer(ProfiledWorker):
-    def work(self):
-        import torch
-
-        torch.set_num_threads(1)
-        with distprof.annotate("w/work"):
-            x = torch.randn(32, 32)
-            for _ in range(10):
-                x = torch.tanh(x @ x)
-        return ray.get_runtime_context().get_node_id()
 
 
 @pytest.fixture(scope="module")

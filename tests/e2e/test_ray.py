@@ -12,7 +12,6 @@ import pytest
 from conftest import config as base_config
 from conftest import pythonpath_with
 
-import distprof
 from distprof.analysis.check import check_run
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
@@ -20,8 +19,9 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 # Ray reads this when it is imported: without it, it binds the machine's external address.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
+from ray_workers import BrokenRPC, Worker  # noqa: E402  (tests/jobs: what the workers import, and no more)
 
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect, profiling, runtime_env, step_all  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, collect, profiling, runtime_env, step_all  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -40,38 +40,6 @@ def cluster():
         os.environ.pop("PYTHONPATH")
     else:
         os.environ["PYTHONPATH"] = old
-
-
-class Worker(ProfiledWorker):
-    def work(self):
-        import torch
-
-        torch.set_num_threads(1)
-        with distprof.annotate("w/work"):
-            x = torch.randn(32, 32)
-            for _ in range(10):
-                x = torch.tanh(x @ x)
-        return 1
-
-    def has_profiler(self):
-        return self.profiler is not None
-
-    def env(self, name):
-        return os.environ.get(name)
-
-    def exit(self):
-        ray.actor.exit_actor()
-
-    def break_profiler_backend(self):
-        def boom(*a, **k):
-            raise RuntimeError("backend broke")
-
-        self.profiler._backend.advance = boom
-
-
-class BrokenRPC(Worker):
-    def profile_step(self, export=True):
-        raise RuntimeError("this worker's profile_step is broken")
 
 
 def make(cls=Worker, n=1, runtime_env=None):
@@ -281,10 +249,9 @@ SHUTDOWN_SCRIPT = """
 import json, os, sys
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray, distprof
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, runtime_env
+from distprof.integrations.ray import ProfiledGroup, runtime_env
 from distprof.integrations.ray.collect import _node_list
-sys.path.insert(0, {tests!r})
-from test_ray import Worker
+from ray_workers import Worker
 ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
 pids = []
 try:
@@ -304,7 +271,7 @@ print(json.dumps(_node_list({out!r}, 60, pids)))
 
 def test_outputs_finalized_after_ray_shutdown(tmp_path):
     out = str(tmp_path / "run")
-    code = SHUTDOWN_SCRIPT.format(tests=os.path.dirname(__file__), out=out)
+    code = SHUTDOWN_SCRIPT.format(out=out)
     env = {**os.environ, "PYTHONPATH": pythonpath_with(TESTS)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
