@@ -359,5 +359,7 @@ def test_a_path_no_node_holds_is_one_line_naming_the_variable(cluster):
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("$DISTPROF_NO_SUCH_VAR/run: no trace files on any of the ")
     assert "path '$DISTPROF_NO_SUCH_VAR/run' names $DISTPROF_NO_SUCH_VAR, which is not set on this node" in msg
-    code, _, err = cli("summary", "$DISTPROF_NO_SUCH_VAR/run", "--ray", cluster.address)
+    # The CLI in this process, which has joined the cluster already (a process of its own joining it costs 10-20 s
+    # on 2 cores; test_summary_over_ray_reads_node_local_files_on_their_nodes runs `summary --ray` in one).
+    code, _, err = cli("summary", "$DISTPROF_NO_SUCH_VAR/run", "--ray", cluster.address, joined=True)
     assert code == 2 and "names $DISTPROF_NO_SUCH_VAR, which is not set" in err and "Traceback" not in err
