@@ -10,7 +10,6 @@ import ipaddress
 import logging
 import os
 import shutil
-import signal
 from types import SimpleNamespace
 
 import psutil
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: loopback, not the external address
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
-from ray_workers import Trainer  # noqa: E402  (tests/jobs: what the workers import, and no more)
+from ray_workers import Trainer, read_or_die, where_read  # noqa: E402  (tests/jobs: what the workers import)
 from tracekit import cli  # noqa: E402
 
 from distprof.analysis import analyze  # noqa: E402
@@ -165,11 +164,6 @@ def test_collect_brings_every_live_file_once_and_names_the_dead_node(cluster, ru
     code, doc, _ = cli("check", dest, "--json")
     assert code == 1 and doc["ok"] is False and doc["error"] is None
     assert all(why in i["detail"] for i in doc["items"] if i["status"] == "missing")
-
-
-def where_read(f, on_read):
-    """A map_files function: the node this file's task ran on."""
-    return ray.get_runtime_context().get_node_id()
 
 
 def figures(result):
@@ -313,17 +307,6 @@ def test_process_backends_refuse_a_per_node_save_path():
                                          r"output folder is fixed on the driver; give a plain path"):
         runtime_env(config, group="rollout")
     assert runtime_env(config.model_copy(update={"backend": "torch"}), group="rollout") == {}  # torch: per node
-
-
-def read_or_die(path, offset, size):
-    """collect's chunk reader, except that asked for a trace it kills its node's raylet, then itself: the node dies
-    in the middle of a collect, after its other files were copied."""
-    if path.endswith(TRACE):
-        os.kill(os.getppid(), signal.SIGKILL)  # a Ray worker's parent is its node's raylet
-        os._exit(1)
-    from distprof.integrations.ray.collect import _node_read  # on the node: the real one
-
-    return _node_read(path, offset, size)
 
 
 def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path, monkeypatch):

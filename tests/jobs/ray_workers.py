@@ -1,10 +1,11 @@
-"""The Ray actor classes of tests/e2e/test_ray.py and test_multinode.py, in a module of their own.
+"""The Ray actor classes and task functions of tests/e2e/test_ray.py and test_multinode.py, in a module of their own.
 
 A Ray worker imports the module that defines its actor's class. Defined in a test module, that was pytest,
 hypothesis, the conftest and the analysis code too (about 0.6 s of CPU more per worker, and those tests start
 some 30 workers); here it is ray, distprof and, when the work runs, torch: what the workers use."""
 
 import os
+import signal
 
 import ray
 
@@ -54,3 +55,19 @@ class Trainer(ProfiledWorker):
     def work(self):
         _work()
         return ray.get_runtime_context().get_node_id()
+
+
+def where_read(f, on_read):
+    """A map_files function: the node this file's task ran on."""
+    return ray.get_runtime_context().get_node_id()
+
+
+def read_or_die(path, offset, size):
+    """collect's chunk reader, except that asked for a trace it kills its node's raylet, then itself: the node dies
+    in the middle of a collect, after its other files were copied."""
+    if path.endswith(".pt.trace.json.gz"):
+        os.kill(os.getppid(), signal.SIGKILL)  # a Ray worker's parent is its node's raylet
+        os._exit(1)
+    from distprof.integrations.ray.collect import _node_read  # on the node: the real one
+
+    return _node_read(path, offset, size)
