@@ -42,7 +42,7 @@ TRACE = ".pt.trace.json.gz"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import this module (and it conftest)
+    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import tests/jobs/ray_workers.py
     scratch_var = os.environ.pop("SCRATCH", None)  # the driver's node has no scratch folder
     base = tmp_path_factory.mktemp("nodes")
     c = Cluster(initialize_head=True, head_node_args={**LOOPBACK, "num_cpus": 1, "include_dashboard": False})

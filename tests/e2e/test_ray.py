@@ -28,7 +28,7 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Workers import this module to find the actor classes.
+    # Workers import tests/jobs/ray_workers.py to find the actor classes.
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = pythonpath_with(TESTS)
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
