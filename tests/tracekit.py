@@ -21,7 +21,7 @@ H100 = os.path.join(TRACES, "distprof-h100")  # distprof's own run directories f
 OWN_PROCESS = ("--ray", "demo")
 
 
-def cli(*args, env=None, process=False):
+def cli(*args, env=None, process=False, joined=False):
     """Run ``distprof ARGS``; returns (exit code, parsed JSON or stdout text, stderr).
 
     In this process by default, through click's test runner on the real typer app (``distprof.cli.app``, what the
@@ -29,9 +29,12 @@ def cli(*args, env=None, process=False):
     the CLI's own handler as they would in a process of its own, without paying an interpreter and its imports per
     call (about 1 s of CPU each; the suite makes hundreds). ``env``, ``process=True``, ``--ray`` and ``demo`` run
     ``python -m distprof.cli`` in a child process, as users do (tests of the process itself: its environment,
-    imports, a real terminal, signals, memory, use that)."""
+    imports, a real terminal, signals, memory, use that). ``joined=True``: this process has already joined the
+    cluster ``--ray`` names, so the call runs here (``ray_session`` uses that connection and leaves it open);
+    joining from a process of its own stays tested where ``--ray`` runs without it."""
     args = [str(a) for a in args]
-    if env is not None or process or any(a in OWN_PROCESS for a in args):
+    own = any(a in OWN_PROCESS and not (joined and a == "--ray") for a in args)
+    if env is not None or process or own:
         proc = subprocess.run([sys.executable, "-m", "distprof.cli", *args], capture_output=True, text=True,
                               env=env or os.environ.copy(), timeout=600)
         code, out, err = proc.returncode, proc.stdout, proc.stderr

@@ -10,14 +10,12 @@ import ipaddress
 import logging
 import os
 import shutil
-import signal
 from types import SimpleNamespace
 
 import psutil
 import pytest
 from conftest import pythonpath_with
 
-import distprof
 from distprof import ProfilerConfig
 from distprof.analysis.check import check_run
 from distprof.rundir.store import list_files
@@ -27,12 +25,13 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when Ray is imported: loopback, not the external address
 import ray  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+from ray_workers import Trainer, read_or_die, where_read  # noqa: E402  (tests/jobs: what the workers import)
 from tracekit import cli  # noqa: E402
 
 from distprof.analysis import analyze  # noqa: E402
 from distprof.analysis.parallel import FileError, map_files  # noqa: E402
 from distprof.analysis.rayfiles import find_traces_on_nodes  # noqa: E402
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, collect  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 LOOPBACK = {"node_ip_address": "127.0.0.1"}
@@ -43,7 +42,7 @@ TRACE = ".pt.trace.json.gz"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import this module (and it conftest)
+    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import tests/jobs/ray_workers.py
     scratch_var = os.environ.pop("SCRATCH", None)  # the driver's node has no scratch folder
     base = tmp_path_factory.mktemp("nodes")
     c = Cluster(initialize_head=True, head_node_args={**LOOPBACK, "num_cpus": 1, "include_dashboard": False})
@@ -87,18 +86,6 @@ def cluster(tmp_path_factory):
             os.environ["PYTHONPATH"] = old
         if scratch_var is not None:
             os.environ["SCRATCH"] = scratch_var
-
-
-class Trainer(ProfiledWorker):
-    def work(self):
-        import torch
-
-        torch.set_num_threads(1)
-        with distprof.annotate("w/work"):
-            x = torch.randn(32, 32)
-            for _ in range(10):
-                x = torch.tanh(x @ x)
-        return ray.get_runtime_context().get_node_id()
 
 
 @pytest.fixture(scope="module")
@@ -177,11 +164,6 @@ def test_collect_brings_every_live_file_once_and_names_the_dead_node(cluster, ru
     code, doc, _ = cli("check", dest, "--json")
     assert code == 1 and doc["ok"] is False and doc["error"] is None
     assert all(why in i["detail"] for i in doc["items"] if i["status"] == "missing")
-
-
-def where_read(f, on_read):
-    """A map_files function: the node this file's task ran on."""
-    return ray.get_runtime_context().get_node_id()
 
 
 def figures(result):
@@ -327,17 +309,6 @@ def test_process_backends_refuse_a_per_node_save_path():
     assert runtime_env(config.model_copy(update={"backend": "torch"}), group="rollout") == {}  # torch: per node
 
 
-def read_or_die(path, offset, size):
-    """collect's chunk reader, except that asked for a trace it kills its node's raylet, then itself: the node dies
-    in the middle of a collect, after its other files were copied."""
-    if path.endswith(TRACE):
-        os.kill(os.getppid(), signal.SIGKILL)  # a Ray worker's parent is its node's raylet
-        os._exit(1)
-    from distprof.integrations.ray.collect import _node_read  # on the node: the real one
-
-    return _node_read(path, offset, size)
-
-
 def test_a_node_lost_mid_copy_is_named_with_the_files_it_kept(cluster, tmp_path, monkeypatch):
     import importlib
 
@@ -371,5 +342,7 @@ def test_a_path_no_node_holds_is_one_line_naming_the_variable(cluster):
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("$DISTPROF_NO_SUCH_VAR/run: no trace files on any of the ")
     assert "path '$DISTPROF_NO_SUCH_VAR/run' names $DISTPROF_NO_SUCH_VAR, which is not set on this node" in msg
-    code, _, err = cli("summary", "$DISTPROF_NO_SUCH_VAR/run", "--ray", cluster.address)
+    # The CLI in this process, which has joined the cluster already (a process of its own joining it costs 10-20 s
+    # on 2 cores; test_summary_over_ray_reads_node_local_files_on_their_nodes runs `summary --ray` in one).
+    code, _, err = cli("summary", "$DISTPROF_NO_SUCH_VAR/run", "--ray", cluster.address, joined=True)
     assert code == 2 and "names $DISTPROF_NO_SUCH_VAR, which is not set" in err and "Traceback" not in err

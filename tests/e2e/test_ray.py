@@ -12,7 +12,6 @@ import pytest
 from conftest import config as base_config
 from conftest import pythonpath_with
 
-import distprof
 from distprof.analysis.check import check_run
 
 pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
@@ -20,15 +19,16 @@ pytestmark = pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-
 # Ray reads this when it is imported: without it, it binds the machine's external address.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray  # noqa: E402
+from ray_workers import BrokenRPC, Worker  # noqa: E402  (tests/jobs: what the workers import, and no more)
 
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, collect, profiling, runtime_env, step_all  # noqa: E402
+from distprof.integrations.ray import ProfiledGroup, collect, profiling, runtime_env, step_all  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Workers import this module to find the actor classes.
+    # Workers import tests/jobs/ray_workers.py to find the actor classes.
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = pythonpath_with(TESTS)
     ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -40,38 +40,6 @@ def cluster():
         os.environ.pop("PYTHONPATH")
     else:
         os.environ["PYTHONPATH"] = old
-
-
-class Worker(ProfiledWorker):
-    def work(self):
-        import torch
-
-        torch.set_num_threads(1)
-        with distprof.annotate("w/work"):
-            x = torch.randn(32, 32)
-            for _ in range(10):
-                x = torch.tanh(x @ x)
-        return 1
-
-    def has_profiler(self):
-        return self.profiler is not None
-
-    def env(self, name):
-        return os.environ.get(name)
-
-    def exit(self):
-        ray.actor.exit_actor()
-
-    def break_profiler_backend(self):
-        def boom(*a, **k):
-            raise RuntimeError("backend broke")
-
-        self.profiler._backend.advance = boom
-
-
-class BrokenRPC(Worker):
-    def profile_step(self, export=True):
-        raise RuntimeError("this worker's profile_step is broken")
 
 
 def make(cls=Worker, n=1, runtime_env=None):
@@ -281,10 +249,9 @@ SHUTDOWN_SCRIPT = """
 import json, os, sys
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 import ray, distprof
-from distprof.integrations.ray import ProfiledGroup, ProfiledWorker, runtime_env
+from distprof.integrations.ray import ProfiledGroup, runtime_env
 from distprof.integrations.ray.collect import _node_list
-sys.path.insert(0, {tests!r})
-from test_ray import Worker
+from ray_workers import Worker
 ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
 pids = []
 try:
@@ -304,7 +271,7 @@ print(json.dumps(_node_list({out!r}, 60, pids)))
 
 def test_outputs_finalized_after_ray_shutdown(tmp_path):
     out = str(tmp_path / "run")
-    code = SHUTDOWN_SCRIPT.format(tests=os.path.dirname(__file__), out=out)
+    code = SHUTDOWN_SCRIPT.format(out=out)
     env = {**os.environ, "PYTHONPATH": pythonpath_with(TESTS)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -365,10 +332,14 @@ def test_demo_end_to_end(tmp_path):
     left = _raylets() - before
     _wait_gone([int(p) for p in left], timeout_s=60)
     assert _raylets() - before == set()
-    # The suggested next commands work on what the demo wrote.
-    steps = subprocess.run([sys.executable, "-m", "distprof.cli", "steps", str(out), "--json", "--workers", "1"],
-                           capture_output=True, text=True, check=True)
-    rows = json.loads(steps.stdout)["steps"]
+    # The suggested next commands work on what the demo wrote. steps and stragglers: the real CLI in this process
+    # (`steps --json` and `stragglers --json` also run as `python -m distprof.cli` in test_analysis_cloud);
+    # diagnose below in a process of its own, as a user runs it.
+    from tracekit import cli
+
+    code, steps, err = cli("steps", out, "--json", "--workers", "1")
+    assert code == 0, err[-3000:]
+    rows = steps["steps"]
     assert {(r["role"], r["step"]) for r in rows} == {(role, s) for role in ("actor", "driver", "ref", "rollout")
                                                       for s in (1, 2)} | {("rollout/engine", 1)}  # one window row
     actor = next(r for r in rows if r["role"] == "actor")
@@ -377,9 +348,8 @@ def test_demo_end_to_end(tmp_path):
     last = {r["role"]: [(k["start_us"] + k["dur_us"]) / 1e6 for k in r["ranks"]] for r in rows if r["step"] == 2}
     # (The engine writes its traces in its own processes, off every group's path: not a group's export.)
     assert_no_export_inside_another_groups_step(last, {r: t for r, t in written_times(out).items() if r in last})
-    strag = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", str(out), "--json", "--workers", "1"],
-                           capture_output=True, text=True, check=True)
-    doc = json.loads(strag.stdout)
+    code, doc, err = cli("stragglers", out, "--json", "--workers", "1")
+    assert code == 0, err[-3000:]
     assert doc["matched"] > 0  # the actor ranks' gloo all-reduces
     # The demo's deliberate straggler: actor rank 1 prepares its batch slowly; rank 0 waits for it.
     actor_ranks = [r for r in doc["ranks"] if r["role"] == "actor"]
@@ -402,12 +372,14 @@ def test_demo_end_to_end(tmp_path):
 def test_analysis_over_ray_matches_process_pool():
     """`--ray local`: per-rank reading as Ray tasks gives the same answer as the process pool."""
     from conftest import DATA
+    from tracekit import cli
 
     dlrm = os.path.join(DATA, "dlrm-8rank-v100")
     outs = []
+    # The process pool's answer: the CLI in this process (its pool's processes are the same either way); `--ray
+    # local` starts a cluster, so tracekit.cli runs that one as `python -m distprof.cli`, as users do.
     for extra in ([], ["--ray", "local"]):
-        proc = subprocess.run([sys.executable, "-m", "distprof.cli", "stragglers", dlrm, "--json", *extra],
-                              capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        outs.append(json.loads(proc.stdout))
+        code, doc, err = cli("stragglers", dlrm, "--json", *extra)
+        assert code == 0, err[-2000:]
+        outs.append(doc)
     assert outs[0]["ranks"] == outs[1]["ranks"] and outs[1]["matched"] == 8
