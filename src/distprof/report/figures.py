@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
-from distprof.analysis.records import FileFacts, StepsResult
+from distprof.analysis.records import FileFacts, StepsResult, StragglersResult, SummaryRank, SummaryResult
 from distprof.report import rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
@@ -67,7 +67,7 @@ def opening_view(z: dict[str, list[list[float | None]]]) -> tuple[str, dict[str,
     return next(k for k in _PREFER if spread.get(k, 0.0) >= 0.9 * best), spread
 
 
-def step_time(steps: dict[str, Any]) -> Section:
+def step_time(steps: StepsResult) -> Section:
     s = Section(Plot.STEP_TIME, "Step time per rank and step",
                 "Each cell is one rank's step (ProfilerStep, or a capture window): from the buttons its duration, "
                 "its time blocked in collectives waiting for peers (waited) and the rest (busy = duration - "
@@ -75,19 +75,19 @@ def step_time(steps: dict[str, Any]) -> Section:
                 "for the one behind: the rank holding the others back shows the most busy time and the least "
                 "waiting. So each heatmap (one per role) opens on the view whose values differ most between the "
                 "ranks of a step")
-    rows = steps.get("steps") or []
+    rows = steps.steps or []
     if not rows:
         s.caption += "."
         s.note = "No steps in these traces (no ProfilerStep#N ranges and no run-directory capture windows)."
         return s
     why = []
     for role, role_rows in _roles(rows).items():
-        step_keys = [r["step"] if not r.get("window") else tuple(r["window"]) for r in role_rows]
+        step_keys = [r.step if not r.window else tuple(r.window) for r in role_rows]
         step_labels = [str(k) if not isinstance(k, tuple) else f"{k[0]}-{k[1]}" for k in step_keys]
         ranks: dict[tuple, int] = {}
         for r in role_rows:
-            for x in r["ranks"]:
-                ranks.setdefault((-1 if x["rank"] is None else x["rank"], x["path"] if x["rank"] is None else ""), 0)
+            for x in r.ranks:
+                ranks.setdefault((-1 if x.rank is None else x.rank, x.path if x.rank is None else ""), 0)
         order = sorted(ranks)
         for i, k in enumerate(order):
             ranks[k] = i
@@ -95,10 +95,11 @@ def step_time(steps: dict[str, Any]) -> Section:
         n, m = len(order), len(role_rows)
         z = {key: [[None] * m for _ in range(n)] for key in ("dur_us", "busy_us", "waited_us")}
         for j, r in enumerate(role_rows):
-            for x in r["ranks"]:
-                i = ranks[(-1 if x["rank"] is None else x["rank"], x["path"] if x["rank"] is None else "")]
+            for x in r.ranks:
+                i = ranks[(-1 if x.rank is None else x.rank, x.path if x.rank is None else "")]
+                figures = {"dur_us": x.dur_us, "busy_us": x.busy_us, "waited_us": x.waited_us}
                 for key, grid in z.items():
-                    grid[i][j] = round(_ms(x.get(key, 0.0)), 3)
+                    grid[i][j] = round(figures[key] / 1000.0, 3)
         first, spread = opening_view(z)
         view = dict((k, v) for v, k in STEP_VIEWS)[first]
         who = role if role else "all ranks"  # (the caption is plain text, escaped by the page)
@@ -179,12 +180,16 @@ def phases(steps: StepsResult, files: Iterable[FileFacts]) -> Section:
 
 
 # ---- per-rank figures from summary ---------------------------------------------------------------------------
-def _rank_axis(ranks: list[dict[str, Any]]) -> list[str]:
-    return [label(_rank_name(r.get("role"), r.get("rank"), r.get("path", ""))) for r in ranks]
+def _rank_axis(ranks: list[SummaryRank]) -> list[str]:
+    return [label(_rank_name(r.role, r.rank, r.path)) for r in ranks]
 
 
-def _has_device(r: dict[str, Any]) -> bool:
-    return bool(((r.get("temporal") or {}).get("device") or {}).get("span_us"))
+def _temporal(r: SummaryRank) -> dict[str, Any]:
+    return r.temporal or {}
+
+
+def _has_device(r: SummaryRank) -> bool:
+    return bool((_temporal(r).get("device") or {}).get("span_us"))
 
 
 HOST_PARTS = (("compute", "compute", "#4C78A8"), ("communication", "communication", "#E45756"),
@@ -202,7 +207,7 @@ def _host_parts(t: dict[str, Any]) -> dict[str, tuple[float, float]]:
             "idle": (max(t.get("idle_share", 0.0) - ph, 0.0), max(t.get("idle_us", 0.0) - ph_us, 0.0))}
 
 
-def temporal(summary: dict[str, Any]) -> Section:
+def temporal(summary: SummaryResult) -> Section:
     s = Section(Plot.TEMPORAL, "Temporal breakdown per rank",
                 "Where each rank's time goes (HTA's temporal breakdown). Device: over the device span, compute "
                 "(a compute kernel runs), exposed communication (a collective runs and no compute does), memory "
@@ -211,9 +216,9 @@ def temporal(summary: dict[str, Any]) -> Section:
                 "and no compute: on gloo, waiting for peers), in annotated phases (no op runs but a "
                 "record_function / distprof.annotate phase is open: the rank is busy in code that runs no traced "
                 "op, such as Python, a C extension, I/O or a sleep) and idle (no op and no phase).")
-    ranks = summary.get("ranks") or []
+    ranks = summary.ranks or []
     dev = [r for r in ranks if _has_device(r)]
-    host = [r for r in ranks if not _has_device(r) and ((r.get("temporal") or {}).get("host") or {}).get("span_us")]
+    host = [r for r in ranks if not _has_device(r) and (_temporal(r).get("host") or {}).get("span_us")]
     for kind, rows, parts in (("device", dev, DEVICE_PARTS), ("host", host, HOST_PARTS)):
         if not rows:
             continue
@@ -221,9 +226,9 @@ def temporal(summary: dict[str, Any]) -> Section:
         fig = _fig(f"{kind.capitalize()} time per rank", height=440, barmode="stack", showlegend=True,
                    xaxis={"title": "rank", "type": "category"}, yaxis={"title": "share of span", "tickformat": ".0%"})
         if kind == "host":
-            vals = [_host_parts(r["temporal"]["host"]) for r in rows]
+            vals = [_host_parts(_temporal(r)["host"]) for r in rows]
         else:
-            vals = [{p: (r["temporal"][kind].get(f"{p}_share", 0.0), r["temporal"][kind].get(f"{p}_us", 0.0))
+            vals = [{p: (_temporal(r)[kind].get(f"{p}_share", 0.0), _temporal(r)[kind].get(f"{p}_us", 0.0))
                      for p, _, _ in parts} for r in rows]
         for part, name, color in parts:
             fig.add_trace(go.Bar(
@@ -236,7 +241,7 @@ def temporal(summary: dict[str, Any]) -> Section:
     return s
 
 
-def overlap(summary: dict[str, Any]) -> Section:
+def overlap(summary: SummaryResult) -> Section:
     s = Section(Plot.OVERLAP, "Communication overlapped by compute, per rank",
                 "Of the time a rank communicates, the share during which it also computes (green; HTA's "
                 "comm/compute overlap: device kernels, else host collectives against CPU ops on CPU-only ranks) "
@@ -244,8 +249,8 @@ def overlap(summary: dict[str, Any]) -> Section:
                 "step time. A collective kernel spins while it waits for late peers, so a low share on a rank "
                 "that waits (see who waits for whom) is that wait.")
     rows, kinds = [], []
-    for r in summary.get("ranks") or []:
-        ov = r.get("overlap") or {}
+    for r in summary.ranks or []:
+        ov = r.overlap or {}
         kind = "device" if (ov.get("device") or {}).get("communication_us") else \
             "host" if (ov.get("host") or {}).get("communication_us") else None
         if kind:
@@ -254,10 +259,10 @@ def overlap(summary: dict[str, Any]) -> Section:
     if not rows:
         s.note = "No communication in these traces (no collective kernels and no host collectives), so nothing to overlap."
         return s
-    ov = [r["overlap"][k] for r, k in zip(rows, kinds)]
+    ov = [(r.overlap or {})[k] for r, k in zip(rows, kinds)]
     if not any(o.get("overlapped_us") for o in ov):
         comm = sum(o["communication_us"] for o in ov)
-        computes = [((r.get("temporal") or {}).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds)]
+        computes = [(_temporal(r).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds)]
         why = ("these ranks trace no compute at all" if not any(computes) else
                "compute and collectives take turns: no compute runs while a collective does"
                + (" (on gloo the calling thread waits for each collective; gloo runs it on threads of its own)"
@@ -280,7 +285,15 @@ def overlap(summary: dict[str, Any]) -> Section:
     return s
 
 
-def idle(summary: dict[str, Any]) -> Section:
+def _idle(r: SummaryRank) -> dict[str, Any]:
+    return r.idle or {}
+
+
+def _launch(r: SummaryRank) -> dict[str, Any]:
+    return r.launch or {}
+
+
+def idle(summary: SummaryResult) -> Section:
     s = Section(Plot.IDLE, "Device idle by cause, and kernel launches",
                 "Top: each rank's device idle time split by cause (HTA's idle time breakdown): host wait (the "
                 "stream ran out of work and waited for the CPU to launch more), kernel wait (gaps under 30 µs "
@@ -289,7 +302,7 @@ def idle(summary: dict[str, Any]) -> Section:
                 "launch waits a few µs, the slow ones hundreds: on a linear scale p50 would not show), and the share "
                 "of short launches (device time below the call's own time); ranks with launch-bound steps are marked "
                 "above their p95.")
-    rows = [r for r in summary.get("ranks") or [] if (r.get("idle") or {}).get("applicable")]
+    rows = [r for r in summary.ranks or [] if _idle(r).get("applicable")]
     if not rows:
         s.note = "Not applicable: these traces have no device events (a CPU-only job), so there is no device idle time."
         return s
@@ -299,27 +312,27 @@ def idle(summary: dict[str, Any]) -> Section:
                yaxis={"title": "ms"})
     for part, color in (("host_wait", "#E45756"), ("kernel_wait", "#EECA3B"), ("other", "#BAB0AC")):
         fig.add_trace(go.Bar(
-            x=x, y=[round(r["idle"].get(f"{part}_us", 0.0) / 1000, 3) for r in rows], name=part.replace("_", " "),
-            marker_color=color, customdata=[r["idle"].get("idle_share") or 0.0 for r in rows],
+            x=x, y=[round(_idle(r).get(f"{part}_us", 0.0) / 1000, 3) for r in rows], name=part.replace("_", " "),
+            marker_color=color, customdata=[_idle(r).get("idle_share") or 0.0 for r in rows],
             hovertemplate=f"{part.replace('_', ' ')}<br>%{{x}}<br>%{{y:.2f}} ms "
                           f"(device idle %{{customdata:.1%}} of span)<extra></extra>"))
     s.figures.append(fig)
-    lrows = [r for r in rows if (r.get("launch") or {}).get("applicable") and (r["launch"].get("launches") or 0)]
+    lrows = [r for r in rows if _launch(r).get("applicable") and (_launch(r).get("launches") or 0)]
     if lrows:
         s.figures.append(_launch_delay(lrows))
     return s
 
 
-def _launch_delay(lrows: list[Any]) -> go.Figure:
+def _launch_delay(lrows: list[SummaryRank]) -> go.Figure:
     """Launch delay per rank, p50 and p95 on a log scale; launch-bound ranks marked above their p95."""
     lx = _rank_axis(lrows)
     # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
     # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
     # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
-    custom = [[r["launch"]["launches"], r["launch"].get("short_share") or 0.0,
-               "launch-bound in steps " + ", ".join(map(str, r["launch"].get("launch_bound_steps") or []))
-               if r["launch"].get("launch_bound_steps") else "not launch-bound"] for r in lrows]
-    q = {k: [r["launch"]["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
+    custom = [[_launch(r)["launches"], _launch(r).get("short_share") or 0.0,
+               "launch-bound in steps " + ", ".join(map(str, _launch(r).get("launch_bound_steps") or []))
+               if _launch(r).get("launch_bound_steps") else "not launch-bound"] for r in lrows]
+    q = {k: [_launch(r)["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
     pos = [v for k in q for v in q[k] if v > 0]
     floor = min(pos) / 2 if pos else 0.1
 
@@ -345,7 +358,7 @@ def _launch_delay(lrows: list[Any]) -> go.Figure:
             customdata=[c + [v] for c, v in zip(custom, q[k])],
             hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
                           "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
-    bound = [i for i, r in enumerate(lrows) if r["launch"].get("launch_bound_steps")]
+    bound = [i for i, r in enumerate(lrows) if _launch(r).get("launch_bound_steps")]
     if bound:
         fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
                                  mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,
@@ -355,7 +368,7 @@ def _launch_delay(lrows: list[Any]) -> go.Figure:
 
 
 # ---- who waits for whom ---------------------------------------------------------------------------------
-def waits(stragglers: dict[str, Any]) -> Section:
+def waits(stragglers: StragglersResult) -> Section:
     s = Section(Plot.WAITS, "Who waits for whom",
                 "Each cell is the time a rank (row) spent blocked in collectives waiting for another rank (column) "
                 "to arrive, summed over the analysed steps; each blocked instant is charged once, to the last "
@@ -363,9 +376,9 @@ def waits(stragglers: dict[str, Any]) -> Section:
                 f"rank that holds the others back. Roles with more than {MATRIX_MAX_RANKS} ranks show the "
                 f"{MATRIX_TOP} ranks that caused and that suffered the most waiting; every other rank is summed "
                 "into \"others\".")
-    cells = [c for c in stragglers.get("wait_matrix") or [] if c.get("wait_us")]
+    cells = [c for c in stragglers.wait_matrix or [] if c.wait_us]
     if not cells:
-        why = "only one rank" if len({(w.get("role"), w.get("rank")) for w in stragglers.get("waits") or []}) < 2 \
+        why = "only one rank" if len({(w.role, w.rank) for w in stragglers.waits or []}) < 2 \
             else "no rank waited for another"
         s.note = (f"Nothing to show: {why} in these traces (waiting is measured at collectives matched across "
                   "the ranks of a role).")
@@ -374,8 +387,8 @@ def waits(stragglers: dict[str, Any]) -> Section:
         caused: dict[int, float] = defaultdict(float)
         suffered: dict[int, float] = defaultdict(float)
         for c in rows:
-            caused[c["culprit"]] += c["wait_us"]
-            suffered[c["waiter"]] += c["wait_us"]
+            caused[c.culprit] += c.wait_us
+            suffered[c.waiter] += c.wait_us
         ranks = set(caused) | set(suffered)
         if len(ranks) > MATRIX_MAX_RANKS:
             cols = sorted(sorted(caused, key=lambda r: (-caused[r], r))[:MATRIX_TOP])
@@ -387,10 +400,10 @@ def waits(stragglers: dict[str, Any]) -> Section:
         others_c = others_r = False
         grid = [[0.0] * (len(cols) + 1) for _ in range(len(rws) + 1)]
         for c in rows:
-            i, j = ri.get(c["waiter"], len(rws)), ci.get(c["culprit"], len(cols))
+            i, j = ri.get(c.waiter, len(rws)), ci.get(c.culprit, len(cols))
             others_r |= i == len(rws)
             others_c |= j == len(cols)
-            grid[i][j] += c["wait_us"] / 1000
+            grid[i][j] += c.wait_us / 1000
         if not others_r:
             grid.pop()
         if not others_c:
