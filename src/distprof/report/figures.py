@@ -18,7 +18,16 @@ import plotly.graph_objects as go
 
 from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
-from distprof.analysis.records import FileFacts, StepsResult, StragglersResult, SummaryRank, SummaryResult
+from distprof.analysis.records import (
+    FileFacts,
+    RankStep,
+    StepRow,
+    StepsResult,
+    StragglersResult,
+    SummaryRank,
+    SummaryResult,
+    WaitPair,
+)
 from distprof.report import rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
@@ -59,12 +68,65 @@ def opening_view(z: dict[str, list[list[float | None]]]) -> tuple[str, dict[str,
     spread) it opens on duration."""
     spread = {}
     for key, grid in z.items():
-        cols = zip(*grid) if grid else ()
+        cols = zip(*grid, strict=True) if grid else ()
         spread[key] = max((max(v) - min(v) for col in cols if (v := [x for x in col if x is not None])), default=0.0)
     best = max(spread.values(), default=0.0)
     if best <= 0:
         return "dur_us", spread
     return next(k for k in _PREFER if spread.get(k, 0.0) >= 0.9 * best), spread
+
+
+_Grid = dict[str, list[list[float | None]]]  # view ("dur_us" ...) -> rows (ranks) x columns (steps), ms
+
+
+def _rank_key(x: RankStep) -> tuple[int, str]:
+    """A rank's place on a step-time axis: its number, or a file without a rank by its path (first)."""
+    return (-1 if x.rank is None else x.rank, x.path if x.rank is None else "")
+
+
+def _step_grid(role_rows: list[StepRow]) -> tuple[list[str], list[str], _Grid]:
+    """One role's heatmap: its step labels (x), rank names (y) and each view's grid of ms."""
+    step_keys = [r.step if not r.window else tuple(r.window) for r in role_rows]
+    step_labels = [str(k) if not isinstance(k, tuple) else f"{k[0]}-{k[1]}" for k in step_keys]
+    order = sorted({_rank_key(x) for r in role_rows for x in r.ranks})
+    at = {k: i for i, k in enumerate(order)}
+    names = [label(_rank_name(None, None if k[0] < 0 else k[0], k[1], bare=True)) for k in order]
+    n, m = len(order), len(role_rows)
+    z: _Grid = {key: [[None] * m for _ in range(n)] for key in ("dur_us", "busy_us", "waited_us")}
+    for j, r in enumerate(role_rows):
+        for x in r.ranks:
+            i = at[_rank_key(x)]
+            ms = {"dur_us": x.dur_us, "busy_us": x.busy_us, "waited_us": x.waited_us}
+            for key, grid in z.items():
+                grid[i][j] = round(ms[key] / 1000.0, 3)
+    return step_labels, names, z
+
+
+def _opening_why(role: str | None, first: str, spread: dict[str, float], n: int) -> str:
+    """The caption's words on why a role's heatmap opens on ``first``."""
+    view = dict((k, v) for v, k in STEP_VIEWS)[first]
+    who = role if role else "all ranks"  # (the caption is plain text, escaped by the page)
+    if first == "dur_us" and n < 2:
+        return f"{who}: one rank, so it opens on duration"
+    return (f"{who} opens on {view}: ranks differ by up to {spread[first]:,.1f} ms in a step "
+            + (f"(duration by up to {spread['dur_us']:,.1f} ms)" if first != "dur_us" else
+               f"(busy by up to {spread['busy_us']:,.1f} ms)"))
+
+
+def _step_heatmap(role: str | None, step_labels: list[str], names: list[str], z: _Grid, first: str) -> go.Figure:
+    # The buttons sit at the top left, under the title, away from plotly's toolbar (top right).
+    fig = _fig(f"Step time, {label(role)}" if role else "Step time", height=_height(len(names), 14) + 40,
+               xaxis={"title": "step", "type": "category"},
+               yaxis={"title": "rank", "type": "category", "autorange": "reversed"},
+               margin={"l": 60, "r": 20, "t": 100, "b": 50})
+    hover = "rank %{y}<br>step %{x}<br>%{z:.2f} ms<extra></extra>"
+    fig.add_trace(go.Heatmap(z=z[first], x=step_labels, y=names, colorscale="Viridis",
+                             colorbar={"title": "ms"}, hovertemplate=hover, hoverongaps=False))
+    fig.update_layout(updatemenus=[{
+        "type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom",
+        "pad": {"b": 8}, "active": [k for _, k in STEP_VIEWS].index(first), "showactive": True,
+        "buttons": [{"label": lab, "method": "restyle", "args": [{"z": [z[key]]}]} for lab, key in STEP_VIEWS]}])
+    return fig
 
 
 def step_time(steps: StepsResult) -> Section:
@@ -82,51 +144,62 @@ def step_time(steps: StepsResult) -> Section:
         return s
     why = []
     for role, role_rows in _roles(rows).items():
-        step_keys = [r.step if not r.window else tuple(r.window) for r in role_rows]
-        step_labels = [str(k) if not isinstance(k, tuple) else f"{k[0]}-{k[1]}" for k in step_keys]
-        ranks: dict[tuple, int] = {}
-        for r in role_rows:
-            for x in r.ranks:
-                ranks.setdefault((-1 if x.rank is None else x.rank, x.path if x.rank is None else ""), 0)
-        order = sorted(ranks)
-        for i, k in enumerate(order):
-            ranks[k] = i
-        names = [label(_rank_name(None, None if k[0] < 0 else k[0], k[1], bare=True)) for k in order]
-        n, m = len(order), len(role_rows)
-        z = {key: [[None] * m for _ in range(n)] for key in ("dur_us", "busy_us", "waited_us")}
-        for j, r in enumerate(role_rows):
-            for x in r.ranks:
-                i = ranks[(-1 if x.rank is None else x.rank, x.path if x.rank is None else "")]
-                figures = {"dur_us": x.dur_us, "busy_us": x.busy_us, "waited_us": x.waited_us}
-                for key, grid in z.items():
-                    grid[i][j] = round(figures[key] / 1000.0, 3)
+        step_labels, names, z = _step_grid(role_rows)
         first, spread = opening_view(z)
-        view = dict((k, v) for v, k in STEP_VIEWS)[first]
-        who = role if role else "all ranks"  # (the caption is plain text, escaped by the page)
-        if first == "dur_us" and n < 2:
-            why.append(f"{who}: one rank, so it opens on duration")
-        else:
-            why.append(f"{who} opens on {view}: ranks differ by up to {spread[first]:,.1f} ms in a step "
-                       + (f"(duration by up to {spread['dur_us']:,.1f} ms)" if first != "dur_us" else
-                          f"(busy by up to {spread['busy_us']:,.1f} ms)"))
-        # The buttons sit at the top left, under the title, away from plotly's toolbar (top right).
-        fig = _fig(f"Step time, {label(role)}" if role else "Step time", height=_height(n, 14) + 40,
-                   xaxis={"title": "step", "type": "category"},
-                   yaxis={"title": "rank", "type": "category", "autorange": "reversed"},
-                   margin={"l": 60, "r": 20, "t": 100, "b": 50})
-        hover = "rank %{y}<br>step %{x}<br>%{z:.2f} ms<extra></extra>"
-        fig.add_trace(go.Heatmap(z=z[first], x=step_labels, y=names, colorscale="Viridis",
-                                 colorbar={"title": "ms"}, hovertemplate=hover, hoverongaps=False))
-        fig.update_layout(updatemenus=[{
-            "type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "y": 1, "yanchor": "bottom",
-            "pad": {"b": 8}, "active": [k for _, k in STEP_VIEWS].index(first), "showactive": True,
-            "buttons": [{"label": lab, "method": "restyle", "args": [{"z": [z[key]]}]} for lab, key in STEP_VIEWS]}])
-        s.figures.append(fig)
+        why.append(_opening_why(role, first, spread, len(names)))
+        s.figures.append(_step_heatmap(role, step_labels, names, z, first))
     s.caption += ": " + "; ".join(why) + "."
     return s
 
 
 # ---- phases ---------------------------------------------------------------------------------------------
+_PhaseTimes = dict[tuple, dict[str, float]]  # (role, rank or -1, path of a file without a rank) -> phase -> µs
+
+
+def _phase_times(steps: StepsResult, files: Iterable[FileFacts]) -> tuple[_PhaseTimes, _PhaseTimes]:
+    """Each rank's phases' self and wall time, its files summed, keyed by its role as ``steps`` names it."""
+    # A file's role label ("actor", or "actor (run 2)" when ranks of different runs share a folder) as steps has it.
+    who: dict[str, tuple[str | None, int | None]] = {}
+    for r in steps.steps:
+        for x in r.ranks:
+            who[x.path] = (r.role, x.rank)
+    self_us: _PhaseTimes = defaultdict(lambda: defaultdict(float))
+    wall_us: _PhaseTimes = defaultdict(lambda: defaultdict(float))
+    for f in files:
+        role, rank = who.get(f.path, (f.role, f.rank))
+        key = (role, -1 if rank is None else rank, "" if rank is not None else f.path)
+        for name, (_count, _total, wall, self_) in f.phases.items():
+            self_us[key][name] += self_
+            wall_us[key][name] += wall
+    return self_us, wall_us
+
+
+def _phase_figure(role: str | None, keys: list[tuple], self_us: _PhaseTimes, wall_us: _PhaseTimes) -> go.Figure:
+    """One role's stacked bars: its ``TOP_PHASES`` largest phases per rank, the rest as "other phases"."""
+    totals: dict[str, float] = defaultdict(float)
+    for k in keys:
+        for name, v in self_us[k].items():
+            totals[name] += v
+    top = [n for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])) if v > 0][:TOP_PHASES]
+    x = [label(_rank_name(None, None if k[1] < 0 else k[1], k[2], bare=True)) for k in keys]
+    fig = _fig(f"Phases (self time), {label(role)}" if role else "Phases (self time)",
+               height=460, barmode="stack", xaxis={"title": "rank", "type": "category"},
+               yaxis={"title": "ms"}, legend={"title": {"text": "phase"}},
+               showlegend=True)  # plotly hides the legend of a single trace: a role of one phase names it too
+    for name in top:
+        fig.add_trace(go.Bar(
+            x=x, y=[round(self_us[k].get(name, 0.0) / 1000, 3) for k in keys], name=label(_short(name)),
+            # The name once per figure (meta), not once per rank: the page must not grow as name length x ranks.
+            meta=label(name), customdata=[round(wall_us[k].get(name, 0.0) / 1000, 3) for k in keys],
+            hovertemplate="%{meta}<br>rank %{x}<br>self %{y:.2f} ms, wall %{customdata:.2f} ms"
+                          "<extra></extra>"))
+    rest = [sum(v for n, v in self_us[k].items() if n not in top) / 1000 for k in keys]
+    if any(rest):
+        fig.add_trace(go.Bar(x=x, y=[round(v, 3) for v in rest], name="other phases", marker_color="#D9D9D9",
+                             hovertemplate="other phases<br>rank %{x}<br>self %{y:.2f} ms<extra></extra>"))
+    return fig
+
+
 def phases(steps: StepsResult, files: Iterable[FileFacts]) -> Section:
     """``files``: each file's facts, whose ``phases`` hold each phase's self time on that file."""
     s = Section(Plot.PHASES, "Phase breakdown per role",
@@ -134,48 +207,15 @@ def phases(steps: StepsResult, files: Iterable[FileFacts]) -> Section:
                 "annotation of its thread (self time, summed over the analysed time), so the segments add up "
                 "without counting a nested phase twice. The hover also gives the phase's wall time (the time it "
                 "was open). The largest phases of each role are shown, the rest summed as \"other phases\".")
-    # A file's role label ("actor", or "actor (run 2)" when ranks of different runs share a folder) as steps has it.
-    who: dict[str, tuple[str | None, int | None]] = {}
-    for r in steps.steps:
-        for x in r.ranks:
-            who[x.path] = (r.role, x.rank)
-    self_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    wall_us: dict[tuple, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for f in files:
-        role, rank = who.get(f.path, (f.role, f.rank))
-        key = (role, -1 if rank is None else rank, "" if rank is not None else f.path)
-        for name, (_count, _total, wall, self_) in f.phases.items():
-            self_us[key][name] += self_
-            wall_us[key][name] += wall
+    self_us, wall_us = _phase_times(steps, files)
     if not any(v for v in self_us.values()):
-        s.note = "No phases: these traces have no user annotations (torch.profiler.record_function or distprof.annotate)."
+        s.note = ("No phases: these traces have no user annotations (torch.profiler.record_function or "
+                  "distprof.annotate).")
         return s
     by_role: dict[str | None, list[tuple]] = defaultdict(list)
     for key in sorted(self_us, key=lambda k: (k[0] or "", k[1], k[2])):
         by_role[key[0]].append(key)
-    for role, keys in by_role.items():
-        totals: dict[str, float] = defaultdict(float)
-        for k in keys:
-            for name, v in self_us[k].items():
-                totals[name] += v
-        top = [n for n, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0])) if v > 0][:TOP_PHASES]
-        x = [label(_rank_name(None, None if k[1] < 0 else k[1], k[2], bare=True)) for k in keys]
-        fig = _fig(f"Phases (self time), {label(role)}" if role else "Phases (self time)",
-                   height=460, barmode="stack", xaxis={"title": "rank", "type": "category"},
-                   yaxis={"title": "ms"}, legend={"title": {"text": "phase"}},
-                   showlegend=True)  # plotly hides the legend of a single trace: a role of one phase names it too
-        for name in top:
-            fig.add_trace(go.Bar(
-                x=x, y=[round(self_us[k].get(name, 0.0) / 1000, 3) for k in keys], name=label(_short(name)),
-                # The name once per figure (meta), not once per rank: the page must not grow as name length x ranks.
-                meta=label(name), customdata=[round(wall_us[k].get(name, 0.0) / 1000, 3) for k in keys],
-                hovertemplate="%{meta}<br>rank %{x}<br>self %{y:.2f} ms, wall %{customdata:.2f} ms"
-                              "<extra></extra>"))
-        rest = [sum(v for n, v in self_us[k].items() if n not in top) / 1000 for k in keys]
-        if any(rest):
-            fig.add_trace(go.Bar(x=x, y=[round(v, 3) for v in rest], name="other phases", marker_color="#D9D9D9",
-                                 hovertemplate="other phases<br>rank %{x}<br>self %{y:.2f} ms<extra></extra>"))
-        s.figures.append(fig)
+    s.figures = [_phase_figure(role, keys, self_us, wall_us) for role, keys in by_role.items()]
     return s
 
 
@@ -241,13 +281,8 @@ def temporal(summary: SummaryResult) -> Section:
     return s
 
 
-def overlap(summary: SummaryResult) -> Section:
-    s = Section(Plot.OVERLAP, "Communication overlapped by compute, per rank",
-                "Of the time a rank communicates, the share during which it also computes (green; HTA's "
-                "comm/compute overlap: device kernels, else host collectives against CPU ops on CPU-only ranks) "
-                "and the share it does not (red). Green is better: communication that overlaps compute costs no "
-                "step time. A collective kernel spins while it waits for late peers, so a low share on a rank "
-                "that waits (see who waits for whom) is that wait.")
+def _communicating(summary: SummaryResult) -> tuple[list[SummaryRank], list[str], list[dict[str, Any]]]:
+    """The ranks that communicate, where ("device": collective kernels, else "host"), and their overlap figures."""
     rows, kinds = [], []
     for r in summary.ranks or []:
         ov = r.overlap or {}
@@ -256,24 +291,27 @@ def overlap(summary: SummaryResult) -> Section:
         if kind:
             rows.append(r)
             kinds.append(kind)
-    if not rows:
-        s.note = "No communication in these traces (no collective kernels and no host collectives), so nothing to overlap."
-        return s
-    ov = [(r.overlap or {})[k] for r, k in zip(rows, kinds)]
-    if not any(o.get("overlapped_us") for o in ov):
-        comm = sum(o["communication_us"] for o in ov)
-        computes = [(_temporal(r).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds)]
-        why = ("these ranks trace no compute at all" if not any(computes) else
-               "compute and collectives take turns: no compute runs while a collective does"
-               + (" (on gloo the calling thread waits for each collective; gloo runs it on threads of its own)"
-                  if "host" in kinds else ""))
-        s.note = (f"Nothing overlaps: {_fmt_ms(comm)} of communication on {len(rows)} rank"
-                  f"{'s' if len(rows) != 1 else ''}, none of it while computing, because {why}.")
+    return rows, kinds, [(r.overlap or {})[k] for r, k in zip(rows, kinds, strict=True)]
+
+
+def _no_overlap_note(rows: list[SummaryRank], kinds: list[str], ov: list[dict[str, Any]]) -> str:
+    """Why nothing overlaps: no compute traced at all, or compute and collectives taking turns."""
+    comm = sum(o["communication_us"] for o in ov)
+    computes = [(_temporal(r).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds, strict=True)]
+    why = ("these ranks trace no compute at all" if not any(computes) else
+           "compute and collectives take turns: no compute runs while a collective does"
+           + (" (on gloo the calling thread waits for each collective; gloo runs it on threads of its own)"
+              if "host" in kinds else ""))
+    return (f"Nothing overlaps: {_fmt_ms(comm)} of communication on {len(rows)} rank"
+            f"{'s' if len(rows) != 1 else ''}, none of it while computing, because {why}.")
+
+
+def _overlap_figure(rows: list[SummaryRank], kinds: list[str], ov: list[dict[str, Any]]) -> go.Figure:
     fig = _fig("Communication overlapped by compute", height=420, barmode="stack", showlegend=True,
                xaxis={"title": "rank", "type": "category"},
                yaxis={"title": "share of communication time", "tickformat": ".0%", "range": [0, 1]})
     custom = [[k, round(o["communication_us"] / 1000, 3), round(o.get("overlapped_us", 0.0) / 1000, 3)]
-              for o, k in zip(ov, kinds)]
+              for o, k in zip(ov, kinds, strict=True)]
     share = [min(max(o.get("share") or 0.0, 0.0), 1.0) for o in ov]
     x = _rank_axis(rows)
     for name, y, color in (("overlapped", share, "#54A24B"), ("not overlapped", [1 - v for v in share], "#E45756")):
@@ -281,7 +319,24 @@ def overlap(summary: SummaryResult) -> Section:
             x=x, y=y, marker_color=color, name=name, customdata=custom,
             hovertemplate=f"%{{x}} (%{{customdata[0]}})<br>{name} %{{y:.1%}}<br>communication %{{customdata[1]:.2f}} "
                           "ms, overlapped %{customdata[2]:.2f} ms<extra></extra>"))
-    s.figures.append(fig)
+    return fig
+
+
+def overlap(summary: SummaryResult) -> Section:
+    s = Section(Plot.OVERLAP, "Communication overlapped by compute, per rank",
+                "Of the time a rank communicates, the share during which it also computes (green; HTA's "
+                "comm/compute overlap: device kernels, else host collectives against CPU ops on CPU-only ranks) "
+                "and the share it does not (red). Green is better: communication that overlaps compute costs no "
+                "step time. A collective kernel spins while it waits for late peers, so a low share on a rank "
+                "that waits (see who waits for whom) is that wait.")
+    rows, kinds, ov = _communicating(summary)
+    if not rows:
+        s.note = ("No communication in these traces (no collective kernels and no host collectives), so nothing "
+                  "to overlap.")
+        return s
+    if not any(o.get("overlapped_us") for o in ov):
+        s.note = _no_overlap_note(rows, kinds, ov)
+    s.figures.append(_overlap_figure(rows, kinds, ov))
     return s
 
 
@@ -355,7 +410,7 @@ def _launch_delay(lrows: list[SummaryRank]) -> go.Figure:
         fig.add_trace(go.Scatter(
             x=lx, y=[shown(v) for v in q[k]], mode="markers", name=f"delay {k}",
             marker={"color": color, "symbol": symbol, "size": 10},
-            customdata=[c + [v] for c, v in zip(custom, q[k])],
+            customdata=[[*c, v] for c, v in zip(custom, q[k], strict=True)],
             hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
                           "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
     bound = [i for i, r in enumerate(lrows) if _launch(r).get("launch_bound_steps")]
@@ -383,43 +438,59 @@ def waits(stragglers: StragglersResult) -> Section:
         s.note = (f"Nothing to show: {why} in these traces (waiting is measured at collectives matched across "
                   "the ranks of a role).")
         return s
-    for role, rows in _roles(cells).items():
-        caused: dict[int, float] = defaultdict(float)
-        suffered: dict[int, float] = defaultdict(float)
-        for c in rows:
-            caused[c.culprit] += c.wait_us
-            suffered[c.waiter] += c.wait_us
-        ranks = set(caused) | set(suffered)
-        if len(ranks) > MATRIX_MAX_RANKS:
-            cols = sorted(sorted(caused, key=lambda r: (-caused[r], r))[:MATRIX_TOP])
-            rws = sorted(sorted(suffered, key=lambda r: (-suffered[r], r))[:MATRIX_TOP])
-        else:
-            cols = rws = sorted(ranks)
-        ci = {r: i for i, r in enumerate(cols)}
-        ri = {r: i for i, r in enumerate(rws)}
-        others_c = others_r = False
-        grid = [[0.0] * (len(cols) + 1) for _ in range(len(rws) + 1)]
-        for c in rows:
-            i, j = ri.get(c.waiter, len(rws)), ci.get(c.culprit, len(cols))
-            others_r |= i == len(rws)
-            others_c |= j == len(cols)
-            grid[i][j] += c.wait_us / 1000
-        if not others_r:
-            grid.pop()
-        if not others_c:
-            for g in grid:
-                g.pop()
-        y = [str(r) for r in rws] + ([f"others ({len(suffered) - len(rws)})"] if others_r else [])
-        x = [str(r) for r in cols] + ([f"others ({len(caused) - len(cols)})"] if others_c else [])
-        z = [[round(v, 3) if v else None for v in g] for g in grid]
-        fig = _fig(f"Who waits for whom, {label(role)}" if role else "Who waits for whom",
-                   height=_height(len(y), 18, 360, 820),
-                   xaxis={"title": "waited for (culprit rank)", "type": "category", "side": "bottom"},
-                   yaxis={"title": "waiter rank", "type": "category", "autorange": "reversed"})
-        fig.add_trace(go.Heatmap(z=z, x=x, y=y, colorscale="Reds", colorbar={"title": "ms"}, hoverongaps=False,
-                                 hovertemplate="rank %{y} waited %{z:.2f} ms for rank %{x}<extra></extra>"))
-        s.figures.append(fig)
+    s.figures = [_waits_figure(role, rows) for role, rows in _roles(cells).items()]
     return s
+
+
+def _matrix_ranks(rows: list[WaitPair]) -> tuple[list[int], list[int], dict[int, float], dict[int, float]]:
+    """The matrix's columns (culprits) and rows (waiters): every rank, or above ``MATRIX_MAX_RANKS`` the
+    ``MATRIX_TOP`` that caused and that suffered the most waiting; and the waiting each caused and suffered."""
+    caused: dict[int, float] = defaultdict(float)
+    suffered: dict[int, float] = defaultdict(float)
+    for c in rows:
+        caused[c.culprit] += c.wait_us
+        suffered[c.waiter] += c.wait_us
+    ranks = set(caused) | set(suffered)
+    if len(ranks) > MATRIX_MAX_RANKS:
+        cols = sorted(sorted(caused, key=lambda r: (-caused[r], r))[:MATRIX_TOP])
+        rws = sorted(sorted(suffered, key=lambda r: (-suffered[r], r))[:MATRIX_TOP])
+    else:
+        cols = rws = sorted(ranks)
+    return cols, rws, caused, suffered
+
+
+def _wait_matrix(rows: list[WaitPair]) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """One role's heatmap: culprit labels (x), waiter labels (y), ms waited (None: none), the ranks left out
+    summed into an "others" row and column."""
+    cols, rws, caused, suffered = _matrix_ranks(rows)
+    ci = {r: i for i, r in enumerate(cols)}
+    ri = {r: i for i, r in enumerate(rws)}
+    others_c = others_r = False
+    grid = [[0.0] * (len(cols) + 1) for _ in range(len(rws) + 1)]
+    for c in rows:
+        i, j = ri.get(c.waiter, len(rws)), ci.get(c.culprit, len(cols))
+        others_r |= i == len(rws)
+        others_c |= j == len(cols)
+        grid[i][j] += c.wait_us / 1000
+    if not others_r:
+        grid.pop()
+    if not others_c:
+        for g in grid:
+            g.pop()
+    y = [str(r) for r in rws] + ([f"others ({len(suffered) - len(rws)})"] if others_r else [])
+    x = [str(r) for r in cols] + ([f"others ({len(caused) - len(cols)})"] if others_c else [])
+    return x, y, [[round(v, 3) if v else None for v in g] for g in grid]
+
+
+def _waits_figure(role: str | None, rows: list[WaitPair]) -> go.Figure:
+    x, y, z = _wait_matrix(rows)
+    fig = _fig(f"Who waits for whom, {label(role)}" if role else "Who waits for whom",
+               height=_height(len(y), 18, 360, 820),
+               xaxis={"title": "waited for (culprit rank)", "type": "category", "side": "bottom"},
+               yaxis={"title": "waiter rank", "type": "category", "autorange": "reversed"})
+    fig.add_trace(go.Heatmap(z=z, x=x, y=y, colorscale="Reds", colorbar={"title": "ms"}, hoverongaps=False,
+                             hovertemplate="rank %{y} waited %{z:.2f} ms for rank %{x}<extra></extra>"))
+    return fig
 
 
 # ---- run-to-run diff ----------------------------------------------------------------------------------
