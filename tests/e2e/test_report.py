@@ -184,7 +184,7 @@ def test_compare_trace_diff(browser, tmp_path):
 # ---- 1,024 ranks -----------------------------------------------------------------------------------------
 def replicate(inv, n):
     """``inv`` (DLRM's 8 ranks) as a run of ``n`` ranks: each rank's figures copied and renumbered."""
-    per = len(inv.summary["ranks"])
+    per = len(inv.summary.ranks)
 
     def rk(c, r):
         return c * per + r
@@ -211,7 +211,7 @@ def replicate(inv, n):
 def test_1024_ranks_stay_small_and_open(browser, tmp_path):
     inv = investigate(DLRM, parts=("timeline",))
     big = replicate(inv, 1024)
-    assert len(big.summary["ranks"]) == 1024 and len({x["rank"] for x in big.steps["steps"][0]["ranks"]}) == 1024
+    assert len(big.summary.ranks) == 1024 and len({x.rank for x in big.steps.steps[0].ranks}) == 1024
     out = tmp_path / "r1024.html"
     # Its findings (one names all 1,024 ranks) each with their trace links and worst-step timeline.
     findings = diagnose(big)

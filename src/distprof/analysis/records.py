@@ -7,9 +7,9 @@ rows, such as a rank row's ``window``). Figures that are tables by name (``phase
 analysis's own object (``idle``, ``launch``, ``temporal``, ``overlap``, ``breakdown``, ``profiling_cost``) stay
 plain dicts inside the records.
 
-Records also answer ``record["key"]`` and ``record.get("key")`` (an unset field is a missing key), so code that
-reads the ``--json`` shape keeps working while it moves to attributes; new code reads attributes, which a type
-checker follows.
+Records are read as attributes, which a type checker follows (no ``record["key"]``: a misspelled key would be a
+silent None). An unset field is :data:`msgspec.UNSET`, which is falsy: ``row.launch or {}`` reads as the
+``--json`` mapping's missing key did.
 """
 
 from __future__ import annotations
@@ -45,22 +45,7 @@ __all__ = [
 
 
 class Record(msgspec.Struct, kw_only=True):
-    """A typed result row; also readable as the ``--json`` mapping it encodes to (read-only)."""
-
-    def __getitem__(self, key: str) -> Any:
-        v = getattr(self, key, UNSET) if key in self.__struct_fields__ else UNSET
-        if v is UNSET:
-            raise KeyError(key)
-        return v
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self.__struct_fields__ and getattr(self, key) is not UNSET
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyError:
-            return default
+    """A typed result row: read its fields as attributes (a field left out of ``--json`` is :data:`UNSET`)."""
 
 
 def _plain(obj: Any) -> Any:

@@ -126,11 +126,11 @@ def _step_row(role: str, step: Any, ranks: list[RankStep]) -> StepRow:
     for x in ranks:
         for name, v in x.phases.items():
             phases[name] += v / len(ranks)
-    return StepRow(role=role or None, step=step, window=ranks[0].get("window"), ranks=ranks,
+    return StepRow(role=role or None, step=step, window=ranks[0].window or None, ranks=ranks,
                    slowest_rank=slowest.rank, longest_rank=longest.rank, max_us=longest.dur_us,
                    min_us=min(x.dur_us for x in ranks), waited_us=sum(x.waited_us for x in ranks),
                    mean_phases=dict(sorted(phases.items(), key=lambda kv: -kv[1])),
-                   launch_bound_ranks=[x.rank for x in ranks if (x.get("launch") or {}).get("launch_bound")])
+                   launch_bound_ranks=[x.rank for x in ranks if (x.launch or {}).get("launch_bound")])
 
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] = ()) -> StepsResult:

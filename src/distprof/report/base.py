@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import plotly.graph_objects as go
 
@@ -86,10 +86,19 @@ def rank_name(role: str | None, rank: int | None, path: str = "", bare: bool = F
     return r if bare else f"{role} {r}" if role else f"rank {r}"
 
 
-def by_role(rows: Iterable[dict[str, Any]]) -> dict[str | None, list[dict[str, Any]]]:
-    out: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+class _HasRole(Protocol):
+    @property
+    def role(self) -> str | None: ...
+
+
+_R = TypeVar("_R", bound=_HasRole)
+
+
+def by_role(rows: Iterable[_R]) -> dict[str | None, list[_R]]:
+    """Records (step rows, wait-matrix cells) grouped by their role, in first-seen order."""
+    out: dict[str | None, list[_R]] = defaultdict(list)
     for r in rows:
-        out[r.get("role")].append(r)
+        out[r.role].append(r)
     return out
 
 

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 
 from distprof.analysis import timeline as timeline_mod
 from distprof.analysis.diagnose import Finding
+from distprof.analysis.records import Investigation, StepRow
 from distprof.report.base import fig, label, role_labels, short
 from distprof.rundir.layout import is_url
 
@@ -101,7 +102,7 @@ def _covers(info: Any, steps: list[Any]) -> bool:
     return False
 
 
-def trace_links(inv: Any, f: Finding, out: str | None) -> tuple[list[TraceLink], int]:
+def trace_links(inv: Investigation, f: Finding, out: str | None) -> tuple[list[TraceLink], int]:
     """The files of ``f``'s role and ranks holding its steps (its first ranks first), at most ``MAX_FILES``."""
     if not f.ranks:
         return [], 0
@@ -114,31 +115,31 @@ def trace_links(inv: Any, f: Finding, out: str | None) -> tuple[list[TraceLink],
     return links, max(len(hits) - MAX_FILES, 0)
 
 
-def _same_step(row: dict[str, Any], s: Any) -> bool:
+def _same_step(row: StepRow, s: Any) -> bool:
     if isinstance(s, (list, tuple)):
-        return row.get("window") is not None and list(row["window"]) == list(s)
-    return row["step"] == s
+        return row.window is not None and list(row.window) == list(s)
+    return bool(row.step == s)
 
 
-def worst_step(inv: Any, f: Finding) -> tuple[dict[str, Any], str] | None:
+def worst_step(inv: Investigation, f: Finding) -> tuple[StepRow, str] | None:
     """The ``steps`` row of ``f``'s worst step and why it is: where ``f``'s first rank cost the others the most
     waiting, else the longest (on ``f``'s ranks). None for a finding with no rank and no step."""
     if not f.ranks and not f.steps:
         return None
-    rows = [r for r in inv.steps.get("steps") or [] if (r.get("role") or None) == (f.role or None)]
+    rows = [r for r in inv.steps.steps or [] if (r.role or None) == (f.role or None)]
     if not rows and f.role is None:
-        rows = list(inv.steps.get("steps") or [])
+        rows = list(inv.steps.steps or [])
     if f.steps:
         rows = [r for r in rows if any(_same_step(r, s) for s in f.steps)]
     if not rows:
         return None
     mine = set(f.ranks)
 
-    def caused(row: dict[str, Any]) -> float:
-        return next((x.get("wait_caused_us") or 0.0 for x in row["ranks"] if f.ranks and x["rank"] == f.ranks[0]), 0.0)
+    def caused(row: StepRow) -> float:
+        return next((x.wait_caused_us or 0.0 for x in row.ranks if f.ranks and x.rank == f.ranks[0]), 0.0)
 
-    def longest(row: dict[str, Any]) -> float:
-        return max((x["dur_us"] for x in row["ranks"] if not mine or x["rank"] in mine), default=0.0)
+    def longest(row: StepRow) -> float:
+        return max((x.dur_us for x in row.ranks if not mine or x.rank in mine), default=0.0)
 
     row = max(rows, key=lambda r: (caused(r), longest(r)))
     name = _step_name(row)
@@ -149,26 +150,26 @@ def worst_step(inv: Any, f: Finding) -> tuple[dict[str, Any], str] | None:
     return row, why
 
 
-def _step_name(row: dict[str, Any]) -> str:
-    return (f"steps {row['window'][0]}-{row['window'][1]}" if row.get("window") else f"step {row['step']}") \
-        + (f" of {row['role']}" if row.get("role") else "")
+def _step_name(row: StepRow) -> str:
+    return (f"steps {row.window[0]}-{row.window[1]}" if row.window else f"step {row.step}") \
+        + (f" of {row.role}" if row.role else "")
 
 
 def _ms(us: float) -> str:
     return f"{us:,.0f} µs" if us < 1000 else f"{us / 1000:,.1f} ms" if us < 1e6 else f"{us / 1e6:,.2f} s"
 
 
-def shown_ranks(row: dict[str, Any], f: Finding) -> list[int]:
+def shown_ranks(row: StepRow, f: Finding) -> list[int]:
     """The finding's ranks in this step (at most ``MAX_RANKS``); a finding of one rank gets, for contrast, the rank
     that waited most in the step (else the shortest step)."""
-    present = [x["rank"] for x in row["ranks"] if x["rank"] is not None]
+    present = [x.rank for x in row.ranks if x.rank is not None]
     shown = [r for r in dict.fromkeys(f.ranks) if r in present][:MAX_RANKS]
-    rest = [x for x in row["ranks"] if x["rank"] is not None and x["rank"] not in shown]
-    if not shown and row.get("slowest_rank") in present:
-        shown = [row["slowest_rank"]]
-        rest = [x for x in rest if x["rank"] != row["slowest_rank"]]
+    rest = [x for x in row.ranks if x.rank is not None and x.rank not in shown]
+    if not shown and row.slowest_rank in present:
+        shown = [row.slowest_rank]
+        rest = [x for x in rest if x.rank != row.slowest_rank]
     if len(shown) < 2 and rest:
-        shown.append(max(rest, key=lambda x: (x.get("waited_us") or 0.0, -x["dur_us"], -x["rank"]))["rank"])
+        shown.append(max(rest, key=lambda x: (x.waited_us or 0.0, -x.dur_us, -x.rank)).rank)
     return shown
 
 
@@ -221,7 +222,7 @@ def timeline_figure(tl: timeline_mod.StepTimeline, title: str) -> go.Figure:
     return f
 
 
-def for_findings(inv: Any, findings: list[Finding], out: str | None = None) -> list[Evidence]:
+def for_findings(inv: Investigation, findings: list[Finding], out: str | None = None) -> list[Evidence]:
     """One :class:`Evidence` per finding, in order. Timelines only for the first ``MAX_TIMELINES`` findings that name
     ranks or steps, and only when ``inv`` was read with the ``timeline`` extract."""
     out_ev = []
@@ -235,11 +236,11 @@ def for_findings(inv: Any, findings: list[Finding], out: str | None = None) -> l
         if picked is not None:
             row, why = picked
             ranks = shown_ranks(row, f)
-            step = row["window"] if row.get("window") else row["step"]
-            tl = timeline_mod.combine(pairs, row.get("role"), step, ranks)
+            step = row.window if row.window else row.step
+            tl = timeline_mod.combine(pairs, row.role, step, ranks)
             if tl is not None:
                 drawn += 1
-                ev.step = {"role": row.get("role"), "step": step, "ranks": [r.rank for r in tl.ranks]}
+                ev.step = {"role": row.role, "step": step, "ranks": [r.rank for r in tl.ranks]}
                 ev.timeline = timeline_figure(tl, f"Worst step: {_step_name(row)}")
                 shown = ", ".join(str(r.rank) for r in tl.ranks)
                 ev.caption = (f"The finding's worst step: {why}. One row per rank ({shown}): "

@@ -11,6 +11,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from distprof.analysis.diagnose import Plot
+from distprof.analysis.records import StepsResult
+from distprof.analysis.rlsteps import RLStep
 from distprof.report.base import Section, label
 from distprof.report.base import fig as _fig
 from distprof.report.base import height as _height
@@ -22,26 +24,26 @@ TOP_PHASES = 10  # phase names with a legend entry of their own; the others are 
 PATH = "critical path"
 
 
-def _picked(rl: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def _picked(rl: list[RLStep]) -> list[tuple[str, RLStep]]:
     """The worst step (the longest; the first of equals) and the median one (in time order among equals)."""
-    by_dur = sorted(rl, key=lambda s: s["duration_us"])
-    worst, median = max(rl, key=lambda s: s["duration_us"]), by_dur[(len(by_dur) - 1) // 2]
+    by_dur = sorted(rl, key=lambda s: s.duration_us)
+    worst, median = max(rl, key=lambda s: s.duration_us), by_dur[(len(by_dur) - 1) // 2]
     return [("worst", worst)] + ([("median", median)] if median is not worst else [])
 
 
-def _figure(kind: str, s: dict[str, Any]) -> go.Figure:
-    t0 = s["start_us"]
-    lanes = s["lanes"][:MAX_LANES]
+def _figure(kind: str, s: RLStep) -> go.Figure:
+    t0 = s.start_us
+    lanes = s.lanes[:MAX_LANES]
     names = [label(f"{x['role']} {'?' if x['rank'] is None else x['rank']}") for x in lanes]
     ms = lambda v: round((v - t0) / 1000.0, 3)  # noqa: E731
-    f = _fig(f"RL step {label(s['step'])} ({kind}: {s['duration_us'] / 1000:,.1f} ms), path "
-             + label(" > ".join(s["critical_path"])), height=_height(len(lanes) + 1, 28),
+    f = _fig(f"RL step {label(s.step)} ({kind}: {s.duration_us / 1000:,.1f} ms), path "
+             + label(" > ".join(s.critical_path)), height=_height(len(lanes) + 1, 28),
              barmode="overlay", xaxis={"title": "ms from the step's start"},
              yaxis={"type": "category", "autorange": "reversed", "title": ""}, margin={"l": 140, "r": 20, "t": 60, "b": 110},
              legend={"orientation": "h", "yanchor": "top", "y": -0.25})  # below the axis title, never on it
     ys = [label(PATH)] + names
     f.add_trace(go.Bar(name="waiting (idle)", orientation="h", y=ys[1:], base=[0.0] * len(names),
-                       x=[round(s["duration_us"] / 1000.0, 3)] * len(names), marker={"color": "rgba(160,160,160,0.35)"},
+                       x=[round(s.duration_us / 1000.0, 3)] * len(names), marker={"color": "rgba(160,160,160,0.35)"},
                        width=0.8, hovertemplate="%{y}: no traced work<extra></extra>"))
     by, bx, bb = [], [], []
     for name, x in zip(names, lanes):
@@ -62,7 +64,7 @@ def _figure(kind: str, s: dict[str, Any]) -> go.Figure:
     for n, (y, base, w, text) in groups.items():
         f.add_trace(go.Bar(name=label(n), orientation="h", y=y, base=base, x=w, width=0.4, customdata=text,
                            hovertemplate="%{y}: %{customdata} %{x:.2f} ms<extra></extra>"))
-    p = s.get("path") or []
+    p = s.path or []
     f.add_trace(go.Bar(name=PATH, orientation="h", y=[label(PATH)] * len(p), base=[ms(g["start_us"]) for g in p],
                        x=[round((g["end_us"] - g["start_us"]) / 1000.0, 3) for g in p], width=0.8,
                        customdata=[label(g["role"]) for g in p], marker={"color": "#e45756"},
@@ -70,12 +72,12 @@ def _figure(kind: str, s: dict[str, Any]) -> go.Figure:
     return f
 
 
-def rl_timeline(steps: dict[str, Any]) -> Section:
+def rl_timeline(steps: StepsResult) -> Section:
     s = Section(Plot.RL_STEPS, "RL steps: the worst and the median step across roles",
                 "One lane per role and rank, from the step's first start to its last end: bars where its traced "
                 "work (or Ray task) runs, the shaded rest is time it waits for another role; its phases are the "
                 "thin bars on it. The top lane is the critical path: the chain of roles that bounds the step.")
-    rl = steps.get("rl_steps") or []
+    rl: list[RLStep] = steps.rl_steps or []
     if not rl:
         s.note = "One role only (or no steps): the RL step view needs a job with several roles (rollout, actor ...)."
         return s

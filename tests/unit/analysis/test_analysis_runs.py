@@ -7,6 +7,7 @@ from tracekit import TRACES, X, write
 
 from distprof.analysis import analyze
 from distprof.analysis import diagnose as diagnose_mod
+from distprof.analysis.records import to_json
 
 HTA = os.path.join(TRACES, "hta")
 T0 = 1_700_000_000_000_000.0  # epoch µs
@@ -104,10 +105,10 @@ def test_hta_folder_of_unrelated_jobs_finds_nothing_no_single_job_has(tmp_path):
     assert "world size 2 vs 128 vs unknown" in w
     # The per-rank verbs keep the jobs apart: each steps row and each matched collective is one job's.
     job_of = {os.path.basename(n): job for job, names in jobs.items() for n in names}
-    for row in inv.steps["steps"]:
-        assert len({job_of[os.path.basename(x["path"])] for x in row["ranks"]}) == 1, row["role"]
-    assert sorted(_roles(inv.stragglers).values()) == [[0], [0, 1], [1]]  # simple_add, sampled, test: three runs
-    assert inv.stragglers["conflicts"] == []
+    for row in inv.steps.steps:
+        assert len({job_of[os.path.basename(x.path)] for x in row.ranks}) == 1, row.role
+    assert sorted(_roles(to_json(inv.stragglers)).values()) == [[0], [0, 1], [1]]  # simple_add, sampled, test: three runs
+    assert inv.stragglers.conflicts == []
 
 
 def test_run_directories_traced_together_are_two_runs_and_a_copy_is_one(tmp_path):

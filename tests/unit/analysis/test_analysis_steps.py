@@ -72,12 +72,12 @@ def test_a_trace_without_step_markers_is_reported_by_its_manifest_window(tmp_pat
         json.dump(doc, fh)
     d = steps_mod.combine([(tb.info, {"steps": steps_mod.extract(tb)})
                            for tb in [table(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window)]])
-    (row,) = d["steps"]
-    assert row["step"] == 2 and row["window"] == [2, 3] and row["ranks"][0]["source"] == "manifest"
-    assert row["max_us"] == (f.window.end_time - f.window.start_time) * 1e6
+    (row,) = d.steps
+    assert row.step == 2 and row.window == [2, 3] and row.ranks[0].source == "manifest"
+    assert row.max_us == (f.window.end_time - f.window.start_time) * 1e6
     forward = [e for e in doc["traceEvents"] if e.get("name") == "train/forward" and e.get("cat") == "user_annotation"]
     expected = sum(float(e["dur"]) for e in forward)
-    assert expected > 0 and row["ranks"][0]["phases"]["train/forward"] == pytest.approx(expected)
+    assert expected > 0 and row.ranks[0].phases["train/forward"] == pytest.approx(expected)
 
 
 def test_steps_table_shows_each_steps_breakdown_and_overlap():

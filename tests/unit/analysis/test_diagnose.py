@@ -18,6 +18,7 @@ from tracekit import DLRM, TRACES, X, cli, write
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import STRAGGLER_WAIT_SHARE, THRESHOLDS, Plot, path_saving
+from distprof.analysis.records import RankStep
 
 DEVICE_RULES = {"exposed_communication", "launch_bound", "host_sync", "memcpy", "pageable_memcpy"}
 
@@ -44,17 +45,17 @@ def test_gloo_job_names_the_slow_rank_and_its_phase(ddp_run):
     # rank 0's, and the step shortened only until rank 0 arrives last.
     inv = analyze.investigate(ddp_run, workers=1)
     expected = naive = 0.0
-    for row in inv.steps["steps"]:
-        by = {x["rank"]: x for x in row["ranks"]}
-        cut = by[1]["phases"]["train/data"] - by[0]["phases"].get("train/data", 0.0)
-        arrive = {r: x["start_us"] + x["busy_us"] for r, x in by.items()}
+    for row in inv.steps.steps:
+        by = {x.rank: x for x in row.ranks}
+        cut = by[1].phases["train/data"] - by[0].phases.get("train/data", 0.0)
+        arrive = {r: x.start_us + x.busy_us for r, x in by.items()}
         expected += arrive[1] - max(arrive[1] - cut, arrive[0])
         naive += cut
     w = f["what_if"]
     assert w["saves_us"] == pytest.approx(expected) and w["naive_us"] == pytest.approx(naive)
     assert f["cost_us"] == w["saves_us"] and 0 < w["saves_us"] <= w["naive_us"]
     # Rank 1 slept SLOW_S in train/data each step; rank 0's train/data is a random batch (well under 10%).
-    assert 0.9 * SLOW_S * 1e6 < w["naive_us"] / 4 <= max(x["dur_us"] for row in inv.steps["steps"] for x in row["ranks"])
+    assert 0.9 * SLOW_S * 1e6 < w["naive_us"] / 4 <= max(x.dur_us for row in inv.steps.steps for x in row.ranks)
 
 
 def test_gloo_job_with_no_slow_rank_has_no_straggler(tmp_path):
@@ -63,7 +64,7 @@ def test_gloo_job_with_no_slow_rank_has_no_straggler(tmp_path):
     # rank holding the others back in 2/3 of them (the rule's consistency threshold).
     gloo_run(out, steps=9, world_size=2, config={"steps": "2-7"}, ddp=True)
     inv = analyze.investigate(out, workers=1)
-    assert inv.stragglers["matched"] > 0  # the rule had collectives to judge: someone always arrives last
+    assert inv.stragglers.matched > 0  # the rule had collectives to judge: someone always arrives last
     d = analyze.diagnose(out, workers=1)
     # A loaded 2-core machine (the suite's other worker) can slow one rank of this balanced job for all of its
     # two seconds: the rule may then say so, but only as a rank late with no one cause
@@ -92,9 +93,9 @@ def test_dlrm_straggler_is_rank_7_which_starts_its_step_late():
     # The culprit, its late group (below), and the three ranks that waited for them most: not all eight.
     inv = analyze.investigate(DLRM, workers=1)
     waited = {}
-    for c in inv.stragglers["wait_matrix"]:
-        if c["culprit"] in (7, 2, 6) and c["waiter"] not in (7, 2, 6):
-            waited[c["waiter"]] = waited.get(c["waiter"], 0.0) + c["wait_us"]
+    for c in inv.stragglers.wait_matrix:
+        if c.culprit in (7, 2, 6) and c.waiter not in (7, 2, 6):
+            waited[c.waiter] = waited.get(c.waiter, 0.0) + c.wait_us
     assert ev["ranks"] == [7, 2, 6] + sorted(waited, key=lambda r: -waited[r])[:3]
     # The claim leads with the waiting it causes, not with its late arrivals (which every rank has some of).
     assert f["claim"].startswith("rank 7 (with ranks 2, 6") and "holds the other ranks back" in f["claim"]
@@ -113,9 +114,9 @@ def test_dlrm_straggler_is_rank_7_which_starts_its_step_late():
     assert "with ranks 2, 6" in f["claim"]
     w = f["what_if"]
     assert 0 < f["cost_us"] == w["saves_us"] <= w["naive_us"]
-    row = inv.steps["steps"][0]
-    i7 = next(i for i, x in enumerate(row["ranks"]) if x["rank"] == 7)
-    alone = path_saving(row["ranks"], {i7: late})[0]
+    row = inv.steps.steps[0]
+    i7 = next(i for i, x in enumerate(row.ranks) if x.rank == 7)
+    alone = path_saving(row.ranks, {i7: late})[0]
     assert alone < 0.5 * late and f["cost_us"] > 1.5 * alone
     assert ev["figures"]["wait_share"] >= STRAGGLER_WAIT_SHARE
 
@@ -150,7 +151,9 @@ def test_what_if_follows_the_path_not_the_subtraction(tmp_path):
     # rank 1 and is then the last, so the step shortens by 50 µs.
     assert w["naive_us"] == pytest.approx(190.0) and w["saves_us"] == pytest.approx(50.0)
     assert w["then_last_rank"] == 2 and f["cost_us"] == pytest.approx(50.0)
-    ranks = [{"rank": r, "start_us": 0.0, "busy_us": b} for r, b in ((0, 120.0), (1, 320.0), (2, 270.0))]
+    ranks = [RankStep(rank=r, path="", dur_us=b, waited_us=0.0, busy_us=b, wait_caused_us=0.0, sync_waiting_us=0.0,
+                      phases={}, categories={}, source="ProfilerStep", start_us=0.0)
+             for r, b in ((0, 120.0), (1, 320.0), (2, 270.0))]
     assert path_saving(ranks, {1: 190.0}) == (50.0, 1, 2)
     assert path_saving(ranks, {1: 30.0}) == (30.0, 1, 1)
     assert path_saving(ranks, {0: 100.0}) == (0.0, 1, 1)  # a rank off the path saves nothing
@@ -314,7 +317,7 @@ def test_dlrm_host_syncs_waiting_for_the_straggler_are_named_as_waiting():
     long = {r: us for r, us in syncs.items() if us > 1000}
     assert sorted(long) == [0, 1, 3, 4, 5] and 19_000 < sum(long.values()) < 21_000
     inv = analyze.investigate(DLRM, workers=1)
-    waiting = {r["rank"]: r["sync_waiting_us"] for r in inv.stragglers["ranks"]}
+    waiting = {r.rank: r.sync_waiting_us for r in inv.stragglers.ranks}
     for rank, us in long.items():  # each long sync is (almost) all waiting: it sits inside the blocked SendRecv
         assert 0.9 * us <= waiting[rank] <= syncs[rank] + 1e-6, rank
     assert all(waiting[r] < 100 for r in (2, 6, 7))  # their few µs of syncs are not waiting for anyone

@@ -145,6 +145,7 @@ from distprof.analysis.diagnose.device import exposed_communication, host_bound,
 from distprof.analysis.diagnose.host import data_loading, outlier_steps
 from distprof.analysis.diagnose.roles import bounding_role
 from distprof.analysis.diagnose.straggler import straggler
+from distprof.analysis.records import Investigation
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ RULES: tuple[Callable[[Job], list[Finding]], ...] = (
     pageable_memcpy, outlier_steps)
 
 
-def diagnose(inv: Any) -> list[Finding]:
+def diagnose(inv: Investigation) -> list[Finding]:
     """Every rule on one :class:`~.analyze.Investigation`; findings sorted by ``cost_us`` descending."""
     job = Job(inv)
     # A finding that saves no step time on the path (its ranks never arrive last) is not one; a straggler that
@@ -191,7 +192,7 @@ def diagnose(inv: Any) -> list[Finding]:
     return findings
 
 
-def analysed(inv: Any) -> dict[str, Any]:
+def analysed(inv: Investigation) -> dict[str, Any]:
     """What the rules looked at: roles, ranks, steps, whether device rules could apply, and ``caveats``:
     what the rules could not judge on these files (a role with ranks missing)."""
     job = Job(inv)

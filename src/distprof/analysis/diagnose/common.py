@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
-from distprof.analysis.records import Investigation, RankStep, StepRow
+from distprof.analysis.records import UNSET, Investigation, RankStep, StepRow
 from distprof.trace.ranks import unranked_label
 
 logger = logging.getLogger(__name__)
@@ -110,29 +110,29 @@ class Finding:
 
 
 # ---- the path model ---------------------------------------------------------------------------------------
-def path_saving(ranks: list[dict[str, Any]], cut: dict[int, float]) -> tuple[float, Any, Any]:
+def path_saving(ranks: list[RankStep], cut: dict[int, float]) -> tuple[float, Any, Any]:
     """One step: how much earlier the latest arrival comes when rank ``ranks[i]`` loses ``cut[i]`` µs (see the
     module docstring). ``ranks`` are a ``steps`` row's ranks (``start_us``, ``busy_us``). Returns (saving,
     the rank arriving last before, the rank arriving last after)."""
     if not ranks:
         return 0.0, None, None
-    base = min(x["start_us"] for x in ranks)  # epoch µs are ~1.7e15: relative times keep sub-µs precision
-    before = [x["start_us"] - base + x["busy_us"] for x in ranks]
+    base = min(x.start_us for x in ranks)  # epoch µs are ~1.7e15: relative times keep sub-µs precision
+    before = [x.start_us - base + x.busy_us for x in ranks]
     cuts = [max(cut.get(i, 0.0), 0.0) for i in range(len(ranks))]
     after = [a - c for a, c in zip(before, cuts)]
     last_before = max(range(len(ranks)), key=lambda i: before[i])
     last_after = max(range(len(ranks)), key=lambda i: after[i])
     saving = min(max(before[last_before] - after[last_after], 0.0), max(cuts))  # never more than the largest cut
-    return saving, ranks[last_before]["rank"], ranks[last_after]["rank"]
+    return saving, ranks[last_before].rank, ranks[last_after].rank
 
 
-def path_what_if(rows: list[dict[str, Any]], cuts: list[dict[int, float]], change: str, upper_bound: bool = False
+def path_what_if(rows: list[StepRow], cuts: list[dict[int, float]], change: str, upper_bound: bool = False
                  ) -> dict[str, Any]:
     """The path saving over several steps (``cuts[j]`` for ``rows[j]``), with the naive sum for contrast."""
     saves = naive = 0.0
     then_last: Counter = Counter()
     for row, cut in zip(rows, cuts):
-        s, _, after = path_saving(row["ranks"], cut)
+        s, _, after = path_saving(row.ranks, cut)
         saves += s
         naive += max((max(v, 0.0) for v in cut.values()), default=0.0)
         if cut:
@@ -157,9 +157,9 @@ def fmt_pct(v: float) -> str:
     return f"{v:.0%}" if v >= 0.01 else f"{v:.1%}"
 
 
-def step_key(row: dict[str, Any]) -> Any:
+def step_key(row: StepRow) -> Any:
     """A row's step: its number, its capture window ``[a, b]``, or None (a trace without steps)."""
-    return row["window"] if row.get("window") else row["step"]
+    return row.window if row.window else row.step
 
 
 def fmt_ranges(nums: Iterable[int], limit: int = 6) -> str:
@@ -240,7 +240,7 @@ class Job:
                 for i, x in enumerate(row.ranks):
                     self.of_rank[(role, x.rank)].append((row, i, x))
         self.partial = self._partial()
-        self.device = any((x.get("temporal") or {}).get("device") for rs in self.by_role.values() for row in rs
+        self.device = any((x.temporal or {}).get("device") for rs in self.by_role.values() for row in rs
                           for x in row.ranks)
         self._names: dict[tuple, dict[str, float]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
@@ -270,15 +270,15 @@ class Job:
                 continue
             x = RankStep(rank=r.rank, path=r.path, dur_us=traced, waited_us=0.0, busy_us=traced, wait_caused_us=0.0,
                          sync_waiting_us=0.0, phases={}, categories=r.categories or {}, source="trace",
-                         start_us=f.start_us or 0.0, temporal=r.get("temporal"), idle=r.get("idle"))
-            if r.get("step_breakdown"):
-                x.breakdown = r.step_breakdown  # type: ignore[assignment]
+                         start_us=f.start_us or 0.0, temporal=_or_none(r.temporal), idle=_or_none(r.idle))
+            if r.step_breakdown:
+                x.breakdown = r.step_breakdown
             by_role[r.role].append(x)
         return [StepRow(role=role, step=None, window=None, ranks=xs, max_us=max(x.dur_us for x in xs))
                 for role, xs in by_role.items()]
 
     def step_time(self, rows: list[StepRow]) -> float:
-        return sum(row.get("max_us") or max(x.dur_us for x in row.ranks) for row in rows)
+        return sum(row.max_us or max(x.dur_us for x in row.ranks) for row in rows)
 
     def names_per_step(self, role: Any, rank: Any, which: str) -> dict[str, float]:
         """A rank's kernels (device time), ops (self time) or runtime calls by name, per step: the time inside
@@ -301,6 +301,11 @@ class Job:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}
 
 
+def _or_none(v: Any) -> Any:
+    """An unset field as None (what the ``--json`` mapping reads for a missing key)."""
+    return None if v is UNSET else v
+
+
 def _label_unranked(row: StepRow) -> StepRow:
     """A copy of ``row`` in which each file without a rank is a rank of its own, named by its file."""
     if all(x.rank is not None for x in row.ranks):
@@ -314,31 +319,36 @@ def _rank_order(r: Any) -> tuple:
     return (0, r, "") if isinstance(r, int) else (1, 0, str(r))  # numbered ranks first, then unranked files
 
 
-def ranks_of(rows: list[dict[str, Any]]) -> list[Any]:
+def ranks_of(rows: list[StepRow]) -> list[Any]:
     """The ranks in ``rows``, unranked files (named by :func:`unranked_label`) last, each a rank of its own."""
-    return sorted({x["rank"] for row in rows for x in row["ranks"]}, key=_rank_order)
+    return sorted_ranks(x.rank for row in rows for x in row.ranks)
 
 
-def share_rule(job: Job, rule: str, figure: Callable[[dict[str, Any]], float | None], threshold: float,
-               device: bool) -> list[tuple[Any, list[dict[str, Any]], list[dict[int, float]], float, dict[Any, float]]]:
+def sorted_ranks(ranks: Iterable[Any]) -> list[Any]:
+    """``ranks`` once each, numbered ranks first, then unranked files (named by :func:`unranked_label`)."""
+    return sorted(set(ranks), key=_rank_order)
+
+
+def share_rule(job: Job, rule: str, figure: Callable[[RankStep], float | None], threshold: float,
+               device: bool) -> list[tuple[Any, list[StepRow], list[dict[int, float]], float, dict[Any, float]]]:
     """Per role: the rows, each rank's ``figure`` (µs per step, None: not applicable) as cuts, the figure's
     share of the step time, and per rank its total; only the roles at or above ``threshold``."""
     hits = []
     for role, rows in job.by_role.items():
-        if device and not any((x.get("temporal") or {}).get("device") for row in rows for x in row["ranks"]):
+        if device and not any((x.temporal or {}).get("device") for row in rows for x in row.ranks):
             continue
         cuts, part, dur = [], 0.0, 0.0
         per_rank: dict[Any, float] = defaultdict(float)
         for row in rows:
             cut = {}
-            for i, x in enumerate(row["ranks"]):
+            for i, x in enumerate(row.ranks):
                 v = figure(x)
                 if v is None:
                     continue
-                cut[i] = min(max(v, 0.0), x["busy_us"])
+                cut[i] = min(max(v, 0.0), x.busy_us)
                 part += v
-                dur += x["dur_us"]
-                per_rank[x["rank"]] += v
+                dur += x.dur_us
+                per_rank[x.rank] += v
             cuts.append(cut)
         if dur > 0 and part >= threshold * dur and part > 0:
             hits.append((role, rows, cuts, part / dur, per_rank))
@@ -347,7 +357,7 @@ def share_rule(job: Job, rule: str, figure: Callable[[dict[str, Any]], float | N
     return hits
 
 
-def make_finding(job: Job, rule: str, role: Any, rows: list[dict[str, Any]], cuts: list[dict[int, float]],
+def make_finding(job: Job, rule: str, role: Any, rows: list[StepRow], cuts: list[dict[int, float]],
                  per_rank: dict[Any, float], claim: str, wi: dict[str, Any], fix: str, names: list[str],
                  figures: dict[str, Any], plot: str) -> Finding:
     """A finding about the rows' steps: evidence ranks by their share of the figure, the steps where it was cut."""
@@ -363,9 +373,9 @@ def top_rank(per_rank: dict[Any, float]) -> Any:
     return max(per_rank, key=lambda r: per_rank[r])
 
 
-def breakdown_figure(name: str) -> Callable[[dict[str, Any]], float | None]:
-    def fig(x: dict[str, Any]) -> float | None:
-        b = x.get("breakdown")
+def breakdown_figure(name: str) -> Callable[[RankStep], float | None]:
+    def fig(x: RankStep) -> float | None:
+        b = x.breakdown
         return None if not b else b.get(name, 0.0)
     return fig
 

@@ -61,13 +61,13 @@ def pageable_memcpy(job: Job) -> list[Finding]:
         part, dur, rank_steps = 0.0, 0.0, 0
         for row in rows:
             cut = {}
-            for i, x in enumerate(row["ranks"]):
-                v = sum(per_step.get(x["rank"], {}).values())
-                dur += x["dur_us"]
+            for i, x in enumerate(row.ranks):
+                v = sum(per_step.get(x.rank, {}).values())
+                dur += x.dur_us
                 rank_steps += 1
                 if v > 0:
-                    cut[i] = min(v, x["busy_us"])
-                    per_rank[x["rank"]] += v
+                    cut[i] = min(v, x.busy_us)
+                    per_rank[x.rank] += v
                     part += v
             cuts.append(cut)
         if not part or dur <= 0 or part < PAGEABLE_SHARE * dur:

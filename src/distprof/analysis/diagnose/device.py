@@ -23,18 +23,21 @@ from distprof.analysis.diagnose.common import (
     ranks_of,
     ranks_text,
     share_rule,
+    sorted_ranks,
     step_key,
     steps_text,
     top_rank,
 )
+from distprof.analysis.records import RankStep, StepRow, SummaryRank
 from distprof.trace.vocab import is_collective_op, is_comm_kernel, is_dataloader, is_sync_op, is_sync_runtime
 
 __all__ = ["exposed_communication", "host_bound", "host_sync", "launch_bound"]
 
 _UNTRACED = "(no op, no phase)"
+_RankStepAt = tuple[StepRow, int, RankStep]  # a row, the rank's index in row.ranks, its figures
 
 
-def _cut_key(row: dict[str, Any]) -> Any:
+def _cut_key(row: StepRow) -> Any:
     k = step_key(row)
     return tuple(k) if isinstance(k, list) else k
 
@@ -42,9 +45,9 @@ def _cut_key(row: dict[str, Any]) -> Any:
 def exposed_communication(job: Job) -> list[Finding]:
     """Collectives not hidden behind compute, beyond waiting for late peers (:data:`EXPOSED_COMM_SHARE`).
     The collectives are where :func:`.vocab.collective_source` puts them: kernels, or host collectives (gloo)."""
-    def exposed(x: dict[str, Any]) -> float | None:
-        dev = (x.get("temporal") or {}).get("device")
-        return None if not dev else max(dev["communication_us"] - x["waited_us"], 0.0)
+    def exposed(x: RankStep) -> float | None:
+        dev = (x.temporal or {}).get("device")
+        return None if not dev else max(dev["communication_us"] - x.waited_us, 0.0)
 
     out = []
     for role, rows, cuts, share, per_rank in share_rule(job, "exposed_communication", exposed, EXPOSED_COMM_SHARE,
@@ -83,32 +86,39 @@ def exposed_communication(job: Job) -> list[Finding]:
     return out
 
 
-def _host_wait(x: dict[str, Any]) -> dict[str, Any]:
-    return (x.get("idle") or {}).get("host_wait") or {}
+def _idle(x: RankStep) -> dict[str, Any]:
+    return x.idle or {}
 
 
-def _busy_cuts(rows: list[dict[str, Any]], per_step: dict[Any, float]
+def _launch(x: RankStep) -> dict[str, Any]:
+    return x.launch or {}
+
+
+def _host_wait(x: RankStep) -> dict[str, Any]:
+    return _idle(x).get("host_wait") or {}
+
+
+def _busy_cuts(rows: list[StepRow], per_step: dict[Any, float]
                ) -> tuple[list[dict[int, float]], defaultdict[Any, float]]:
     """Each row's cut: a rank in ``per_step`` loses that much of its step (at most its busy time)."""
     cuts: list[dict[int, float]] = []
     per_rank: defaultdict[Any, float] = defaultdict(float)
     for row in rows:
-        cut = {i: min(per_step[x["rank"]], x["busy_us"]) for i, x in enumerate(row["ranks"]) if x["rank"] in per_step}
+        cut = {i: min(per_step[x.rank], x.busy_us) for i, x in enumerate(row.ranks) if x.rank in per_step}
         for i, v in cut.items():
-            per_rank[row["ranks"][i]["rank"]] += v
+            per_rank[row.ranks[i].rank] += v
         cuts.append(cut)
     return cuts, per_rank
 
 
-def _launch_rank_steps(rows: list[dict[str, Any]]) -> tuple[list[tuple[Any, int, Any]], list[tuple[Any, int, Any]]]:
+def _launch_rank_steps(rows: list[StepRow]) -> tuple[list[_RankStepAt], list[_RankStepAt]]:
     """The role's rank-steps where the launch figure applies, and those of them that are launch-bound."""
-    pairs = [(row, i, x) for row in rows for i, x in enumerate(row["ranks"])
-             if (x.get("launch") or {}).get("applicable")]
-    bound = [(row, i, x) for row, i, x in pairs if x["launch"].get("launch_bound")]
+    pairs = [(row, i, x) for row in rows for i, x in enumerate(row.ranks) if _launch(x).get("applicable")]
+    bound = [(row, i, x) for row, i, x in pairs if _launch(x).get("launch_bound")]
     return pairs, bound
 
 
-def _launch_cuts(rows: list[dict[str, Any]], bound: list[tuple[Any, int, Any]]
+def _launch_cuts(rows: list[StepRow], bound: list[_RankStepAt]
                  ) -> tuple[list[dict[int, float]], defaultdict[Any, float]]:
     """What goes away in each row: the host wait during which the host issues work, on its launch-bound ranks."""
     cuts: list[dict[int, float]] = []
@@ -117,28 +127,29 @@ def _launch_cuts(rows: list[dict[str, Any]], bound: list[tuple[Any, int, Any]]
         cut = {}
         for r2, i, x in bound:
             if r2 is row:
-                cut[i] = min(_host_wait(x).get("launch_us", 0.0), x["busy_us"])
-                per_rank[x["rank"]] += cut[i]
+                cut[i] = min(_host_wait(x).get("launch_us", 0.0), x.busy_us)
+                per_rank[x.rank] += cut[i]
         cuts.append(cut)
     return cuts, per_rank
 
 
-def _launch_figures(bound: list[tuple[Any, int, Any]]) -> tuple[int, dict[str, Any]]:
+def _launch_figures(bound: list[_RankStepAt]) -> tuple[int, dict[str, Any]]:
     """The launch-bound rank-steps' idle and launch figures, summed, and how many rank-steps the idle ones are."""
-    idle = [x["idle"] for _, _, x in bound if (x.get("idle") or {}).get("applicable")]
+    idle = [_idle(x) for _, _, x in bound if _idle(x).get("applicable")]
     return max(len(idle), 1), {
         "idle_us": sum(f["idle_us"] for f in idle), "host_wait_us": sum(f["host_wait_us"] for f in idle),
         "host_issuing_us": sum((f.get("host_wait") or {}).get("launch_us", 0.0) for f in idle),
-        "span_us": sum(f["span_us"] for f in idle), "launches": sum(x["launch"]["launches"] for _, _, x in bound),
-        "short": sum(x["launch"]["short"] for _, _, x in bound)}
+        "span_us": sum(f["span_us"] for f in idle), "launches": sum(_launch(x)["launches"] for _, _, x in bound),
+        "short": sum(_launch(x)["short"] for _, _, x in bound)}
 
 
 def _launch_calls(job: Job, role: Any) -> Counter:
     """The role's launch calls (runtime names) and how often each ran, from the summary."""
     calls: Counter = Counter()
-    for r in job.inv.summary.get("ranks") or []:
-        if r.get("role") == role and (r.get("launch") or {}).get("applicable"):
-            calls.update(r["launch"].get("calls") or {})
+    for r in job.inv.summary.ranks or []:
+        launch = r.launch or {}
+        if r.role == role and launch.get("applicable"):
+            calls.update(launch.get("calls") or {})
     return calls
 
 
@@ -153,7 +164,7 @@ def launch_bound(job: Job) -> list[Finding]:
         cuts, per_rank = _launch_cuts(rows, bound)
         n, fig = _launch_figures(bound)
         calls = _launch_calls(job, role)
-        ranks = ranks_of([{"ranks": [x for _, _, x in bound]}])
+        ranks = sorted_ranks(x.rank for _, _, x in bound)
         wi = path_what_if(rows, cuts, "the device never waits for the CPU to launch work", upper_bound=True)
         claim = (f"{len(bound)} of {len(pairs)} rank-steps are launch-bound ({ranks_text(ranks)}): the device is idle "
                  f"{fmt_dur(fig['idle_us'] / n)} of its {fmt_dur(fig['span_us'] / n)} per rank and step, "
@@ -170,15 +181,16 @@ def launch_bound(job: Job) -> list[Finding]:
     return out
 
 
-def _host_wait_per_step(job: Job, summary: dict[tuple[Any, Any], dict[str, Any]], role: Any,
-                        rows: list[dict[str, Any]]) -> tuple[dict[Any, float], defaultdict[str, float]]:
+def _host_wait_per_step(job: Job, summary: dict[tuple[Any, Any], SummaryRank], role: Any,
+                        rows: list[StepRow]) -> tuple[dict[Any, float], defaultdict[str, float]]:
     """Per rank of the role, the device's wait per step for host work that launches nothing (less the rank's
     straggler excess), and that wait per phase (untraced host code as :data:`_UNTRACED`), summed over the ranks."""
     per_step: dict[Any, float] = {}
     phases: defaultdict[str, float] = defaultdict(float)
     for r in ranks_of(rows):
         mine = job.of_rank[(role, r)]
-        hw = ((summary.get((role, r)) or {}).get("idle") or {}).get("host_wait")
+        s = summary.get((role, r))
+        hw = ((s.idle if s is not None else None) or {}).get("host_wait")
         if not hw or not mine:
             continue
         named = {k: v for k, v in hw.get("phases", {}).items() if not is_dataloader(k)}
@@ -209,11 +221,11 @@ def host_bound(job: Job) -> list[Finding]:
     ``data_loading`` owns), or host code no op or phase names (:data:`HOST_BOUND_SHARE` of the step). From
     each rank's device-level idle figure (gaps between steps included), per step; less a straggler's excess."""
     out = []
-    summary = {(r.get("role"), r["rank"]): r for r in job.inv.summary.get("ranks") or []}
+    summary = {(r.role, r.rank): r for r in job.inv.summary.ranks or []}
     for role, rows in job.by_role.items():
         per_step, phases = _host_wait_per_step(job, summary, role, rows)
-        dur = sum(x["dur_us"] for row in rows for x in row["ranks"] if x["rank"] in per_step)
-        part = sum(per_step[x["rank"]] for row in rows for x in row["ranks"] if x["rank"] in per_step)
+        dur = sum(x.dur_us for row in rows for x in row.ranks if x.rank in per_step)
+        part = sum(per_step[x.rank] for row in rows for x in row.ranks if x.rank in per_step)
         if not per_step or dur <= 0 or part < HOST_BOUND_SHARE * dur:
             continue
         cuts, per_rank = _busy_cuts(rows, per_step)
@@ -235,11 +247,11 @@ def host_bound(job: Job) -> list[Finding]:
     return out
 
 
-def _sync_per_step(job: Job, role: Any, rows: list[dict[str, Any]]) -> dict[Any, dict[str, float]]:
+def _sync_per_step(job: Job, role: Any, rows: list[StepRow]) -> dict[Any, dict[str, float]]:
     """Per rank with device activity, its blocking device-to-host reads per step, by name."""
     per_step: dict[Any, dict[str, float]] = {}
     for r in ranks_of(rows):
-        if any((x.get("temporal") or {}).get("device") for _, _, x in job.of_rank[(role, r)]):
+        if any((x.temporal or {}).get("device") for _, _, x in job.of_rank[(role, r)]):
             ops = {k: v for k, v in job.names_per_step(role, r, "ops").items() if is_sync_op(k)}
             calls = {k: v for k, v in job.names_per_step(role, r, "runtime").items() if is_sync_runtime(k)}
             # .item() shows as both (the op calls the runtime's sync): the larger side, not the sum
@@ -254,9 +266,9 @@ def _sync_hot(job: Job, role: Any, per_step: dict[Any, dict[str, float]]
     hot, peers = {}, {}
     for r, ops in per_step.items():
         mine = job.of_rank[(role, r)]
-        durs = [x["dur_us"] for _, _, x in mine]
+        durs = [x.dur_us for _, _, x in mine]
         mean = sum(durs) / len(durs) if durs else 0.0
-        waiting = sum(x.get("sync_waiting_us", 0.0) for _, _, x in mine) / len(mine) if mine else 0.0
+        waiting = sum(x.sync_waiting_us for _, _, x in mine) / len(mine) if mine else 0.0
         own = max(sum(ops.values()) - waiting, 0.0)
         if mean > 0 and own >= HOST_SYNC_SHARE * mean:
             hot[r], peers[r] = (own, mean), waiting

@@ -23,10 +23,12 @@ from distprof.analysis.diagnose.common import (
     ranks_of,
     ranks_text,
     share_rule,
+    sorted_ranks,
     step_key,
     steps_text,
     top_rank,
 )
+from distprof.analysis.records import RankStep, StepRow
 from distprof.trace.vocab import is_dataloader
 
 __all__ = ["data_loading", "outlier_steps"]
@@ -37,7 +39,7 @@ def data_loading(job: Job) -> list[Finding]:
     out = []
     for role, rows, cuts, share, per_rank in share_rule(job, "data_loading", breakdown_figure("dataloader"),
                                                         DATA_LOADING_SHARE, False):
-        names = sorted({n for row in rows for x in row["ranks"] for n in x["phases"] if is_dataloader(n)})
+        names = sorted({n for row in rows for x in row.ranks for n in x.phases if is_dataloader(n)})
         top = top_rank(per_rank)
         wi = path_what_if(rows, cuts, "data loading fully overlapped with the step", upper_bound=True)
         claim = (f"loading data (the DataLoader's __next__) takes "
@@ -53,15 +55,15 @@ def data_loading(job: Job) -> list[Finding]:
     return out
 
 
-def _phase_growth(x: dict[str, Any], mine: list[tuple[int, int, Any]]) -> tuple[str | None, float | None]:
+def _phase_growth(x: RankStep, mine: list[tuple[int, int, RankStep]]) -> tuple[str | None, float | None]:
     """The phase of step ``x`` that grew most over the median of the rank's other steps, and by how much."""
-    grew = {n: v - median_of(y["phases"].get(n, 0.0) for _, _, y in mine if y is not x)
-            for n, v in x["phases"].items()}
+    grew = {n: v - median_of(y.phases.get(n, 0.0) for _, _, y in mine if y is not x)
+            for n, v in x.phases.items()}
     phase = max(grew, key=lambda n: grew[n], default=None)
     return phase, grew[phase] if phase is not None else None
 
 
-def _outliers(job: Job, role: Any, rows: list[dict[str, Any]]
+def _outliers(job: Job, role: Any, rows: list[StepRow]
               ) -> tuple[dict[int, dict[int, float]], list[dict[str, Any]]]:
     """The role's outlier steps: per row index the cut of each outlier rank (its excess over its median step, at
     most its busy time), and one record per outlier rank-step."""
@@ -72,13 +74,13 @@ def _outliers(job: Job, role: Any, rows: list[dict[str, Any]]
         mine = [(at[id(row)], i, x) for row, i, x in job.of_rank[(role, r)] if id(row) in at]
         if len(mine) < OUTLIER_MIN_STEPS:
             continue
-        med = median_of(x["dur_us"] for _, _, x in mine)
+        med = median_of(x.dur_us for _, _, x in mine)
         for j, i, x in mine:
-            if med > 0 and x["dur_us"] > OUTLIER_RATIO * med:
-                flagged[j][i] = min(x["dur_us"] - med, x["busy_us"])
+            if med > 0 and x.dur_us > OUTLIER_RATIO * med:
+                flagged[j][i] = min(x.dur_us - med, x.busy_us)
                 phase, growth = _phase_growth(x, mine)
-                detail.append({"rank": r, "step": rows[j]["step"], "dur_us": x["dur_us"], "median_us": med,
-                               "ratio": x["dur_us"] / med, "phase": phase, "phase_growth_us": growth})
+                detail.append({"rank": r, "step": rows[j].step, "dur_us": x.dur_us, "median_us": med,
+                               "ratio": x.dur_us / med, "phase": phase, "phase_growth_us": growth})
     return flagged, detail
 
 
@@ -87,7 +89,7 @@ def _outlier_claim(role: Any, detail: list[dict[str, Any]], per_rank: dict[Any, 
     grew = f"; its phase {name_text(worst['phase'])} grew most (+{fmt_dur(worst['phase_growth_us'])})" \
         if worst["phase"] is not None and worst["phase_growth_us"] > 0 else ""
     return (f"{steps_text([d['step'] for d in detail])} of {role + ' ' if role else ''}"
-            f"{ranks_text(ranks_of([{'ranks': [{'rank': r} for r in per_rank]}]))} take up to "
+            f"{ranks_text(sorted_ranks(per_rank))} take up to "
             f"{worst['ratio']:.1f}x the rank's median step ({rank_name(None, worst['rank'])}, step {worst['step']}: "
             f"{fmt_dur(worst['dur_us'])} against {fmt_dur(worst['median_us'])}){grew}.")
 
@@ -96,7 +98,7 @@ def outlier_steps(job: Job) -> list[Finding]:
     """Steps far longer than the rank's median step (:data:`OUTLIER_RATIO`, :data:`OUTLIER_MIN_STEPS`)."""
     out = []
     for role, rows in job.by_role.items():
-        rows = [row for row in rows if isinstance(row["step"], int) and not row.get("window")]
+        rows = [row for row in rows if isinstance(row.step, int) and not row.window]
         flagged, detail = _outliers(job, role, rows)
         if not detail:
             continue

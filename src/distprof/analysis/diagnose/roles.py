@@ -17,24 +17,26 @@ from distprof.analysis.diagnose.common import (
     step_key,
     steps_text,
 )
+from distprof.analysis.records import RankStep, StepRow
+from distprof.analysis.rlsteps import RLStep
 from distprof.rundir.layout import DRIVER_ROLE
 from distprof.trace.vocab import ENGINE_SUFFIX
 
 __all__ = ["bounding_role"]
 
 
-def _work(x: dict[str, Any]) -> float:
+def _work(x: RankStep) -> float:
     """A rank's work in a step: the time something traced runs, less its waiting for peers (a role that idles
     until the driver ends the step has little)."""
-    b = x.get("breakdown")
+    b = x.breakdown
     if b:
-        return max(b["dur_us"] - b.get("other", 0.0) - x["waited_us"], 0.0)
-    return max(x["phases"].values(), default=x["busy_us"])  # a capture window: its longest phase (phases nest)
+        return max(b["dur_us"] - b.get("other", 0.0) - x.waited_us, 0.0)
+    return max(x.phases.values(), default=x.busy_us)  # a capture window: its longest phase (phases nest)
 
 
-def _shared_steps(by_role: dict[Any, list[dict[str, Any]]]) -> dict[Any, dict[Any, dict[str, Any]]]:
+def _shared_steps(by_role: dict[Any, list[StepRow]]) -> dict[Any, dict[Any, StepRow]]:
     """Per step key that more than one role has: each role's row of it."""
-    by_key: dict[Any, dict[Any, dict[str, Any]]] = defaultdict(dict)
+    by_key: dict[Any, dict[Any, StepRow]] = defaultdict(dict)
     for role, rows in by_role.items():
         for row in rows:
             k = step_key(row)
@@ -42,17 +44,17 @@ def _shared_steps(by_role: dict[Any, list[dict[str, Any]]]) -> dict[Any, dict[An
     return {k: v for k, v in by_key.items() if k is not None and len(v) > 1}
 
 
-def _role_work(job: Job, shared: dict[Any, dict[Any, dict[str, Any]]]) -> tuple[dict[Any, float], list[tuple]]:
+def _role_work(job: Job, shared: dict[Any, dict[Any, StepRow]]) -> tuple[dict[Any, float], list[tuple]]:
     """Each role's work summed over the shared steps, and per step ``(key, rows by role, wall time, work)``
     where work is each role's ``(work, rank)`` of its rank with the most."""
     total: dict[Any, float] = defaultdict(float)
     steps = []
     for k, roles in sorted(shared.items(), key=lambda kv: str(kv[0])):
-        xs = [x for row in roles.values() for x in row["ranks"]]
-        wall = max(x["start_us"] + x["dur_us"] for x in xs) - min(x["start_us"] for x in xs)
+        xs = [x for row in roles.values() for x in row.ranks]
+        wall = max(x.start_us + x.dur_us for x in xs) - min(x.start_us for x in xs)
         # A straggler's excess is its own finding: the role's work is judged as if that rank took the median time.
-        work = {role: max(((_work(x) - job.straggler_cut.get((role, k, x["rank"]), 0.0), x["rank"])
-                           for x in row["ranks"]), key=lambda t: t[0]) for role, row in roles.items()}
+        work = {role: max(((_work(x) - job.straggler_cut.get((role, k, x.rank), 0.0), x.rank)
+                           for x in row.ranks), key=lambda t: t[0]) for role, row in roles.items()}
         for role, (w, _) in work.items():
             total[role] += w
         steps.append((k, roles, wall, work))
@@ -68,9 +70,9 @@ def _saving(steps: list[tuple], bound: Any) -> float:
 def _others_waiting(steps: list[tuple], bound: Any) -> tuple[float, float]:
     """The other roles' ranks' idle time (wall less their work) summed over the steps, and their time in all."""
     idle = sum(wall - _work(x) for _, roles, wall, _ in steps for role, row in roles.items() if role != bound
-               for x in row["ranks"])
+               for x in row.ranks)
     other_time = sum(wall for _, roles, wall, _ in steps for role, row in roles.items() if role != bound
-                     for _ in row["ranks"])
+                     for _ in row.ranks)
     return idle, other_time
 
 
@@ -79,9 +81,10 @@ def _rank_phases(steps: list[tuple], bound: Any, rank: Any) -> list[str]:
     n = len(steps)
     phases: dict[str, float] = defaultdict(float)
     for _, roles, _, _ in steps:
-        for x in roles.get(bound, {"ranks": []})["ranks"]:
-            if x["rank"] == rank:
-                for name, v in x["phases"].items():
+        row = roles.get(bound)
+        for x in row.ranks if row is not None else []:
+            if x.rank == rank:
+                for name, v in x.phases.items():
                     phases[name] += v / n
     return [p for p, _ in sorted(phases.items(), key=lambda kv: -kv[1])[:3]]
 
@@ -136,26 +139,25 @@ def _rl_what_if(job: Job, bound: Any) -> tuple[dict[str, Any], str]:
     """The RL step view's what-if for the bounding role (``steps``' ``rl_steps``, :mod:`..rlsteps`): per step its
     critical path and the saving were the role at its median step's time, replayed on the path; and the engine's
     cause (iterations, prefill vs decode) where the role's engine traces say it (text for the claim)."""
-    rl = job.inv.steps.get("rl_steps") or []
+    rl: list[RLStep] = job.inv.steps.rl_steps or []
     if not rl:
         return {}, ""
     per = []
     for s in rl:
-        w = next((x for x in s["what_if"] if x["role"] == bound), None)
-        per.append({"step": s["step"], "critical_path": s["critical_path"], "saves_us": w["saves_us"] if w else 0.0})
+        w = next((x for x in s.what_if if x.role == bound), None)
+        per.append({"step": s.step, "critical_path": s.critical_path, "saves_us": w.saves_us if w else 0.0})
     paths = Counter(tuple(p["critical_path"]) for p in per)
     out = {"critical_path": list(paths.most_common(1)[0][0]), "rl_saves_us": sum(p["saves_us"] for p in per),
            "rl_steps": per}
-    engines = [e for s in rl for e in s.get("engine") or []
-               if e["role"] in (bound, f"{bound}{ENGINE_SUFFIX}")]
+    engines = [e for s in rl for e in s.engine or [] if e.role in (bound, f"{bound}{ENGINE_SUFFIX}")]
     if not engines:
         return out, ""
     n = len({id(s) for s in rl})
-    it = sum(e["engine_iterations"] for e in engines) / n
-    pre, dec = (sum(e[k] for e in engines) / n for k in ("prefill_us", "decode_us"))
-    out["engine"] = {"role": engines[0]["role"], "iterations_per_step": it, "prefill_us_per_step": pre,
+    it = sum(e.engine_iterations for e in engines) / n
+    pre, dec = sum(e.prefill_us for e in engines) / n, sum(e.decode_us for e in engines) / n
+    out["engine"] = {"role": engines[0].role, "iterations_per_step": it, "prefill_us_per_step": pre,
                      "decode_us_per_step": dec}
-    text = f" Its engine ({engines[0]['role']}) runs {it:,.0f} iterations per step"
+    text = f" Its engine ({engines[0].role}) runs {it:,.0f} iterations per step"
     if pre + dec > 0:
         stage, other = ("decode", "prefill") if dec >= pre else ("prefill", "decode")
         text += (f", {fmt_dur(max(pre, dec))} of it in {stage} against {fmt_dur(min(pre, dec))} in {other}: "

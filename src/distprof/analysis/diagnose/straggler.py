@@ -30,6 +30,7 @@ from distprof.analysis.diagnose.common import (
     step_key,
     steps_text,
 )
+from distprof.analysis.records import RankStep, StepRow, StragglerRank
 from distprof.trace.vocab import STEP_PREFIX, is_comm_host_event, is_comm_kernel, is_sync
 
 logger = logging.getLogger(__name__)
@@ -37,25 +38,25 @@ logger = logging.getLogger(__name__)
 __all__ = ["straggler"]
 
 
-def _phase_causes(mine: list[dict[str, Any]], others: list[list[dict[str, Any]]], n_steps: int) -> list[dict[str, Any]]:
+def _phase_causes(mine: list[RankStep], others: list[list[RankStep]], n_steps: int) -> list[dict[str, Any]]:
     """Per phase of the rank or the others: its excess over the others' median, per step."""
     cands: list[dict[str, Any]] = []
-    names = {n for x in mine for n in x["phases"]} | {n for os_ in others for o in os_ for n in o["phases"]}
+    names = {n for x in mine for n in x.phases} | {n for os_ in others for o in os_ for n in o.phases}
     for name in names:
-        ex = [x["phases"].get(name, 0.0) - median_of(o["phases"].get(name, 0.0) for o in os_)
+        ex = [x.phases.get(name, 0.0) - median_of(o.phases.get(name, 0.0) for o in os_)
               for x, os_ in zip(mine, others, strict=False)]
         cands.append({"kind": "phase", "name": name, "per_step": ex,
-                      "rank_us": sum(x["phases"].get(name, 0.0) for x in mine) / n_steps,
-                      "median_us": sum(median_of(o["phases"].get(name, 0.0) for o in os_) for os_ in others) / n_steps})
+                      "rank_us": sum(x.phases.get(name, 0.0) for x in mine) / n_steps,
+                      "median_us": sum(median_of(o.phases.get(name, 0.0) for o in os_) for os_ in others) / n_steps})
     return cands
 
 
-def _name_causes(job: Job, role: Any, rank: Any, others: list[list[dict[str, Any]]], n_steps: int
+def _name_causes(job: Job, role: Any, rank: Any, others: list[list[RankStep]], n_steps: int
                  ) -> list[dict[str, Any]]:
     """Per kernel (not collectives) and op (self time, not communication) of the rank: its time per step over the
     other ranks' median."""
     cands: list[dict[str, Any]] = []
-    other_ranks = sorted({o["rank"] for os_ in others for o in os_ if o["rank"] is not None})
+    other_ranks = sorted({o.rank for os_ in others for o in os_ if o.rank is not None})
     for which, keep, kind in (("kernels", lambda n: not is_comm_kernel(n), "kernel"),
                               ("ops", lambda n: not is_comm_host_event(n) and not n.startswith(STEP_PREFIX), "op")):
         own = {k: v for k, v in job.names_per_step(role, rank, which).items() if keep(k)}
@@ -66,21 +67,21 @@ def _name_causes(job: Job, role: Any, rank: Any, others: list[list[dict[str, Any
     return cands
 
 
-def _late_start(mine: list[dict[str, Any]], others: list[list[dict[str, Any]]], rows: list[dict[str, Any]]
+def _late_start(mine: list[RankStep], others: list[list[RankStep]], rows: list[StepRow]
                 ) -> dict[str, Any]:
     """The rank's start of the step after the others' median start, per step, named after its latest step."""
-    late = [x["start_us"] - median_of(o["start_us"] for o in os_) for x, os_ in zip(mine, others, strict=False)]
+    late = [x.start_us - median_of(o.start_us for o in os_) for x, os_ in zip(mine, others, strict=False)]
     worst = max(range(len(rows)), key=lambda j: late[j])
-    step_name = f"{STEP_PREFIX}{rows[worst]['step']}" if rows[worst]["ranks"][0].get("source") == "ProfilerStep" \
+    step_name = f"{STEP_PREFIX}{rows[worst].step}" if rows[worst].ranks[0].source == "ProfilerStep" \
         else "(start of the capture window)"
     return {"kind": "late_start", "name": step_name, "per_step": late, "rank_us": None, "median_us": None}
 
 
-def _root_causes(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _root_causes(job: Job, role: Any, rank: Any, rows: list[StepRow]) -> list[dict[str, Any]]:
     """Where ``rank`` exceeds the median of the other ranks, per step, most first: phases, kernels (not
     collectives), ops (self time, not communication), and its start of the step."""
-    mine = [next(x for x in row["ranks"] if x["rank"] == rank) for row in rows]
-    others = [[x for x in row["ranks"] if x["rank"] != rank] for row in rows]
+    mine = [next(x for x in row.ranks if x.rank == rank) for row in rows]
+    others = [[x for x in row.ranks if x.rank != rank] for row in rows]
     cands = [*_phase_causes(mine, others, len(rows)), *_name_causes(job, role, rank, others, len(rows)),
              _late_start(mine, others, rows)]
     for c in cands:
@@ -124,22 +125,22 @@ _SPREAD_FIX = ("Tell the candidates apart on {who}. Compare its CPU time with it
                "other ranks' hosts). One phase or op slower than the rest: uneven work; balance its inputs.")
 
 
-def _straggler_tops(job: Job) -> dict[Any, dict[str, Any]]:
+def _straggler_tops(job: Job) -> dict[Any, StragglerRank]:
     """Per role, its rank that causes the most waiting (``stragglers``' row of it), if it arrives late at all."""
-    tops: dict[Any, dict[str, Any]] = {}
-    for r in job.inv.stragglers.get("ranks") or []:
-        if r["rank"] is not None and r["wait_caused_us"] > 0 and r["late_arrivals"] > 0 and r["role"] not in tops:
-            tops[r["role"]] = r  # the list is sorted by wait_caused_us, descending
+    tops: dict[Any, StragglerRank] = {}
+    for r in job.inv.stragglers.ranks or []:
+        if r.rank is not None and r.wait_caused_us > 0 and r.late_arrivals > 0 and r.role not in tops:
+            tops[r.role] = r  # the list is sorted by wait_caused_us, descending
     return tops
 
 
-def _steps_with(job: Job, role: Any, rank: Any) -> tuple[list[dict[str, Any]], float, float]:
+def _steps_with(job: Job, role: Any, rank: Any) -> tuple[list[StepRow], float, float]:
     """The role's steps of several ranks that ``rank`` is in, the waiting it causes in them, and the other ranks'
     time in them."""
     rows = [row for row in job.by_role.get(role, [])
-            if len(row["ranks"]) > 1 and any(x["rank"] == rank for x in row["ranks"])]
-    caused = sum(x["wait_caused_us"] for row in rows for x in row["ranks"] if x["rank"] == rank)
-    others = sum(x["dur_us"] for row in rows for x in row["ranks"] if x["rank"] != rank)
+            if len(row.ranks) > 1 and any(x.rank == rank for x in row.ranks)]
+    caused = sum(x.wait_caused_us for row in rows for x in row.ranks if x.rank == rank)
+    others = sum(x.dur_us for row in rows for x in row.ranks if x.rank != rank)
     return rows, caused, others
 
 
@@ -149,13 +150,13 @@ def straggler(job: Job) -> list[Finding]:
     :data:`STRAGGLER_EXPLAINED`, :data:`STRAGGLER_SPREAD_CONSISTENCY`, :data:`STRAGGLER_SPREAD_MIN_STEPS`)."""
     out = []
     for role, top in _straggler_tops(job).items():
-        rank, who = top["rank"], rank_name(role, top["rank"])
+        rank, who = top.rank, rank_name(role, top.rank)
         rows, caused, others = _steps_with(job, role, rank)
         if others <= 0 or caused < STRAGGLER_WAIT_SHARE * others:
             continue
-        held_back = sum(1 for row in rows if row.get("slowest_rank") == rank)
+        held_back = sum(1 for row in rows if row.slowest_rank == rank)
         causes = _root_causes(job, role, rank, rows)
-        waiters = sum(len(row["ranks"]) - 1 for row in rows)  # rank-steps that could wait for it
+        waiters = sum(len(row.ranks) - 1 for row in rows)  # rank-steps that could wait for it
         lateness = caused / waiters  # the waiting it causes per waiting rank and step
         explained = causes[0]["excess_us"] / lateness if causes else 0.0
         if held_back >= STRAGGLER_CONSISTENCY * len(rows) and explained >= STRAGGLER_EXPLAINED:
@@ -168,7 +169,7 @@ def straggler(job: Job) -> list[Finding]:
             continue
         f.figures.update({"wait_caused_us": caused, "others_step_us": others, "wait_share": caused / others,
                           "holds_back_steps": held_back, "cause_explains": explained, "lateness_us": lateness,
-                          "late_arrivals": top["late_arrivals"], "collectives": top["collectives"],
+                          "late_arrivals": top.late_arrivals, "collectives": top.collectives,
                           "candidates": [{"kind": c["kind"], "name": c["name"], "excess_us": c["excess_us"],
                                           "share": c["excess_us"] / lateness} for c in causes[:5]]})
         job.straggler_roles.add(role)
@@ -176,7 +177,7 @@ def straggler(job: Job) -> list[Finding]:
     return out
 
 
-def _holds_back_every_step(rank: Any, rows: list[dict[str, Any]]) -> bool:
+def _holds_back_every_step(rank: Any, rows: list[StepRow]) -> bool:
     """Without one cause, consistency is what tells a straggler from a busy machine (whose late rank changes
     between steps): it holds the others back, by at least :data:`STRAGGLER_WAIT_SHARE` of their step time, in
     :data:`STRAGGLER_SPREAD_CONSISTENCY` of at least :data:`STRAGGLER_SPREAD_MIN_STEPS` steps."""
@@ -184,21 +185,21 @@ def _holds_back_every_step(rank: Any, rows: list[dict[str, Any]]) -> bool:
         return False
     hits = 0
     for row in rows:
-        mine = sum(x["wait_caused_us"] for x in row["ranks"] if x["rank"] == rank)
-        theirs = sum(x["dur_us"] for x in row["ranks"] if x["rank"] != rank)
-        hits += row.get("slowest_rank") == rank and theirs > 0 and mine >= STRAGGLER_WAIT_SHARE * theirs
+        mine = sum(x.wait_caused_us for x in row.ranks if x.rank == rank)
+        theirs = sum(x.dur_us for x in row.ranks if x.rank != rank)
+        hits += row.slowest_rank == rank and theirs > 0 and mine >= STRAGGLER_WAIT_SHARE * theirs
     return hits >= STRAGGLER_SPREAD_CONSISTENCY * len(rows)
 
 
-def _waiting_text(job: Job, role: Any, culprits: list[Any], rows: list[dict[str, Any]]) -> tuple[str, list[Any], dict]:
+def _waiting_text(job: Job, role: Any, culprits: list[Any], rows: list[StepRow]) -> tuple[str, list[Any], dict]:
     """``they wait ... for it`` with the host-sync part of that wait; the ranks that waited for the culprits,
     most first; figures."""
     waited: dict[Any, float] = defaultdict(float)
     synced: dict[Any, float] = defaultdict(float)
-    for c in job.inv.stragglers.get("wait_matrix") or []:
-        if c["role"] == role and c["culprit"] in culprits and c["waiter"] not in culprits:
-            waited[c["waiter"]] += c["wait_us"]
-            synced[c["waiter"]] += c.get("sync_us", 0.0)
+    for c in job.inv.stragglers.wait_matrix or []:
+        if c.role == role and c.culprit in culprits and c.waiter not in culprits:
+            waited[c.waiter] += c.wait_us
+            synced[c.waiter] += c.sync_us
     n = len(rows)
     total = sum(waited.values())
     it = "it" if len(culprits) == 1 else "them"
@@ -228,21 +229,21 @@ def _rank_key(r: Any) -> tuple:
     return (0, r, "") if isinstance(r, int) else (1, 0, str(r))
 
 
-def _evidence_ranks(rank: Any, members: list[Any], ranked: list[Any], rows: list[dict[str, Any]]) -> list[Any]:
+def _evidence_ranks(rank: Any, members: list[Any], ranked: list[Any], rows: list[StepRow]) -> list[Any]:
     """The culprit, its late group, and the :data:`STRAGGLER_WAITERS_SHOWN` ranks that waited for them most."""
     rest = [r for r in ranked if r not in (rank, *members)]
     if not rest:  # nobody in the wait matrix (a rank of its own): the others, by rank
-        rest = sorted({x["rank"] for row in rows for x in row["ranks"] if x["rank"] not in (rank, None, *members)},
+        rest = sorted({x.rank for row in rows for x in row.ranks if x.rank not in (rank, None, *members)},
                       key=_rank_key)
     return [rank, *members, *rest[:STRAGGLER_WAITERS_SHOWN]]
 
 
-def _one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], cause: dict[str, Any],
+def _one_cause(job: Job, role: Any, rank: Any, rows: list[StepRow], cause: dict[str, Any],
                causes: list[dict[str, Any]]) -> Finding:
     """The straggler finding when one cause explains its lateness (a late group shares it)."""
     who = rank_name(role, rank)
     keys = [step_key(row) for row in rows]
-    held_back = sum(1 for row in rows if row.get("slowest_rank") == rank)
+    held_back = sum(1 for row in rows if row.slowest_rank == rank)
     runner_up = next((c for c in causes[1:] if c["kind"] != "late_start"), None)
     group = _late_together(job, role, rank, cause, rows)
     members = [r for r, _ in group]
@@ -255,10 +256,10 @@ def _one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], cause
     cuts: list[dict[int, float]] = [{} for _ in rows]
     for member, c in [(rank, cause), *group]:
         for j, (row, ex) in enumerate(zip(rows, c["per_step"], strict=False)):
-            i = next((i for i, x in enumerate(row["ranks"]) if x["rank"] == member), None)
+            i = next((i for i, x in enumerate(row.ranks) if x.rank == member), None)
             if i is None:
                 continue
-            cap = float("inf") if c["kind"] == "late_start" else row["ranks"][i]["busy_us"]
+            cap = float("inf") if c["kind"] == "late_start" else row.ranks[i].busy_us
             cuts[j][i] = min(max(ex, 0.0), cap)
             if c["kind"] != "late_start":  # time inside the step: part of the rank's work
                 _note_cut(job, role, row, member, cuts[j][i])
@@ -278,13 +279,13 @@ def _one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], cause
         cost_share=what_if["saves_us"] / step_time if step_time else None, what_if=what_if, plot=Plot.WAITS)
 
 
-def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], causes: list[dict[str, Any]],
+def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[StepRow], causes: list[dict[str, Any]],
                   lateness: float) -> Finding:
     """The straggler finding when no one cause explains its lateness: the leading candidates with their shares,
     what would tell them apart, and how much slower its host work is overall."""
     who = rank_name(role, rank)
     keys = [step_key(row) for row in rows]
-    held_back = sum(1 for row in rows if row.get("slowest_rank") == rank)
+    held_back = sum(1 for row in rows if row.slowest_rank == rank)
     waiting, ranked, waited = _waiting_text(job, role, [rank], rows)
     lead = causes[:3]
     excesses = ", ".join(f"{c['kind'].replace('_', ' ')} {name_text(c['name'], 40)} +{fmt_dur(c['excess_us'])}"
@@ -297,10 +298,10 @@ def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], ca
     # What-if: it arrives with the median rank (start + busy), in every step.
     cuts = []
     for row in rows:
-        i = next(i for i, x in enumerate(row["ranks"]) if x["rank"] == rank)
-        x = row["ranks"][i]
-        med = median_of(o["start_us"] + o["busy_us"] for o in row["ranks"] if o["rank"] != rank)
-        cut = min(max(x["start_us"] + x["busy_us"] - med, 0.0), x["busy_us"])
+        i = next(i for i, x in enumerate(row.ranks) if x.rank == rank)
+        x = row.ranks[i]
+        med = median_of(o.start_us + o.busy_us for o in row.ranks if o.rank != rank)
+        cut = min(max(x.start_us + x.busy_us - med, 0.0), x.busy_us)
         cuts.append({i: cut})
         _note_cut(job, role, row, rank, cut)
     what_if = path_what_if(rows, cuts, f"{who} arrives with the median rank")
@@ -313,24 +314,24 @@ def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]], ca
         cost_share=what_if["saves_us"] / step_time if step_time else None, what_if=what_if, plot=Plot.WAITS)
 
 
-def _op_ratio(job: Job, role: Any, rank: Any, rows: list[dict[str, Any]]) -> float | None:
+def _op_ratio(job: Job, role: Any, rank: Any, rows: list[StepRow]) -> float | None:
     """The rank's CPU-op self time per step over the median other rank's (communication left out): well above 1
     with no one op to blame points at the host (contention, a slower CPU) rather than its work."""
     def total(r: Any) -> float:
         return sum(v for k, v in job.names_per_step(role, r, "ops").items()
                    if not is_comm_host_event(k) and not is_sync(k) and not k.startswith(STEP_PREFIX))
-    others = sorted({x["rank"] for row in rows for x in row["ranks"] if x["rank"] != rank}, key=_rank_key)
+    others = sorted({x.rank for row in rows for x in row.ranks if x.rank != rank}, key=_rank_key)
     med = median_of(total(r) for r in others)
     return total(rank) / med if med > 0 else None
 
 
-def _note_cut(job: Job, role: Any, row: dict[str, Any], rank: Any, cut: float) -> None:
+def _note_cut(job: Job, role: Any, row: StepRow, rank: Any, cut: float) -> None:
     """The straggler's excess in a step, which other rules leave out of their figures (no cause is costed twice)."""
     k = step_key(row)
     job.straggler_cut[(role, tuple(k) if isinstance(k, list) else k, rank)] = cut
 
 
-def _late_together(job: Job, role: Any, rank: Any, cause: dict[str, Any], rows: list[dict[str, Any]]
+def _late_together(job: Job, role: Any, rank: Any, cause: dict[str, Any], rows: list[StepRow]
                    ) -> list[tuple[Any, dict[str, Any]]]:
     """Other ranks late for the same cause by at least :data:`STRAGGLER_GROUP_SHARE` of the straggler's excess
     (the ranks of a slow node): ``[(rank, its cause)]``, most waited-for first."""
@@ -338,9 +339,9 @@ def _late_together(job: Job, role: Any, rank: Any, cause: dict[str, Any], rows: 
     # rank just ahead of the straggler at every collective is never "last" itself, so arrival order finds it.
     arrival: dict[Any, float] = defaultdict(float)
     for row in rows:
-        for x in row["ranks"]:
-            if isinstance(x["rank"], int) and x["rank"] != rank:
-                arrival[x["rank"]] += x.get("start_us", 0.0) + x["busy_us"]
+        for x in row.ranks:
+            if isinstance(x.rank, int) and x.rank != rank:
+                arrival[x.rank] += x.start_us + x.busy_us
     group = []
     for r in sorted(arrival, key=lambda r: -arrival[r])[:STRAGGLER_GROUP_MAX]:
         cs = _root_causes(job, role, r, rows)
