@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from distprof.analysis import analyze
-from distprof.analysis.diagnose import Finding, analysed, diagnose
 from distprof.analysis.analyze import Investigation
+from distprof.analysis.diagnose import Finding, analysed, diagnose
 from distprof.analysis.parallel import Progress
 from distprof.analysis.records import to_json
 from distprof.analysis.writing import atomic_output, check_output

@@ -6,8 +6,6 @@ at most ``LANE_SPANS`` busy spans and ``LANE_PHASES`` phases per lane."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import plotly.graph_objects as go
 
 from distprof.analysis.diagnose import Plot
@@ -39,16 +37,21 @@ def _figure(kind: str, s: RLStep) -> go.Figure:
     f = _fig(f"RL step {label(s.step)} ({kind}: {s.duration_us / 1000:,.1f} ms), path "
              + label(" > ".join(s.critical_path)), height=_height(len(lanes) + 1, 28),
              barmode="overlay", xaxis={"title": "ms from the step's start"},
-             yaxis={"type": "category", "autorange": "reversed", "title": ""}, margin={"l": 140, "r": 20, "t": 60, "b": 110},
+             yaxis={"type": "category", "autorange": "reversed", "title": ""},
+             margin={"l": 140, "r": 20, "t": 60, "b": 110},
              legend={"orientation": "h", "yanchor": "top", "y": -0.25})  # below the axis title, never on it
-    ys = [label(PATH)] + names
+    ys = [label(PATH), *names]
     f.add_trace(go.Bar(name="waiting (idle)", orientation="h", y=ys[1:], base=[0.0] * len(names),
                        x=[round(s.duration_us / 1000.0, 3)] * len(names), marker={"color": "rgba(160,160,160,0.35)"},
                        width=0.8, hovertemplate="%{y}: no traced work<extra></extra>"))
-    by, bx, bb = [], [], []
-    for name, x in zip(names, lanes):
+    by: list[str] = []
+    bx: list[float] = []
+    bb: list[float] = []
+    for name, x in zip(names, lanes, strict=True):
         for a, b in x["busy"]:
-            by.append(name), bb.append(ms(a)), bx.append(round((b - a) / 1000.0, 3))
+            by.append(name)
+            bb.append(ms(a))
+            bx.append(round((b - a) / 1000.0, 3))
     f.add_trace(go.Bar(name="busy", orientation="h", y=by, base=bb, x=bx, width=0.8, marker={"color": "#4c78a8"},
                        hovertemplate="%{y}: busy %{x:.2f} ms from %{base:.2f} ms<extra></extra>"))
     total: dict[str, float] = {}
@@ -57,10 +60,13 @@ def _figure(kind: str, s: RLStep) -> go.Figure:
             total[n] = total.get(n, 0.0) + b - a
     top = sorted(total, key=lambda n: -total[n])[:TOP_PHASES]
     groups: dict[str, tuple[list, list, list, list]] = {}
-    for name, x in zip(names, lanes):
+    for name, x in zip(names, lanes, strict=True):
         for n, a, b in x["phases"]:
             g = groups.setdefault(n if n in top else "other phases", ([], [], [], []))
-            g[0].append(name), g[1].append(ms(a)), g[2].append(round((b - a) / 1000.0, 3)), g[3].append(label(n))
+            g[0].append(name)
+            g[1].append(ms(a))
+            g[2].append(round((b - a) / 1000.0, 3))
+            g[3].append(label(n))
     for n, (y, base, w, text) in groups.items():
         f.add_trace(go.Bar(name=label(n), orientation="h", y=y, base=base, x=w, width=0.4, customdata=text,
                            hovertemplate="%{y}: %{customdata} %{x:.2f} ms<extra></extra>"))

@@ -58,3 +58,17 @@ def test_the_handle_selects_as_the_cli_does():
     sel = analyze.Selection.of(ranks="1")
     assert [r.rank for r in run.summary().ranks] == [1]
     assert to_json(run.summary()) == analyze.summary(SAMPLED, selection=sel, workers=1)
+
+
+def test_records_are_read_as_attributes_only():
+    """A record has no ``record["key"]`` or ``record.get("key")``: a misspelled key would read as a silent None,
+    where an attribute is followed by the type checker (and fails loudly at run time)."""
+    steps = distprof.analysis.open(SAMPLED, workers=1).steps()
+    row = steps.steps[0]
+    assert row.ranks[0].busy_us >= 0 and to_json(row)["ranks"][0]["busy_us"] == row.ranks[0].busy_us
+    for rec in (steps, row, row.ranks[0]):
+        with pytest.raises(TypeError):
+            rec["steps"]
+        assert not hasattr(rec, "get")
+    with pytest.raises(AttributeError):
+        row.slowset_rank  # noqa: B018  (misspelled on purpose)

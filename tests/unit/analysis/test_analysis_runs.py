@@ -107,7 +107,8 @@ def test_hta_folder_of_unrelated_jobs_finds_nothing_no_single_job_has(tmp_path):
     job_of = {os.path.basename(n): job for job, names in jobs.items() for n in names}
     for row in inv.steps.steps:
         assert len({job_of[os.path.basename(x.path)] for x in row.ranks}) == 1, row.role
-    assert sorted(_roles(to_json(inv.stragglers)).values()) == [[0], [0, 1], [1]]  # simple_add, sampled, test: three runs
+    # simple_add, sampled, test: three runs
+    assert sorted(_roles(to_json(inv.stragglers)).values()) == [[0], [0, 1], [1]]
     assert inv.stragglers.conflicts == []
 
 

@@ -198,8 +198,8 @@ def analysed(inv: Investigation) -> dict[str, Any]:
     job = Job(inv)
     keys = {str(step_key(row)) for rows in job.by_role.values() for row in rows}
     caveats = [f"{role + ': ' if role else ''}{present} of {world} ranks "
-               f"are here; a rank's wait for an absent rank cannot be told from communication, so exposed communication "
-               f"is not judged and straggler figures cover only the ranks present"
+               f"are here; a rank's wait for an absent rank cannot be told from communication, so exposed "
+               f"communication is not judged and straggler figures cover only the ranks present"
                for role, (present, world) in job.partial.items()]
     return {"roles": list(job.by_role), "ranks": sum(len(ranks_of(rows)) for rows in job.by_role.values()),
             "steps": len(keys), "device": job.device, "caveats": caveats}

@@ -41,14 +41,16 @@ SECONDARY_SHARE = 0.25  # further root-cause names listed when at least this sha
 
 THRESHOLDS = {
     "straggler": {"wait_caused_share_of_others_step_time": STRAGGLER_WAIT_SHARE,
-                  "holds_back_share_of_steps": STRAGGLER_CONSISTENCY, "cause_explains_share_of_wait": STRAGGLER_EXPLAINED,
+                  "holds_back_share_of_steps": STRAGGLER_CONSISTENCY,
+                  "cause_explains_share_of_wait": STRAGGLER_EXPLAINED,
                   "late_group_share_of_cause": STRAGGLER_GROUP_SHARE,
                   "no_single_cause": {"holds_back_share_of_steps": STRAGGLER_SPREAD_CONSISTENCY,
                                       "min_steps": STRAGGLER_SPREAD_MIN_STEPS}},
     "bounding_role": {"work_ratio_to_next_role": ROLE_BOUND_RATIO, "difference_share_of_step": ROLE_BOUND_SHARE},
     "exposed_communication": {"share_of_step": EXPOSED_COMM_SHARE},
     "launch_bound": {"launch_bound_rank_steps_share": LAUNCH_BOUND_RANK_STEPS,
-                     "step_rule": {"idle_share": LAUNCH_BOUND_IDLE_SHARE, "host_wait_share": LAUNCH_BOUND_HOST_WAIT_SHARE,
+                     "step_rule": {"idle_share": LAUNCH_BOUND_IDLE_SHARE,
+                                   "host_wait_share": LAUNCH_BOUND_HOST_WAIT_SHARE,
                                    "launch_share": LAUNCH_BOUND_LAUNCH_SHARE}},
     "host_bound": {"share_of_step": HOST_BOUND_SHARE},
     "host_sync": {"share_of_rank_step": HOST_SYNC_SHARE},
@@ -119,7 +121,7 @@ def path_saving(ranks: list[RankStep], cut: dict[int, float]) -> tuple[float, An
     base = min(x.start_us for x in ranks)  # epoch µs are ~1.7e15: relative times keep sub-µs precision
     before = [x.start_us - base + x.busy_us for x in ranks]
     cuts = [max(cut.get(i, 0.0), 0.0) for i in range(len(ranks))]
-    after = [a - c for a, c in zip(before, cuts)]
+    after = [a - c for a, c in zip(before, cuts, strict=True)]
     last_before = max(range(len(ranks)), key=lambda i: before[i])
     last_after = max(range(len(ranks)), key=lambda i: after[i])
     saving = min(max(before[last_before] - after[last_after], 0.0), max(cuts))  # never more than the largest cut
@@ -131,15 +133,15 @@ def path_what_if(rows: list[StepRow], cuts: list[dict[int, float]], change: str,
     """The path saving over several steps (``cuts[j]`` for ``rows[j]``), with the naive sum for contrast."""
     saves = naive = 0.0
     then_last: Counter = Counter()
-    for row, cut in zip(rows, cuts):
+    for row, cut in zip(rows, cuts, strict=True):
         s, _, after = path_saving(row.ranks, cut)
         saves += s
         naive += max((max(v, 0.0) for v in cut.values()), default=0.0)
         if cut:
             then_last[after] += 1
     return {"change": change, "saves_us": saves, "saves_per_step_us": saves / len(rows) if rows else 0.0,
-            "naive_us": naive, "steps": len(rows), "then_last_rank": then_last.most_common(1)[0][0] if then_last else None,
-            "upper_bound": upper_bound}
+            "naive_us": naive, "steps": len(rows),
+            "then_last_rank": then_last.most_common(1)[0][0] if then_last else None, "upper_bound": upper_bound}
 
 
 # ---- words and numbers ------------------------------------------------------------------------------------
@@ -212,7 +214,8 @@ def ranks_text(ranks: list[Any]) -> str:
     """``rank 3``, ``ranks 0-7``, ``ranks 0, 2, 4 ... (512 in all)``; an unranked trace is ``?``."""
     known = [r for r in ranks if isinstance(r, int)]
     files = [str(r) for r in ranks if not isinstance(r, int)]
-    text = ", ".join(([fmt_ranges(known)] if known else []) + files[:3] + ([f"... ({len(files)} files)"] if len(files) > 3 else []))
+    more = [f"... ({len(files)} files)"] if len(files) > 3 else []
+    text = ", ".join(([fmt_ranges(known)] if known else []) + files[:3] + more)
     return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
@@ -292,7 +295,8 @@ class Job:
                 table = {} if f is None else {"kernels": f.step_kernels, "ops": f.step_ops,
                                               "runtime": f.step_runtime}.get(which, {})
                 for name, v in table.items():
-                    total[name] += v[2] if which == "ops" else v[1]  # ops: (count, total, self); kernels: (count, total)
+                    # ops: (count, total, self); kernels: (count, total)
+                    total[name] += v[2] if which == "ops" else v[1]
             n = max(len(mine), 1)
             self._names[key] = {k: v / n for k, v in total.items()}
         return self._names[key]
@@ -363,7 +367,7 @@ def make_finding(job: Job, rule: str, role: Any, rows: list[StepRow], cuts: list
     """A finding about the rows' steps: evidence ranks by their share of the figure, the steps where it was cut."""
     st = job.step_time(rows)
     ranks = [r for r, v in sorted(per_rank.items(), key=lambda kv: -kv[1]) if v > 0 and r is not None]
-    steps = [step_key(row) for row, cut in zip(rows, cuts) if any(v > 0 for v in cut.values())]
+    steps = [step_key(row) for row, cut in zip(rows, cuts, strict=True) if any(v > 0 for v in cut.values())]
     return Finding(id=rule, claim=claim, cost_us=wi["saves_us"], role=role, ranks=ranks, steps=steps,
                    names=names, fix=fix, figures=figures, cost_share=wi["saves_us"] / st if st else None, what_if=wi,
                    plot=plot)
