@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["STATUSES", "CheckResult", "Item", "check_run"]
 
-# status -> (what it means, does it fail the check). The README's table says the same.
+# status -> (what it means, does it fail the check). docs/run-directory.md's table says the same.
 STATUSES: dict[str, tuple[str, bool]] = {
     "ok": ("the file is there, has the size its manifest line records and decodes", False),
     "unlisted": ("a file in a rank folder that no manifest line names (another run or backend?)", False),

@@ -1,7 +1,7 @@
 """Where the time goes, by name: device kernels, CPU ops (total and self time) and phases (user
 annotations), per rank and over all ranks.
 
-Definitions (the README repeats them):
+Definitions (docs/analysis.md repeats them):
 
 - **kernels**: device events (kernels, memcpy, memset) by name: count and the sum of their durations.
   Share: of all device event time over the ranks shown.

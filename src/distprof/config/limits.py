@@ -1,4 +1,4 @@
-"""How big the parts of a profiler config may be, and how a path setting must look (README "Bring your
+"""How big the parts of a profiler config may be, and how a path setting must look (docs/integrations.md "Bring your
 framework's config", Limits).
 
 A profiler config is a few dozen values; these bounds refuse a mistake or an attack before anything walks it

@@ -7,7 +7,7 @@ writes the page; :func:`build_report` writes the page for an Investigation alrea
 per step, as ``distprof diff`` compares (:func:`distprof.analysis.analyze.compare_runs`).
 
 Size: figures are per rank, per step or per name, never per event; plotly.js (about 4.8 MB) is most of
-the file (the README gives the sizes measured for 8, 256 and 1,024 ranks).
+the file (docs/diagnosis.md gives the sizes measured for 8, 256 and 1,024 ranks).
 """
 
 from __future__ import annotations

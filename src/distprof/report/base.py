@@ -36,7 +36,7 @@ __all__ = [
 LABEL_CHARS = 70  # a kernel's templated name can be thousands of characters: the axis shows its start
 # The most characters of one string from a trace the page holds (hovers included): a longer one is cut in the middle
 # (termfit's cutter, head…tail). With each name stored once per figure, not per rank, the page grows with ranks,
-# steps and distinct names, never with name length x ranks (README: "Diagnosis and the HTML report").
+# steps and distinct names, never with name length x ranks (docs/diagnosis.md: "The HTML report").
 NAME_CHARS = 1000
 
 _ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
