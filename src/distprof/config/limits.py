@@ -1,5 +1,5 @@
-"""How big the parts of a profiler config may be, and how a path setting must look (docs/integrations.md "Bring your
-framework's config", Limits).
+"""How big the parts of a profiler config may be, and how a path setting must look (docs/integrations.md,
+"Bring your framework's config", Limits).
 
 A profiler config is a few dozen values; these bounds refuse a mistake or an attack before anything walks it
 pair by pair (roles are matched against ``per_role`` globs name by name: 10,000 of each took minutes). Each

@@ -1,6 +1,6 @@
 """docs/configuration.md, generated from the config's field docstrings (one source of truth for what each setting
-does). tests/unit/config/test_config_reference.py fails when the file differs from what :func:`markdown` produces; rewrite it
-with ``python -m distprof.config.reference docs/configuration.md``.
+does). tests/unit/config/test_config_reference.py fails when the file differs from what :func:`markdown`
+produces; rewrite it with ``python -m distprof.config.reference docs/configuration.md``.
 """
 
 from __future__ import annotations
