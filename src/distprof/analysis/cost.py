@@ -114,7 +114,8 @@ def _verdict(wins: list[dict[str, Any]], new: list[dict[str, Any]], base: list[f
                        "this version for a figure")
     if len(base) < MIN_BASELINE:
         return False, _too_few(wins, new, len(base))
-    assert spread is not None  # MIN_BASELINE >= 2 baseline steps always have one
+    if spread is None:  # MIN_BASELINE >= 2 baseline steps always have one
+        raise RuntimeError("a baseline of enough steps without a spread")
     ratio, lo, hi = spread
     if ratio > MAX_SPREAD:
         return False, f"unprofiled steps vary {ratio:.1f}x ({_secs(lo)}-{_secs(hi)}): too noisy to compare"

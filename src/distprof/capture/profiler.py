@@ -127,9 +127,9 @@ class Profiler:
         return role_selected(config.roles, self.role) and config.selects_rank(rank, world_size, mesh, local_rank)
 
     def _enable(self) -> None:
-        config = self.config
-        save_path = config.save_path
-        assert save_path is not None  # enable / trigger without save_path is refused by ProfilerConfig
+        config, save_path = self.config, self.config.save_path
+        if save_path is None:  # ProfilerConfig refuses enable / trigger without one
+            raise ValueError("save_path is required when profiling is enabled; set save_path")
         self._backend = create_backend(config)
         self._run = RunDir(save_path)
         self._run.check_writable()
@@ -514,7 +514,8 @@ class Profiler:
         """A memory limit was crossed at the end of step ``last``: close the window now with what it recorded,
         warn once, and open no more windows in this run."""
         mem = self._memory
-        assert mem is not None  # only the memory guard trips
+        if mem is None:  # only the memory guard trips a window
+            raise RuntimeError("a memory limit tripped a profiler without a memory guard")
         mem.trip(self._who(), w, last, crossed)
         try:
             self._close(w, last=last, stopped_by=GUARD_STOP, **close)

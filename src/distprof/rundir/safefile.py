@@ -231,7 +231,8 @@ class AtomicWriter:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         dfd, f, tmp = self._dfd, self.file, self._tmp
-        assert dfd is not None and f is not None and tmp is not None  # (set by __enter__)
+        if dfd is None or f is None or tmp is None:
+            raise RuntimeError("_FileWriter.__exit__ without a successful __enter__")
         try:
             if exc_type is None:
                 f.flush()

@@ -243,7 +243,8 @@ class Uploader:
 
     def _upload(self, flight: _Flight) -> None:
         job = flight.job
-        assert isinstance(job, UploadJob)  # (a StoreWrite is written by _write)
+        if not isinstance(job, UploadJob):  # a StoreWrite is written by _write, never here
+            raise TypeError(f"_upload takes a window's UploadJob, not {type(job).__name__}")
         deadline = time.monotonic() + RETRY_BUDGET_S
         backoff, attempt = FIRST_BACKOFF_S, 0
         while True:

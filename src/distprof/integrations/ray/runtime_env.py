@@ -36,7 +36,8 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
         return base
     group = sanitize_role(group)
     save_path = config.save_path
-    assert save_path is not None  # enable: true comes with a save_path (ProfilerConfig)
+    if save_path is None:  # ProfilerConfig refuses enable: true without one
+        raise ValueError("save_path is required when profiling is enabled; set save_path")
     if is_url(save_path):
         raise ValueError(
             f"save_path {config.save_path!r} is a URL, but {config.backend} writes files on each node; "
