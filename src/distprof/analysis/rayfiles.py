@@ -58,7 +58,8 @@ def ray_session(address: str) -> Iterator[None]:
         yield
         return
     if address == "local":
-        ray.init(_node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
+        # address="local" starts one even where another cluster runs on this machine (ray.init would join it).
+        ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False,
                  logging_level=logging.WARNING)
     else:
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)

@@ -280,7 +280,9 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     # Default activities: CPU plus whichever accelerator this machine has.
     engine_out = tempfile.mkdtemp(prefix="distprof-engine-")  # where the engine writes; distprof takes its traces
     say("starting a local Ray cluster on 127.0.0.1")
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": always a cluster of its own, even where another Ray cluster runs on this machine (without it
+    # ray.init joins that one, and refuses num_cpus).
+    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING, configure_logging=False)
     addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
     if addresses != {"127.0.0.1"}:  # ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set
