@@ -29,9 +29,10 @@ from ray_workers import Trainer, read_or_die, where_read  # noqa: E402  (tests/j
 from tracekit import cli  # noqa: E402
 
 from distprof.analysis import analyze  # noqa: E402
-from distprof.analysis.parallel import FileError, map_files  # noqa: E402
+from distprof.analysis.parallel import map_files  # noqa: E402
 from distprof.analysis.rayfiles import find_traces_on_nodes  # noqa: E402
 from distprof.integrations.ray import ProfiledGroup, collect  # noqa: E402
+from distprof.util.problem import Problem  # noqa: E402
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 LOOPBACK = {"node_ip_address": "127.0.0.1"}
@@ -236,7 +237,7 @@ def test_a_node_lost_between_listing_and_reading_is_one_error_per_file(cluster, 
     got = map_files(where_read, files, ray_address=cluster.address)
     for f, r in zip(files, got):
         if f.node == node.node_id:
-            assert isinstance(r, FileError) and r.path == f.path
+            assert isinstance(r, Problem) and r.path == f.path
             assert r.message == (f"{f.path}: node {node.node_id[:12]} (127.0.0.1), which holds this file, is gone "
                                  "(TaskUnschedulableError); not read")
         else:

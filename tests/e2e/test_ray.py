@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -234,6 +235,51 @@ def test_unreachable_worker_is_reported_not_fatal(cluster, tmp_path):
     report = collect([g], str(tmp_path / "dest"))
     assert report.unreachable == [{"role": "actor", "rank": 1, "error": g.failed[1]}] and not report.ok
     assert any(f["path"] == "actor/rank00000/step00000001-00000002.pt.trace.json.gz" for f in report.copied)
+
+
+def test_a_file_collect_cannot_bring_is_one_problem_whose_line_names_it(cluster, tmp_path):
+    """A folder under dest that is a symbolic link: each file bound there is refused, one Problem each (where: the
+    file's path under dest; str(): the line CollectReport.errors always held); nothing is written outside."""
+    from distprof.util.problem import MISSING, Problem
+
+    ws = make(n=1)
+    g = ProfiledGroup(ws, cfg(tmp_path), role="actor")
+    train(ws, g, 3)
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    dest.mkdir()
+    outside.mkdir()
+    (dest / "actor").symlink_to(outside)
+    report = collect([g], str(dest))
+    assert not report.ok and report.errors and list(outside.iterdir()) == []
+    assert all(type(e) is Problem and e.value is MISSING and e.path.startswith("actor/") for e in report.errors)
+    assert all(str(e) == f"{e.path}: {e.reason}" and e.reason for e in report.errors), report.errors
+    assert "actor/rank00000/step00000001-00000002.pt.trace.json.gz" in {e.path for e in report.errors}
+    assert [f["path"] for f in report.copied] == ["run.json"]
+
+
+def test_an_entry_listed_on_a_node_that_is_not_a_trace_comes_back_as_a_problem(cluster, tmp_path):
+    """`--ray`: what find_traces refuses on a node is a Problem pickled back to the driver (MISSING still MISSING),
+    and the verbs' --json lists it as {"path", "message"}, as without Ray."""
+    from conftest import DATA
+
+    from distprof.analysis import analyze
+    from distprof.analysis.rayfiles import find_traces_on_nodes
+    from distprof.util.problem import MISSING, Problem
+
+    dlrm = os.path.join(DATA, "dlrm-8rank-v100")
+    src = sorted(f for f in os.listdir(dlrm) if ".json" in f)[0]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / src).symlink_to(os.path.join(dlrm, src))  # leaves the folder: refused, not read
+    shutil.copy(os.path.join(dlrm, src), run / ("copy-" + src))
+    problems = []
+    files = find_traces_on_nodes(str(run), problems)
+    assert [f.path for f in files] == [str(run / ("copy-" + src))]
+    (p,) = problems
+    line = f"{run / src}: symlink points outside {run}; not followed"
+    assert type(p) is Problem and p.value is MISSING and p.path == str(run / src) and str(p) == line
+    doc = analyze.summary(str(run), ray_address="local")  # this process's cluster (joined already) is used
+    assert doc["files_read"] == 1 and doc["errors"] == [{"path": str(run / src), "message": line}]
 
 
 def test_files_of_a_worker_that_died_are_still_collected(cluster, tmp_path):

@@ -28,7 +28,7 @@ from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
-from distprof.analysis.parallel import FileError, Progress, SplitPool, map_files
+from distprof.analysis.parallel import Progress, SplitPool, map_files
 from distprof.analysis.records import (
     FileFacts,
     Investigation,
@@ -44,6 +44,7 @@ from distprof.trace.ranks import assign_runs, file_facts, resolve, role_of, runs
 from distprof.trace.reader import TraceError, open_trace
 from distprof.trace.selection import Selection
 from distprof.trace.table import FileInfo, TraceTable
+from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class Run:
     path: str
     selection: Selection
     files: list[FileResult] = field(default_factory=list)
-    errors: list[FileError] = field(default_factory=list)
+    errors: list[Problem] = field(default_factory=list)  # files and nodes that could not be read or listed
     skipped: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
@@ -111,7 +112,7 @@ class Run:
     def envelope(self) -> dict[str, Any]:
         return {
             "scope": self.selection.to_dict(),
-            "errors": [e.to_dict() for e in self.errors],
+            "errors": [e.file_dict() for e in self.errors],
             "salvaged": [{"path": r.info.path, **r.info.salvaged} for r in self.files if r.info.salvaged],
             "conflicts": self.conflicts,
             "warnings": self.notes + [f"{r.info.path}: {w}" for r in self.files for w in r.info.warnings],
@@ -146,7 +147,7 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
           ray_address: str | None, progress: Callable[[Progress], None] | None) -> Run:
     selection = selection or Selection()
     names = tuple(names)
-    problems: list[tuple[str, str]] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
+    problems: list[Problem] = []  # entries that are not readable traces (FIFOs, symlinks leaving path, ...)
     timelines: list[str] = []  # Ray's task timelines in a local run directory (the driver's): busy intervals
     if ray_address and not is_url(path):
         from distprof.analysis.rayfiles import find_traces_on_nodes
@@ -155,12 +156,12 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
     else:
         found = find_traces(path, problems, timelines)
     if not found:
-        why = "; ".join(f"{p}: {m}" for p, m in problems[:3])
+        why = "; ".join(map(str, problems[:3]))
         raise nothing_read(f"{path}: no readable trace ({why})" if why
                            else f"{path}: no trace files (*.json, *.json.gz) found",
-                           [FileError(p, f"{p}: {m}") for p, m in problems])
+                           problems)
     run = Run(path, selection)
-    run.errors += [FileError(p, f"{p}: {m}") for p, m in problems]
+    run.errors += problems
     run.tasks = _timeline_tasks(timelines)
     files = []
     for f in found:
@@ -175,7 +176,7 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
     results = map_files(fn, files, workers=workers, progress=progress, ray_address=ray_address, split=True)
     read_ok = []
     for r in results:
-        if isinstance(r, FileError):
+        if isinstance(r, Problem):
             run.errors.append(r)
         elif isinstance(r, Skipped):
             run.skipped += 1
@@ -192,11 +193,12 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
     return run
 
 
-def nothing_read(message: str, errors: Iterable[FileError | dict[str, Any]] = ()) -> TraceError:
+def nothing_read(message: str, errors: Iterable[Problem] = ()) -> TraceError:
     """The TraceError that ends a verb with nothing read (exit 2): ``message`` in one line, and ``errors`` the files
-    that could not be read, each ``{"path", "message"}`` (what --json lists; the CLI falls back to the path)."""
+    that could not be read, each as ``Problem.file_dict()`` encodes it, ``{"path", "message"}`` (what --json lists;
+    the CLI falls back to the path)."""
     e = TraceError(message)
-    e.errors = [x.to_dict() if isinstance(x, FileError) else x for x in errors]  # type: ignore[attr-defined]
+    e.errors = [x.file_dict() for x in errors]  # type: ignore[attr-defined]
     return e
 
 

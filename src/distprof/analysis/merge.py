@@ -49,12 +49,13 @@ import numpy as np
 from distprof.analysis.analyze import nothing_read
 from distprof.analysis.fragments import Joiner, Part, PartWriter
 from distprof.analysis.lanes import overlap_lanes
-from distprof.analysis.parallel import FileError, Progress, map_files
+from distprof.analysis.parallel import Progress, map_files
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.reader import Duration, Event, Int64, Time, TraceStream
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import profiler_step
+from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -460,8 +461,8 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
     "salvaged", "files_read"}``; raises TraceError when no file could be read or ``out`` cannot be written.
     """
     selection = selection or Selection()
-    problems: list[tuple[str, str]] = []
-    found = find_traces(path, problems)
+    errors: list[Problem] = []  # entries that are not readable traces, then files that cannot be read
+    found = find_traces(path, errors)
     check_output(out, [f.path for f in found], "merge", "merged.json.gz")
     files = _selected(found, selection)
     by_step = selection.steps is not None
@@ -472,11 +473,10 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
 
     # Pass 1 (a few numbers per file kept): rank, role, clock offset, first timestamp, track names and
     # overlapping events. It orders the tracks by role then rank and fixes the clock base.
-    errors = [{"path": p, "message": f"{p}: {m}"} for p, m in problems]
     scans, skipped = _first_pass(files, selection, workers, report(0), errors)
     skipped += len(found) - len(files)  # files the selection leaves out
     if not scans:
-        why = "; ".join(e["message"] for e in errors) or ("no trace matches the selection" if files else
+        why = "; ".join(map(str, errors)) or ("no trace matches the selection" if files else
                                                           "no trace files found")
         raise nothing_read(f"{path}: no readable trace ({why})", errors)
     base = min(s.first_us for s in scans)
@@ -493,7 +493,7 @@ def merge_traces(path: str, out: str, selection: Selection | None = None,
             events_out, json_bytes, written, salvaged = _join(f, gz, base, scans, parts, errors)
     return {"out": out, "files": len(written), "events": events_out, "base_time_us": base,
             "moved_to_lanes": sum(s.moved for s in written),
-            "errors": errors, "salvaged": [s for s in salvaged if s],
+            "errors": [e.file_dict() for e in errors], "salvaged": [s for s in salvaged if s],
             "files_read": len(written), "skipped": skipped, "scope": selection.to_dict(), "json_bytes": json_bytes,
             "warnings": _size_warning(out, json_bytes), "conflicts": []}
 
@@ -507,14 +507,14 @@ def _selected(found: list[TraceFile], selection: Selection) -> list[TraceFile]:
 
 
 def _first_pass(files: list[TraceFile], selection: Selection, workers: int | None,
-                report: Callable[[Progress], None] | None, errors: list[dict[str, Any]]) -> tuple[list[_Scan], int]:
+                report: Callable[[Progress], None] | None, errors: list[Problem]) -> tuple[list[_Scan], int]:
     """Pass 1 over the files: the scans of those the selection keeps, in track order (role, then rank), and how
     many it leaves out once read; a file that cannot be read is an error in ``errors``."""
     scans, skipped = [], 0
     by_step = selection.steps is not None
     for got in map_files(functools.partial(_scan, selection=selection), files, workers, report):
-        if isinstance(got, FileError):  # one unreadable rank is reported, the others are still merged
-            errors.append(got.to_dict())
+        if isinstance(got, Problem):  # one unreadable rank is reported, the others are still merged
+            errors.append(got)
         elif selection.rank_ok(got.rank) and selection.role_ok(got.role) and (got.step_ranges or not by_step):
             scans.append(got)
         else:
@@ -523,7 +523,7 @@ def _first_pass(files: list[TraceFile], selection: Selection, workers: int | Non
     return scans, skipped
 
 
-def _join(f: Any, gz: bool, base: float, scans: list[_Scan], parts: Any, errors: list[dict[str, Any]]
+def _join(f: Any, gz: bool, base: float, scans: list[_Scan], parts: Any, errors: list[Problem]
           ) -> tuple[int, int, list[_Scan], list[dict | None]]:
     """The output around the files' parts, in file order: events written, bytes of JSON events, the scans
     written and what each lacks (salvage); a part that failed (its file changed or gone since pass 1) is an error."""
@@ -535,8 +535,8 @@ def _join(f: Any, gz: bool, base: float, scans: list[_Scan], parts: Any, errors:
         {"base_time_us": base, "files": [s.file.path for s in scans]}) + b',"traceEvents":[')
     head = w.length
     for scan, got in zip(scans, parts, strict=False):
-        if isinstance(got, FileError):  # changed or gone since pass 1
-            errors.append(got.to_dict())
+        if isinstance(got, Problem):  # changed or gone since pass 1
+            errors.append(got)
             continue
         if got.part.length:
             if events_out:

@@ -25,10 +25,11 @@ from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile
 from distprof.trace.source import TraceError
 from distprof.trace.splitpool import SplitPool
+from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FileError", "Progress", "SplitPool", "map_files", "share_strings"]
+__all__ = ["Progress", "SplitPool", "map_files", "share_strings", "unreadable"]
 
 
 @dataclass
@@ -40,14 +41,10 @@ class Progress:
     bytes_total: int
 
 
-@dataclass
-class FileError:
-    """A file that could not be read, and why (one line)."""
-    path: str
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "message": self.message}
+def unreadable(path: str, message: str) -> Problem:
+    """The :class:`~distprof.util.problem.Problem` of a file that could not be read: ``message`` is the whole line
+    (a ``TraceError``'s, which starts with the path)."""
+    return Problem.at(path, message.removeprefix(f"{path}: "), text=message)
 
 
 _counter = None  # in pool workers: the shared count of bytes read, set by _init_worker
@@ -118,7 +115,7 @@ def _size(path: str) -> int:
 def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Callable[[int], None]) -> list:
     """Per-file tasks on a Ray cluster. A file listed on a node (``TraceFile.node``, by
     :func:`distprof.analysis.rayfiles.find_traces_on_nodes`) is read by a task pinned to that node, and a node lost
-    before its files are read is one FileError per file naming it; other files (a shared path, an fsspec URL) are
+    before its files are read is one Problem per file naming it; other files (a shared path, an fsspec URL) are
     read anywhere, one CPU each.
 
     Pinned reads claim no CPU from Ray: the job's own actors may hold every CPU of the node that has the files
@@ -162,7 +159,7 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
                     raise  # fn's own exception: a bug, as in a process pool
                 ok, value = False, (f"{files[k].path}: {node_name(holder, table)}, which holds this file, "
                                     f"is gone ({type(e).__name__}); not read")
-            out[k] = share_strings(value, seen) if ok else FileError(files[k].path, value)
+            out[k] = share_strings(value, seen) if ok else unreadable(files[k].path, value)
             done(k)
         return out
 
@@ -170,7 +167,8 @@ def _map_ray(fn: Callable, files: Sequence[TraceFile], address: str, done: Calla
 def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
               workers: int | None = None, progress: Callable[[Progress], None] | None = None,
               ray_address: str | None = None, split: bool = False) -> list[Any]:
-    """``fn(file, on_read)`` for every file; a list in file order of its results or :class:`FileError`.
+    """``fn(file, on_read)`` for every file; a list in file order of its results or, for a file that
+    cannot be read, a :class:`~distprof.util.problem.Problem` (:func:`unreadable`).
 
     ``fn`` must be picklable (a module-level function or a ``functools.partial`` of one); ``on_read(n)``
     is to be called as bytes are read. ``progress`` is called with a :class:`Progress` as files finish
@@ -205,7 +203,7 @@ def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
             try:
                 out[k] = fn(f, bytes_read)
             except TraceError as e:
-                out[k] = FileError(f.path, str(e))
+                out[k] = unreadable(f.path, str(e))
 
             state.files_done += 1
             if progress:
@@ -223,7 +221,7 @@ def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
                 try:
                     out[k] = share_strings(fut.result(), seen)
                 except TraceError as e:
-                    out[k] = FileError(files[k].path, str(e))
+                    out[k] = unreadable(files[k].path, str(e))
             state.files_done += len(done)
             state.bytes_done = min(counter.value, state.bytes_total)
             if progress:

@@ -15,7 +15,7 @@ filesystem. Design:
    that differ between nodes (node-local folders with the same name) are different files, each read where it is.
 3. **Read where it lives.** Each :class:`~distprof.trace.listing.TraceFile` carries the ``node`` that holds
    it, and ``map_files``'s Ray path pins that file's task there. A node lost between listing and reading gives
-   one ``FileError`` per file it held, naming the node; the other files are read.
+   one :class:`~distprof.util.problem.Problem` per file it held, naming the node; the other files are read.
 
 Without node-local files (an fsspec URL, or ``map_files(files, ray_address=...)`` given files with no node) the
 tasks run anywhere, as before.
@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from distprof.util.problem import Problem
 from distprof.util.raynodes import (
     cancel_quietly,
     expand_on_node,
@@ -81,7 +82,7 @@ def _list_here(path: str) -> dict[str, Any]:
         local = expand_on_node(path, "path")
     except ValueError as e:
         return {"node": node, "absent": str(e)}
-    problems: list[tuple[str, str]] = []
+    problems: list[Problem] = []  # sent back to the driver pickled (MISSING stays MISSING)
     try:
         files = find_traces(local, problems)
     except TraceError as e:
@@ -96,11 +97,13 @@ def _list_here(path: str) -> dict[str, Any]:
     return {"node": node, "files": files, "idents": idents, "problems": problems}
 
 
-def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: float = LIST_TIMEOUT_S) -> list:
+def find_traces_on_nodes(path: str, problems: list[Problem], timeout_s: float = LIST_TIMEOUT_S) -> list:
     """``find_traces`` run on every alive node of the connected cluster; each file's ``node`` names where to read it.
 
-    ``problems`` receives ``(where, message)`` for entries that are not readable traces and for nodes that could
-    not be listed. Raises ``TraceError`` when no node holds any trace under ``path``.
+    ``problems`` receives a :class:`~distprof.util.problem.Problem` (``Problem.at(where, reason)``) for each entry
+    that is not a readable trace (where: its path) and each node that could not be listed (where: the path on
+    that node); one seen by several nodes (a shared folder) is listed once. Raises ``TraceError`` when no node
+    holds any trace under ``path``.
     """
     import time
 
@@ -116,7 +119,7 @@ def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: 
     sent = [(n, task.options(scheduling_strategy=pinned(n)).remote(path)) for n in alive]
     deadline = time.monotonic() + timeout_s
     listings, absent = [], []
-    seen_problems: set[tuple[str, str]] = set()
+    seen_problems: set[tuple[str, str]] = set()  # (where, line) of the problems already listed
     for n, ref in sent:
         try:
             got = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
@@ -124,17 +127,17 @@ def find_traces_on_nodes(path: str, problems: list[tuple[str, str]], timeout_s: 
             if not (node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError)):
                 raise  # the listing code itself failed: a bug, not the input
             cancel_quietly(ref)
-            problems.append((f"{path} on {node_name(n, table)}",
-                             f"the node could not be listed ({one_line(e)}); its files are not read"))
+            problems.append(Problem.at(f"{path} on {node_name(n, table)}",
+                                       f"the node could not be listed ({one_line(e)}); its files are not read"))
             continue
         if "absent" in got:
             absent.append(f"{node_name(n, table)}: {got['absent']}")
             continue
         listings.append(got)
         for p in got["problems"]:
-            if tuple(p) not in seen_problems:
-                seen_problems.add(tuple(p))
-                problems.append(tuple(p))
+            if (p.path, p.message) not in seen_problems:
+                seen_problems.add((p.path, p.message))
+                problems.append(p)
     holders: dict[tuple[str, Any], list[Any]] = {}  # (path, identity) -> [(node, TraceFile)]
     for got in listings:
         for f, ident in zip(got["files"], got["idents"], strict=False):

@@ -7,21 +7,23 @@ valid setting: at most three close matches, the section's few settings when noth
 the README's Configuration table. The same problem is never listed twice.
 
 Config is untrusted input, so values are shown cut short and a line is at most 400 characters. Pure: no pydantic
-model is imported here (config/model.py hands in the model class to look setting names up).
+model is imported here (config/model.py hands in the model class to look setting names up). The record itself,
+:class:`~distprof.util.problem.Problem` (with ``MISSING``, ``Unresolved``, ``show``, ``cut``, ``clip``, ``short``),
+lives on the ground floor in ``distprof.util.problem``, the one problem record of every layer; it is re-exported here.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
-import reprlib
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from distprof.util.problem import MAX_SHOWN, MISSING, Problem, Unresolved, clip, cut, short, show
+
 __all__ = [
+    "MAX_SHOWN",
     "MISSING",
     "README_TABLE",
     "ConfigError",
@@ -44,93 +46,11 @@ __all__ = [
     "unknown",
 ]
 
-MAX_SHOWN = 80  # characters of a value shown in a message
 MAX_MESSAGE = 400  # characters of one problem's line
 MAX_LINES = 20  # lines spelled out in str(ConfigError); .problems holds all
 MAX_TEXT = 1800  # characters of str(ConfigError) before the rest is only counted
 MAX_LISTED_KEYS = 6  # a section with at most this many settings is listed when no name is close
 README_TABLE = "see the Configuration table in the README"
-
-_short = reprlib.Repr()
-_short.maxlevel, _short.maxlist, _short.maxtuple, _short.maxdict, _short.maxset = 3, 6, 6, 4, 6
-_short.maxstring, _short.maxother, _short.maxlong = 60, 60, 40
-
-
-def show(value: Any, limit: int = MAX_SHOWN) -> str:
-    """A repr for messages that is never longer than ``limit``: the value may be huge or self-referencing."""
-    try:
-        text = _short.repr(value)
-    except Exception:  # a hostile __repr__ must not replace the config error
-        text = f"<{type(value).__name__}>"
-    return cut(text, limit)
-
-
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-MISSING: Any = _Missing()  # "no value": a problem about a section or a whole config, a field not set
-
-
-@dataclass(frozen=True)
-class Unresolved:
-    """An interpolation distprof does not evaluate (``${oc.env:X}``, custom resolvers, missing keys)."""
-
-    text: str
-    why: str
-
-    def __repr__(self) -> str:
-        return repr(self.text)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a config, or a warning about it: the one record of "what went wrong" for
-    ``ProfilerConfig``'s validation (``ConfigError.problems``) and for a dialect's translation
-    (``Translation.errors`` / ``.warnings``). Pure data, no pydantic: any layer can raise or report it.
-
-    ``field``: where, as the person wrote it: a dotted distprof field (``per_role.actor.torch.record_shape``), the
-    framework's own field in a dialect (``global_profiler.steps``), or the ``DISTPROF_*`` variable / flag the value
-    came from; "" for the whole config. ``value``: the value at fault (a validation keeps it as a short repr, at
-    most 80 characters, since a config value may be huge or hostile; a translation keeps it as read, and clips it
-    when shown; ``MISSING`` when there is none). ``message``: the whole line (where, value, what is wrong, the
-    fix), what ``str()`` gives. ``reason``: the line without its ``field = value:`` lead, when it has one.
-    """
-
-    field: str
-    value: Any
-    message: str
-    reason: str = ""
-
-    @classmethod
-    def about(cls, source: str, value: Any, reason: str, text: str = "") -> Problem:
-        """A problem with ``source`` (= ``value``) and what is wrong (``reason``); ``text``, when given, is already
-        the whole line (a distprof config problem names its field, or variable, and value)."""
-        line = text or (f"{source}: {reason}" if value is MISSING else f"{source} = {short(value)}: {reason}")
-        return cls(source, value, line, reason)
-
-    @property
-    def source(self) -> str:
-        """``field``, under the name a dialect's translation reports it (``--json``'s ``source``)."""
-        return self.field
-
-    @property
-    def text(self) -> str:
-        return self.message
-
-    def __str__(self) -> str:
-        return self.message
-
-    def to_dict(self) -> dict[str, Any]:
-        """As ``distprof validate --json`` lists it: ``source``, ``value``, ``message`` (the reason), ``text``."""
-        return {"source": self.field, "value": clip(self.value), "message": self.reason or self.message,
-                "text": self.message}
-
 
 ConfigProblem = Problem  # the name ConfigError's problems have always had
 
@@ -348,42 +268,3 @@ def from_pydantic(errors: Iterable[Mapping[str, Any]], sources: Mapping[tuple[st
             # a union reports once per member: one problem per field (per line for a validator's several)
             seen.setdefault(p.message if several or not p.field else p.field, p)
     return list(seen.values())
-
-
-# ---- bounded values for messages and JSON -----------------------------------------------------------------
-def clip(v: Any, depth: int = 3, items: int = 12, chars: int = 200) -> Any:
-    """A small JSON-able copy of ``v`` for reports: long strings, lists and mappings cut, deep parts elided."""
-    if v is MISSING:
-        return None
-    if isinstance(v, Unresolved):
-        return v.text[:chars]
-    if isinstance(v, str):
-        return v if len(v) <= chars else v[:chars - 1] + "…"
-    if isinstance(v, (bool, int, float)) or v is None:
-        return v
-    if depth <= 0:
-        return "…"
-    if isinstance(v, Mapping):
-        out = {str(k)[:chars]: clip(x, depth - 1, items, chars) for k, x in list(v.items())[:items]}
-        if len(v) > items:
-            out["…"] = f"{len(v) - items} more"
-        return out
-    if isinstance(v, (list, tuple)):
-        out_l = [clip(x, depth - 1, items, chars) for x in list(v)[:items]]
-        if len(v) > items:
-            out_l.append(f"… {len(v) - items} more")
-        return out_l
-    return clip(str(v), depth, items, chars)
-
-
-def short(v: Any) -> str:
-    """``v`` as a short readable string for one-line messages."""
-    if v is MISSING:
-        return "(not set)"
-    if isinstance(v, Unresolved):
-        return repr(v.text[:120])
-    try:
-        text = json.dumps(clip(v, depth=2, items=8, chars=80), ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(clip(str(v)))
-    return text if len(text) <= 160 else text[:159] + "…"

@@ -20,6 +20,7 @@ from distprof.rundir.layout import MANIFEST, RUN_FILES, is_ray_timeline, is_url,
 from distprof.rundir.manifest import MANIFEST_LIMIT, WindowRecord, read_manifest
 from distprof.rundir.walk import walk
 from distprof.trace.source import TraceError, file_kind, open_local
+from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -107,21 +108,22 @@ def _run_root(d: str, role: str, top: str) -> str:
     return root[len(top) + 1:] if root.startswith(top + "/") else root
 
 
-def find_traces(path: str, problems: list[tuple[str, str]] | None = None,
+def find_traces(path: str, problems: list[Problem] | None = None,
                 timelines: list[str] | None = None) -> list[TraceFile]:
     """Trace files under ``path`` (a file, a folder of traces, or a distprof run directory; local or fsspec URL).
 
     Hidden files and folders, distprof's own JSON files and py-spy's outputs are skipped; in a run
     directory each file carries its role, its rank and its manifest window. What cannot be read as a
-    trace is not returned but, when ``problems`` is given, appended to it as ``(path, message)``: a
-    trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that points
-    outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that
-    cannot be listed. Without ``problems`` they are logged. ``timelines``: the Ray task timelines the walk meets
+    trace is not returned but, when ``problems`` is given, appended to it as a
+    :class:`~distprof.util.problem.Problem` at that path (``Problem.at(path, reason)``, whose line is
+    ``path: reason``): a trace-named entry that is not a regular file (a FIFO would block a reader), a symlink that
+    points outside ``path`` (never followed) or cannot be resolved (a loop, a dangling link), a folder that cannot
+    be listed. Without ``problems`` they are logged. ``timelines``: the Ray task timelines the walk meets
     (regular local files, ``driver/rank*/*.ray_timeline.json.gz``) are appended to it (they are not traces).
     """
     def problem(p: str, message: str) -> None:
         if problems is not None:
-            problems.append((p, message))
+            problems.append(Problem.at(p, message))
         else:
             logger.warning("%s: %s", p, message)
 

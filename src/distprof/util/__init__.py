@@ -7,4 +7,6 @@
 - :mod:`.envvars`: distprof's own ``DISTPROF_*`` variables that are not settings;
 - :mod:`.logs`: distprof's log lines in processes that build a Profiler;
 - :mod:`.raynodes`: Ray's nodes (alive, named, pinned to; node loss told apart), Ray imported only when called.
+- :mod:`.problem`: ``Problem``, the one record of what went wrong (a config field, a file, a node), and the
+  helpers that keep its values short.
 """

@@ -17,8 +17,9 @@
 - ``runtime_env(config, group=...)``: the runtime_env that wraps a group's
   worker processes with nsys / rocprof-sys / py-spy / memray.
 - ``collect(workers, dest)``: brings every file the workers wrote, on whatever
-  node, into one run directory on the driver, through Ray; a dead node is named.
-- ``files.find_traces_on_nodes(path, problems)``: what the analysis verbs' ``--ray``
+  node, into one run directory on the driver, through Ray; a dead node is named; a
+  file or node it could not bring is a ``distprof.util.problem.Problem`` in ``CollectReport.errors``.
+- ``distprof.analysis.rayfiles.find_traces_on_nodes(path, problems)``: what the analysis verbs' ``--ray``
   read: the traces under ``path`` on every node (``$VARS`` expanded per node), each
   to be read on the node that holds it.
 

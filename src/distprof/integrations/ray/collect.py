@@ -36,6 +36,7 @@ from distprof.rundir.manifest import MANIFEST_LIMIT
 from distprof.rundir.safefile import AtomicWriter, no_links, write_bytes
 from distprof.rundir.store import list_files
 from distprof.rundir.walk import walk
+from distprof.util.problem import Problem
 from distprof.util.procfs import alive
 from distprof.util.raynodes import cancel_quietly, node_lost, node_name, node_table, one_line, pinned
 
@@ -56,7 +57,8 @@ class CollectReport:
     # One relative path held by two places with different contents (two writers of one rank): the first kept.
     conflicts: list[dict[str, Any]] = field(default_factory=list)  # {"path", "node_id", "bytes", "kept_from"}
     pending: list[str] = field(default_factory=list)  # outputs still being written when we gave up
-    errors: list[str] = field(default_factory=list)
+    # A file or folder that could not be brought: where = its path relative to dest, or the node; str() the line
+    errors: list[Problem] = field(default_factory=list)
     # Each (node, folder) listed, once however many workers write there: {"node_id", "address", "save_path",
     # "ranks", "files"}
     listed: list[dict[str, Any]] = field(default_factory=list)
@@ -206,7 +208,7 @@ def collect(workers: Sequence[Any], dest: str, timeout_s: float | None = None) -
                 if node_lost(e) or isinstance(e, ray.exceptions.GetTimeoutError):  # nor can the rest of its files
                     _unreachable(report, src, table, f"lost while copying {rel}: {one_line(e)}", len(files) - k)
                     break
-                report.errors.append(f"{rel}: {one_line(e)}")
+                report.errors.append(Problem.at(rel, one_line(e)))
     _write_note(dest, report)
     logger.info("distprof: collected %d files into %s (%d unchanged, %d unreachable workers, %d unreachable nodes, "
                 "%d pending)", len(report.copied), dest, len(report.unchanged), len(report.unreachable),
@@ -240,7 +242,7 @@ def _list_all(sources: list[_Source], table: dict[str, dict[str, Any]], timeout_
                 cancel_quietly(ref)
                 _unreachable(report, src, table, f"cannot list {src.root}: {one_line(e)}")
             else:  # the listing itself failed there (a folder it may not read)
-                report.errors.append(f"{node_name(src.node, table)}: cannot list {src.root}: {one_line(e)}")
+                report.errors.append(Problem.at(node_name(src.node, table), f"cannot list {src.root}: {one_line(e)}"))
     return out
 
 
