@@ -28,12 +28,14 @@ from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
+from distprof.analysis.investigation import Investigation
 from distprof.analysis.parallel import Progress, SplitPool, map_files
 from distprof.analysis.records import (
     FileFacts,
-    Investigation,
+    Ranked,
     StepsResult,
     StragglersResult,
+    SummaryRank,
     SummaryResult,
     Wait,
     to_json,
@@ -239,26 +241,29 @@ INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS
 def _summary_of(run: Run, top: int | None) -> SummaryResult:
     out = summary_mod.combine(run.pairs("summary"), top=top)
     per_rank = {(r.role, r.rank, r.path): r for r in out.ranks}
+
+    def mine(row: Ranked[Any]) -> SummaryRank | None:
+        return per_rank.get((row.role, row.rank, row.path))
+
     # Device idle by cause and kernel launch statistics: per rank, and over all ranks.
-    for name, mod in (("idle", idle), ("launch", launch)):
-        combined = mod.combine(run.pairs(name))
-        for row in combined["ranks"]:
-            target = per_rank.get((row["role"], row["rank"], row["path"]))
-            if target is not None:
-                setattr(target, name, row[name])
-        setattr(out, name, combined["overall"])
-    for name, rows in (("temporal", temporal.combine(run.pairs("temporal"))),
-                       ("overlap", overlap.combine(run.pairs("overlap")))):
-        for row in rows:
-            target = per_rank.get((row["role"], row["rank"], row["path"]))
-            if target is not None:
-                setattr(target, name, {"device": row["device"], "host": row["host"]})
-    b = breakdown.combine(run.pairs("breakdown"))
-    for row in b["ranks"]:
-        target = per_rank.get((row["role"], row["rank"], row["path"]))
-        if target is not None:
-            target.step_breakdown = row["average"]
-    out.step_breakdown = b["average"]
+    idle_ranks, out.idle = idle.combine(run.pairs("idle"))
+    for i in idle_ranks:
+        if (target := mine(i)) is not None:
+            target.idle = i.figure
+    launch_ranks, out.launch = launch.combine(run.pairs("launch"))
+    for la in launch_ranks:
+        if (target := mine(la)) is not None:
+            target.launch = la.figure
+    for t in temporal.combine(run.pairs("temporal")):
+        if (target := mine(t)) is not None:
+            target.temporal = t.figure
+    for o in overlap.combine(run.pairs("overlap")):
+        if (target := mine(o)) is not None:
+            target.overlap = o.figure
+    b_ranks, out.step_breakdown = breakdown.combine(run.pairs("breakdown"))
+    for b in b_ranks:
+        if (target := mine(b)) is not None:
+            target.step_breakdown = b.figure
     return _finish(run, out)
 
 
@@ -286,7 +291,7 @@ def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = 
     # Given none, the run directory's own Ray task timelines (the driver's) are used.
     out.rl_steps = rlsteps.combine(out.steps, [(r.info, r.parts) for r in run.files],
                                    tasks if tasks is not None else run.tasks or None)
-    out.step_breakdown = breakdown.combine(run.pairs("breakdown"))["average"]
+    out.step_breakdown = breakdown.combine(run.pairs("breakdown"))[1]
     return _finish(run, out)
 
 

@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from distprof.analysis.records import Ranked, StepBreakdown
 from distprof.trace.ranks import group
 from distprof.trace.table import Sets, TraceTable
 from distprof.util import intervals as iv
 
-__all__ = ["CATEGORIES", "combine", "extract", "figures"]
+__all__ = ["CATEGORIES", "average", "combine", "extract", "figures", "step_figure"]
 
 CATEGORIES = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
 
@@ -61,23 +62,28 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return {"steps": rows, "whole": whole}
 
 
-def average(rows: Iterable[dict[str, float]]) -> dict[str, float] | None:
+def average(rows: Iterable[dict[str, float]]) -> StepBreakdown | None:
     rows = list(rows)
     if not rows:
         return None
-    return {k: sum(r[k] for r in rows) / len(rows) for k in ("dur_us", *CATEGORIES)}
+    return StepBreakdown(**{k: sum(r[k] for r in rows) / len(rows) for k in ("dur_us", *CATEGORIES)})
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
-    """Per rank (its files together): its steps' breakdowns and their average; over all ranks: the average step."""
-    ranks, every = [], []
+def step_figure(part: dict[str, Any], step: int) -> StepBreakdown | None:
+    """One rank's breakdown of one step, None for a step its file does not have."""
+    fig = part.get("steps", {}).get(step)
+    return None if fig is None else StepBreakdown(**fig)
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[Ranked[StepBreakdown | None]],
+                                                                 StepBreakdown | None]:
+    """Per rank (its files together): its average step; over all ranks: the average step."""
+    ranks: list[Ranked[StepBreakdown | None]] = []
+    every: list[dict[str, float]] = []
     for info, parts in group(files):
-        steps: dict[int, dict[str, float]] = {}
         rows = []
         for p in parts:
-            steps.update(p["steps"])
             rows += list(p["steps"].values()) or ([p["whole"]] if p["whole"] else [])
         every += rows
-        ranks.append({"role": info.role, "rank": info.rank, "path": info.path, "average": average(rows),
-                      "steps": steps})
-    return {"ranks": ranks, "average": average(every)}
+        ranks.append(Ranked(info.role, info.rank, info.path, average(rows)))
+    return ranks, average(every)

@@ -28,6 +28,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from distprof.analysis.records import ProfilingCost
 from distprof.rundir.manifest import BASELINE_STEPS, SETTLING_STEPS
 from distprof.trace.table import TraceTable
 
@@ -62,7 +63,7 @@ def window_cost(tb: TraceTable) -> dict[str, Any] | None:
             "export_s": export, "pid": w.pid}
 
 
-def profiling_cost(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> list[dict[str, Any]]:
+def profiling_cost(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> list[ProfilingCost]:
     """Per (role, rank) whose manifest timed its windows: the figures and the verdict (see the module's doc)."""
     return [_cost_row(role, rank, wins) for (role, rank), wins in sorted(_windows_by_rank(files).items())]
 
@@ -76,7 +77,7 @@ def _windows_by_rank(files: Iterable[tuple[Any, dict[str, Any] | None]]) -> dict
     return acc
 
 
-def _cost_row(role: str, rank: int, wins: list[dict[str, Any]]) -> dict[str, Any]:
+def _cost_row(role: str, rank: int, wins: list[dict[str, Any]]) -> ProfilingCost:
     """One (role, rank)'s figures and verdict over its windows (sorted here by their steps)."""
     wins.sort(key=lambda c: c["steps"])
     prof = [t for c in wins for t in c["profiled_s"]]
@@ -88,12 +89,12 @@ def _cost_row(role: str, rank: int, wins: list[dict[str, Any]]) -> dict[str, Any
     spread = _spread(base)
     reliable, reason = _verdict(wins, new, base, prof, spread)
     exports = [c["export_s"] for c in wins if c["export_s"] is not None]
-    return {"role": role or None, "rank": None if rank < 0 else rank, "baseline_s": b, "profiled_s": p,
-            "inflation": (p / b - 1.0) if reliable and b else None, "baseline_steps": len(shown),
-            "profiled_steps": len(prof), "windows": len(wins), "reliable": reliable, "reason": reason,
-            "baseline_spread": spread[0] if spread else None,
-            "export_s": max(exports) if exports else None,
-            "export_total_s": sum(exports) if exports else None, "export_windows": len(exports)}
+    return ProfilingCost(role=role or None, rank=None if rank < 0 else rank, baseline_s=b, profiled_s=p,
+                         inflation=(p / b - 1.0) if reliable and b else None, baseline_steps=len(shown),
+                         profiled_steps=len(prof), windows=len(wins), reliable=reliable, reason=reason,
+                         baseline_spread=spread[0] if spread else None,
+                         export_s=max(exports) if exports else None,
+                         export_total_s=sum(exports) if exports else None, export_windows=len(exports))
 
 
 def _spread(base: list[float]) -> tuple[float, float, float] | None:

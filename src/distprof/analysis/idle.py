@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from distprof.analysis.records import UNSET, HostWait, IdleFigure, NotApplicable, Ranked, StreamIdle
 from distprof.trace.ranks import add, summed
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import ON_HOST, Kind, ThreadKind, collective_source, is_dataloader, is_sync
@@ -85,9 +86,9 @@ HOST_CAUSES = ("launch_us", "collective_us", "sync_us", "phase_us", "untraced_us
 HOST_HOLE_US = 1000.0  # the host issues nothing for this long: not the Python between launches
 
 
-def not_applicable(reason: str = "no device events") -> dict[str, Any]:
+def not_applicable(reason: str = "no device events") -> NotApplicable:
     """The one shape both this analysis and kernel launch statistics give where they mean nothing."""
-    return {"applicable": False, "reason": reason}
+    return NotApplicable(reason=reason)
 
 
 class _Work:
@@ -276,39 +277,48 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return analyse(tb)
 
 
-def shares(fig: dict[str, float]) -> dict[str, Any]:
-    """A figure with its shares: ``idle_share`` of the span, each cause's share of the idle time."""
+def _shares(fig: dict[str, Any]) -> dict[str, Any]:
+    """A figure's own keys with its shares: ``idle_share`` of the span, each cause's share of the idle time."""
     idle, span = fig["idle_us"], fig["span_us"]
-    out: dict[str, Any] = {"applicable": True, **fig, "idle_share": idle / span if span else 0.0}
+    out = {k: fig[k] for k in ("span_us", "busy_us", "idle_us", *CAUSES)}
+    out["idle_share"] = idle / span if span else 0.0
     for key in CAUSES:
         out[key.replace("_us", "_share")] = fig[key] / idle if idle else 0.0
     return out
 
 
-def present(part: dict[str, Any]) -> dict[str, Any]:
+def _figure(fig: dict[str, Any], **more: Any) -> IdleFigure:
+    """One level's figure (an :meth:`_Work.figures` entry, or their sum) as its record."""
+    hw = fig.get("host_wait")
+    return IdleFigure(**_shares(fig), host_wait=UNSET if hw is None else HostWait(**hw), **more)
+
+
+def present(part: dict[str, Any]) -> IdleFigure | NotApplicable:
     """One level (device and streams) as the JSON shows it: shares added, streams a list by stream id."""
     if part.get("device") is None:
         return not_applicable()
-    return {**shares(part["device"]),
-            "streams": [{"stream": sid, **shares(f)} for sid, f in sorted(part["streams"].items())]}
+    return _figure(part["device"], streams=[StreamIdle(stream=sid, **_shares(f))
+                                            for sid, f in sorted(part["streams"].items())])
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[Ranked[IdleFigure | NotApplicable]],
+                                                                 IdleFigure | NotApplicable]:
     """Per rank (its files summed, streams by id) and over all ranks (the ranks' device figures summed)."""
-    ranks, total, applicable = [], None, 0
+    ranks: list[Ranked[IdleFigure | NotApplicable]] = []
+    total, applicable = None, 0
     for info, s in summed(files, ("device", "streams")):
         dev = s["device"]
         row = present({"device": dev, "streams": s["streams"] or {}})
         if dev is not None:
             applicable += 1
             total = add(total, dev)
-        ranks.append({"role": info.role, "rank": info.rank, "path": info.path, "idle": row})
+        ranks.append(Ranked(info.role, info.rank, info.path, row))
     overall = not_applicable() if total is None else \
-        {**shares(total), "ranks": applicable, "kernel_wait_below_us": KERNEL_WAIT_BELOW_US}
-    return {"ranks": ranks, "overall": overall}
+        _figure(total, ranks=applicable, kernel_wait_below_us=KERNEL_WAIT_BELOW_US)
+    return ranks, overall
 
 
-def step_figure(part: dict[str, Any], step: int, whole: bool = False) -> dict[str, Any]:
+def step_figure(part: dict[str, Any], step: int, whole: bool = False) -> IdleFigure | NotApplicable:
     """One rank's figure for one step (``whole``: the file's, for a capture window without steps)."""
     if part.get("device") is None:
         return not_applicable()

@@ -46,6 +46,17 @@ from typing import Any
 import numpy as np
 
 from distprof.analysis import idle as idle_mod
+from distprof.analysis.records import (
+    UNSET,
+    DelayStats,
+    LaunchBoundRule,
+    LaunchFigure,
+    LaunchStep,
+    LaunchThresholds,
+    NotApplicable,
+    Ranked,
+    TimeStats,
+)
 from distprof.trace.ranks import group
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import Kind
@@ -56,6 +67,7 @@ __all__ = [
     "LAUNCH_BOUND_LAUNCH_SHARE",
     "LAUNCH_DELAY_CUTOFF_US",
     "RUNTIME_CUTOFF_US",
+    "THRESHOLDS",
     "combine",
     "extract",
     "launch_bound",
@@ -93,9 +105,9 @@ def percentiles(groups: np.ndarray, values: np.ndarray, qs: tuple[float, ...]) -
     return g[first], out
 
 
-def _delay_stats(delays: np.ndarray) -> dict[str, float]:
+def _delay_stats(delays: np.ndarray) -> DelayStats:
     _, (p50, p95) = percentiles(np.zeros(delays.size, dtype=np.int64), delays, (0.5, 0.95))
-    return {"mean": float(delays.mean()), "p50": float(p50[0]), "p95": float(p95[0]), "max": float(delays.max())}
+    return DelayStats(mean=float(delays.mean()), p50=float(p50[0]), p95=float(p95[0]), max=float(delays.max()))
 
 
 def launch_bound(idle_fig: dict[str, Any] | None, launches: int) -> bool:
@@ -171,20 +183,20 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return part
 
 
-def _present(p: dict[str, Any]) -> dict[str, Any]:
+def _present(p: dict[str, Any]) -> LaunchFigure | NotApplicable:
     """A (rank's or all ranks') summed part as the JSON shows it."""
     if not p.get("device_events"):
         return idle_mod.not_applicable()
     n = p["launches"]
     if not n:
-        return {**idle_mod.not_applicable(_NO_LAUNCHES), "device_events": p["device_events"]}
-    return {"applicable": True, "launches": n, "device_events": p["device_events"],
-            "unlinked_device_events": p["unlinked_device_events"], "delay_us": _delay_stats(p["delays"]),
-            "cpu_us": {"total": p["cpu_us"], "mean": p["cpu_us"] / n},
-            "device_us": {"total": p["device_us"], "mean": p["device_us"] / n},
-            "short": p["short"], "short_share": p["short"] / n, "runtime_outliers": p["runtime_outliers"],
-            "delay_outliers": p["delay_outliers"], "calls": dict(sorted(p["calls"].items(), key=lambda kv: -kv[1])),
-            "launch_bound_steps": sorted(p["launch_bound_steps"])}
+        return NotApplicable(reason=_NO_LAUNCHES, device_events=p["device_events"])
+    return LaunchFigure(
+        launches=n, device_events=p["device_events"], unlinked_device_events=p["unlinked_device_events"],
+        delay_us=_delay_stats(p["delays"]), cpu_us=TimeStats(total=p["cpu_us"], mean=p["cpu_us"] / n),
+        device_us=TimeStats(total=p["device_us"], mean=p["device_us"] / n), short=p["short"],
+        short_share=p["short"] / n, runtime_outliers=p["runtime_outliers"], delay_outliers=p["delay_outliers"],
+        calls=dict(sorted(p["calls"].items(), key=lambda kv: -kv[1])),
+        launch_bound_steps=sorted(p["launch_bound_steps"]))
 
 
 def _sum(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -204,39 +216,43 @@ def _sum(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> dict[str, Any]:
+THRESHOLDS = LaunchThresholds(runtime_cutoff_us=RUNTIME_CUTOFF_US, launch_delay_cutoff_us=LAUNCH_DELAY_CUTOFF_US,
+                              launch_bound=LaunchBoundRule(idle_share=LAUNCH_BOUND_IDLE_SHARE,
+                                                           host_wait_share=LAUNCH_BOUND_HOST_WAIT_SHARE,
+                                                           launch_share=LAUNCH_BOUND_LAUNCH_SHARE))
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[Ranked[LaunchFigure | NotApplicable]],
+                                                                 LaunchFigure | NotApplicable]:
     """Per rank (its files together) and over all ranks (every launch of every rank)."""
-    ranks, summed = [], []
+    ranks: list[Ranked[LaunchFigure | NotApplicable]] = []
+    summed = []
     for info, parts in group(files):
         s = _sum(parts)
         summed.append(s)
-        ranks.append({"role": info.role, "rank": info.rank, "path": info.path, "launch": _present(s)})
+        ranks.append(Ranked(info.role, info.rank, info.path, _present(s)))
     overall = _present(_sum(summed))
-    if overall["applicable"]:
-        del overall["launch_bound_steps"]  # step numbers mean nothing without their rank
-        overall["ranks"] = sum(1 for r in ranks if r["launch"]["applicable"])
-        overall["launch_bound_ranks"] = [r["rank"] for r in ranks if r["launch"].get("launch_bound_steps")]
-        overall["thresholds"] = {"runtime_cutoff_us": RUNTIME_CUTOFF_US,
-                                 "launch_delay_cutoff_us": LAUNCH_DELAY_CUTOFF_US,
-                                 "launch_bound": {"idle_share": LAUNCH_BOUND_IDLE_SHARE,
-                                                  "host_wait_share": LAUNCH_BOUND_HOST_WAIT_SHARE,
-                                                  "launch_share": LAUNCH_BOUND_LAUNCH_SHARE}}
-    return {"ranks": ranks, "overall": overall}
+    if isinstance(overall, LaunchFigure):
+        overall.launch_bound_steps = UNSET  # step numbers mean nothing without their rank
+        overall.ranks = sum(1 for r in ranks if r.figure.applicable)
+        overall.launch_bound_ranks = [r.rank for r in ranks
+                                      if isinstance(r.figure, LaunchFigure) and r.figure.launch_bound_steps]
+        overall.thresholds = THRESHOLDS
+    return ranks, overall
 
 
-def step_figure(part: dict[str, Any], step: int, whole: bool = False) -> dict[str, Any]:
+def step_figure(part: dict[str, Any], step: int, whole: bool = False) -> LaunchStep | NotApplicable:
     """One rank's compact figure for one step (``whole``: the file's, for a capture window without steps)."""
     if not part.get("device_events"):
         return idle_mod.not_applicable()
     if whole:
         p = _present(part)
-        if not p["applicable"]:
+        if not isinstance(p, LaunchFigure):
             return p
-        return {"applicable": True, "launches": p["launches"], "delay_mean_us": p["delay_us"]["mean"],
-                "delay_p95_us": p["delay_us"]["p95"], "delay_max_us": p["delay_us"]["max"], "short": p["short"],
-                "short_share": p["short_share"], "delay_outliers": p["delay_outliers"],
-                "launch_bound": bool(part.get("whole_launch_bound"))}
+        return LaunchStep(launches=p.launches, delay_mean_us=p.delay_us.mean, delay_p95_us=p.delay_us.p95,
+                          delay_max_us=p.delay_us.max, short=p.short, short_share=p.short_share,
+                          delay_outliers=p.delay_outliers, launch_bound=bool(part.get("whole_launch_bound")))
     fig = part.get("steps", {}).get(step)
     if fig is None:
         return idle_mod.not_applicable("no launches in this step" if part.get("launches") else _NO_LAUNCHES)
-    return fig
+    return LaunchStep(**fig)

@@ -17,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from distprof.analysis.records import CommOverlap, Overlap, Ranked
 from distprof.trace.ranks import summed
 from distprof.trace.table import Sets, TraceTable
 from distprof.util import intervals as iv
 
-__all__ = ["combine", "extract", "figures"]
+__all__ = ["combine", "extract", "figures", "step_figure"]
 
 
 def _one(comm: iv.IntervalSet, compute: iv.IntervalSet) -> dict[str, float] | None:
@@ -47,13 +48,24 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return {**figures(tb.sets()), "steps": steps}
 
 
-def _share(fig: dict[str, float] | None) -> dict[str, float] | None:
+def _share(fig: dict[str, float] | None) -> CommOverlap | None:
     if fig is None:
         return None
-    return {**fig, "share": fig["overlapped_us"] / fig["communication_us"] if fig["communication_us"] else 0.0}
+    return CommOverlap(communication_us=fig["communication_us"], overlapped_us=fig["overlapped_us"],
+                       share=fig["overlapped_us"] / fig["communication_us"] if fig["communication_us"] else 0.0)
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[Ranked[Overlap]]:
     """Per rank (its files summed): device and host overlap."""
-    return [{"role": info.role, "rank": info.rank, "path": info.path, "device": _share(s["device"]),
-             "host": _share(s["host"])} for info, s in summed(files, ("device", "host"))]
+    return [Ranked(info.role, info.rank, info.path, Overlap(device=_share(s["device"]), host=_share(s["host"])))
+            for info, s in summed(files, ("device", "host"))]
+
+
+def step_figure(part: dict[str, Any], step: int) -> Overlap | None:
+    """One rank's figure for one step, None for a step its file does not have."""
+    fig = part.get("steps", {}).get(step)
+    return None if fig is None else Overlap(device=_plain(fig["device"]), host=_plain(fig["host"]))
+
+
+def _plain(fig: dict[str, float] | None) -> CommOverlap | None:
+    return None if fig is None else CommOverlap(**fig)

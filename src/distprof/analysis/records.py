@@ -1,21 +1,24 @@
 """The analyses' combined results as typed records: what ``combine`` returns, what an
-:class:`~distprof.analysis.analyze.Investigation` holds, and what diagnose and the report read.
+:class:`~distprof.analysis.investigation.Investigation` holds, and what diagnose and the report read.
 
 ``--json`` is an encoding of these records (:func:`to_json`): fields are declared in the order the keys are
 printed, and a field whose value is :data:`msgspec.UNSET` is left out (keys today's output prints only for some
-rows, such as a rank row's ``window``). Figures that are tables by name (``phases``, ``categories``) or another
-analysis's own object (``idle``, ``launch``, ``temporal``, ``overlap``, ``breakdown``, ``profiling_cost``) stay
-plain dicts inside the records.
+rows, such as a rank row's ``window``). The figures inside the rows are records too, each made by its analysis
+module: :class:`IdleFigure` (:mod:`.idle`), :class:`LaunchFigure` and :class:`LaunchStep` (:mod:`.launch`),
+:class:`Temporal` (:mod:`.temporal`), :class:`Overlap` (:mod:`.overlap`), :class:`StepBreakdown`
+(:mod:`.breakdown`), :class:`ProfilingCost` (:mod:`.cost`); a figure that means nothing for a rank or step (no
+device work, no launch) is :class:`NotApplicable`. Only tables by name stay plain dicts (``phases``,
+``categories``, ``outside_steps``, ``calls``, ``threads``: ``{name: figure}``).
 
 Records are read as attributes, which a type checker follows (no ``record["key"]``: a misspelled key would be a
-silent None). An unset field is :data:`msgspec.UNSET`, which is falsy: ``row.launch or {}`` reads as the
+silent None). An unset field is :data:`msgspec.UNSET`, which is falsy: ``row.window or None`` reads as the
 ``--json`` mapping's missing key did.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -23,21 +26,38 @@ from msgspec import UNSET, UnsetType
 __all__ = [
     "UNSET",
     "Collective",
+    "CommOverlap",
+    "DelayStats",
+    "DeviceTime",
     "FileFacts",
-    "Investigation",
+    "HostTime",
+    "HostWait",
+    "IdleFigure",
     "KernelRow",
+    "LaunchBoundRule",
+    "LaunchFigure",
+    "LaunchStep",
+    "LaunchThresholds",
     "Mismatch",
+    "NotApplicable",
     "OpRow",
+    "Overlap",
     "PhaseRow",
+    "ProfilingCost",
     "RankStep",
+    "Ranked",
     "Record",
+    "StepBreakdown",
     "StepRow",
     "StepsResult",
     "StragglerRank",
     "StragglerStep",
     "StragglersResult",
+    "StreamIdle",
     "SummaryRank",
     "SummaryResult",
+    "Temporal",
+    "TimeStats",
     "Wait",
     "WaitPair",
     "to_json",
@@ -57,6 +77,207 @@ def _plain(obj: Any) -> Any:
 def to_json(record: Any) -> Any:
     """``record`` (a record, a list of them, a dict holding them) as the plain objects ``--json`` prints."""
     return msgspec.to_builtins(record, enc_hook=_plain)
+
+
+F = TypeVar("F")
+
+
+@dataclass
+class Ranked(Generic[F]):
+    """One rank's figure as an analysis's ``combine`` gives it, with who it is (the rank's first file's path)."""
+    role: str | None
+    rank: int | None
+    path: str
+    figure: F
+
+
+# ---- the figures inside the rows (each made by its analysis module) -------------------------------------------
+class NotApplicable(Record, kw_only=True):
+    """A figure that means nothing here (``idle``, ``launch``): why (``device_events``: launch statistics of a rank
+    whose device work no launch call is linked to)."""
+    applicable: bool = False
+    reason: str = "no device events"
+    device_events: int | UnsetType = UNSET
+
+
+class HostWait(Record, kw_only=True):
+    """What the host does while the device waits for it (:mod:`.idle`): µs by cause; ``phases``: µs per phase."""
+    launch_us: float = 0.0
+    collective_us: float = 0.0
+    sync_us: float = 0.0
+    phase_us: float = 0.0
+    untraced_us: float = 0.0
+    phases: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+class StreamIdle(Record, kw_only=True):
+    """One stream's device idle time by cause (:mod:`.idle`)."""
+    stream: int
+    applicable: bool = True
+    span_us: float
+    busy_us: float
+    idle_us: float
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+    idle_share: float
+    host_wait_share: float
+    kernel_wait_share: float
+    other_share: float
+
+
+class IdleFigure(Record, kw_only=True):
+    """Device idle time by cause (:mod:`.idle`) of a rank or a step (with its ``streams``), or over all ranks (with
+    ``ranks`` and ``kernel_wait_below_us``)."""
+    applicable: bool = True
+    span_us: float
+    busy_us: float
+    idle_us: float
+    host_wait_us: float
+    kernel_wait_us: float
+    other_us: float
+    host_wait: HostWait | UnsetType = UNSET
+    idle_share: float
+    host_wait_share: float
+    kernel_wait_share: float
+    other_share: float
+    streams: list[StreamIdle] | UnsetType = UNSET
+    ranks: int | UnsetType = UNSET
+    kernel_wait_below_us: float | UnsetType = UNSET
+
+
+class DelayStats(Record, kw_only=True):
+    mean: float
+    p50: float
+    p95: float
+    max: float
+
+
+class TimeStats(Record, kw_only=True):
+    total: float
+    mean: float
+
+
+class LaunchBoundRule(Record, kw_only=True):
+    idle_share: float
+    host_wait_share: float
+    launch_share: float
+
+
+class LaunchThresholds(Record, kw_only=True):
+    runtime_cutoff_us: float
+    launch_delay_cutoff_us: float
+    launch_bound: LaunchBoundRule
+
+
+class LaunchFigure(Record, kw_only=True):
+    """Kernel launch statistics (:mod:`.launch`) of a rank (``launch_bound_steps``) or over all ranks (``ranks``,
+    ``launch_bound_ranks``, ``thresholds``)."""
+    applicable: bool = True
+    launches: int
+    device_events: int
+    unlinked_device_events: int
+    delay_us: DelayStats
+    cpu_us: TimeStats
+    device_us: TimeStats
+    short: int
+    short_share: float
+    runtime_outliers: int
+    delay_outliers: int
+    calls: dict[str, int]
+    launch_bound_steps: list[int] | UnsetType = UNSET
+    ranks: int | UnsetType = UNSET
+    launch_bound_ranks: list[int | None] | UnsetType = UNSET
+    thresholds: LaunchThresholds | UnsetType = UNSET
+
+
+class LaunchStep(Record, kw_only=True):
+    """One rank's launches in one step (:mod:`.launch`), and whether the step is launch-bound."""
+    applicable: bool = True
+    launches: int
+    delay_mean_us: float
+    delay_p95_us: float
+    delay_max_us: float
+    short: int
+    short_share: float
+    delay_outliers: int
+    launch_bound: bool
+
+
+class DeviceTime(Record, kw_only=True):
+    """Where the device's time goes (:mod:`.temporal`); the shares of the span on a rank's figure, not a step's."""
+    span_us: float
+    compute_us: float
+    communication_us: float
+    memory_us: float
+    idle_us: float
+    compute_share: float | UnsetType = UNSET
+    communication_share: float | UnsetType = UNSET
+    memory_share: float | UnsetType = UNSET
+    idle_share: float | UnsetType = UNSET
+
+
+class HostTime(Record, kw_only=True):
+    """Where the host's time goes (:mod:`.temporal`); ``threads``: CPU-op busy µs per thread kind."""
+    span_us: float
+    compute_us: float
+    communication_us: float
+    idle_us: float
+    in_phases_us: float
+    threads: dict[str, float]
+    compute_share: float | UnsetType = UNSET
+    communication_share: float | UnsetType = UNSET
+    idle_share: float | UnsetType = UNSET
+    in_phases_share: float | UnsetType = UNSET
+
+
+class Temporal(Record, kw_only=True):
+    """The temporal breakdown (:mod:`.temporal`): device (None without device work) and host (None: no host span)."""
+    device: DeviceTime | None
+    host: HostTime | None
+
+
+class CommOverlap(Record, kw_only=True):
+    communication_us: float
+    overlapped_us: float
+    share: float
+
+
+class Overlap(Record, kw_only=True):
+    """Communication overlapped by compute (:mod:`.overlap`), on the device and on the host (None: no figure)."""
+    device: CommOverlap | None
+    host: CommOverlap | None
+
+
+class StepBreakdown(Record, kw_only=True):
+    """A step's (or the average step's) TensorBoard-style breakdown (:mod:`.breakdown`): µs per category."""
+    dur_us: float
+    kernel: float
+    memcpy: float
+    memset: float
+    communication: float
+    runtime: float
+    dataloader: float
+    cpu_exec: float
+    other: float
+
+
+class ProfilingCost(Record, kw_only=True):
+    """Profiling's own cost of one (role, rank), as its manifest recorded it (:mod:`.cost`)."""
+    role: str | None
+    rank: int | None
+    baseline_s: float | None
+    profiled_s: float | None
+    inflation: float | None
+    baseline_steps: int
+    profiled_steps: int
+    windows: int
+    reliable: bool
+    reason: str
+    baseline_spread: float | None
+    export_s: float | None
+    export_total_s: float | None
+    export_windows: int
 
 
 # ---- summary --------------------------------------------------------------------------------------------
@@ -98,11 +319,11 @@ class SummaryRank(Record, kw_only=True):
     categories: dict[str, float]
     kernel_total_us: float
     top_kernels: list[KernelRow]
-    idle: dict[str, Any] | UnsetType | None = UNSET
-    launch: dict[str, Any] | UnsetType | None = UNSET
-    temporal: dict[str, Any] | UnsetType | None = UNSET
-    overlap: dict[str, Any] | UnsetType | None = UNSET
-    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
+    idle: IdleFigure | NotApplicable | UnsetType = UNSET
+    launch: LaunchFigure | NotApplicable | UnsetType = UNSET
+    temporal: Temporal | UnsetType = UNSET
+    overlap: Overlap | UnsetType = UNSET
+    step_breakdown: StepBreakdown | UnsetType | None = UNSET
 
 
 class SummaryResult(Record, kw_only=True):
@@ -115,10 +336,10 @@ class SummaryResult(Record, kw_only=True):
     device_busy_us: float
     traced_us: float
     outside_steps: dict[str, float]
-    profiling_cost: list[dict[str, Any]] | dict[str, Any] | None
-    idle: dict[str, Any] | UnsetType | None = UNSET
-    launch: dict[str, Any] | UnsetType | None = UNSET
-    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
+    profiling_cost: list[ProfilingCost]
+    idle: IdleFigure | NotApplicable | UnsetType = UNSET
+    launch: LaunchFigure | NotApplicable | UnsetType = UNSET
+    step_breakdown: StepBreakdown | UnsetType | None = UNSET
     # the keys every verb shares (analyze's envelope)
     scope: dict[str, Any] | UnsetType = UNSET
     errors: list[dict[str, Any]] | UnsetType = UNSET
@@ -144,11 +365,11 @@ class RankStep(Record, kw_only=True):
     source: str
     start_us: float
     window: list[int] | UnsetType = UNSET
-    breakdown: dict[str, Any] | UnsetType = UNSET
-    temporal: dict[str, Any] | UnsetType | None = UNSET
-    overlap: dict[str, Any] | UnsetType = UNSET
-    idle: dict[str, Any] | UnsetType | None = UNSET
-    launch: dict[str, Any] | UnsetType | None = UNSET
+    breakdown: StepBreakdown | UnsetType = UNSET
+    temporal: Temporal | UnsetType = UNSET
+    overlap: Overlap | UnsetType = UNSET
+    idle: IdleFigure | NotApplicable | UnsetType = UNSET
+    launch: LaunchStep | NotApplicable | UnsetType = UNSET
 
 
 class StepRow(Record, kw_only=True):
@@ -169,9 +390,9 @@ class StepRow(Record, kw_only=True):
 class StepsResult(Record, kw_only=True):
     """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; the RL step view."""
     steps: list[StepRow]
-    profiling_cost: list[dict[str, Any]] | dict[str, Any] | None
+    profiling_cost: list[ProfilingCost]
     rl_steps: list[Any] = msgspec.field(default_factory=list)  # rlsteps.RLStep
-    step_breakdown: dict[str, Any] | UnsetType | None = UNSET
+    step_breakdown: StepBreakdown | UnsetType | None = UNSET
     scope: dict[str, Any] | UnsetType = UNSET
     errors: list[dict[str, Any]] | UnsetType = UNSET
     salvaged: list[dict[str, Any]] | UnsetType = UNSET
@@ -274,22 +495,3 @@ class FileFacts(Record, kw_only=True):
     step_kernels: dict[str, tuple] = msgspec.field(default_factory=dict)
     step_ops: dict[str, tuple] = msgspec.field(default_factory=dict)
     step_runtime: dict[str, tuple] = msgspec.field(default_factory=dict)
-
-
-@dataclass
-class Investigation:
-    """What one read of a path gives every verb, typed: ``summary``, ``steps`` and ``stragglers`` are the records
-    those verbs' ``--json`` encode (``stragglers.worst`` uncapped), made from one decode of each file; ``files``
-    what diagnose and the report know of each file. ``diagnose`` and ``report`` read these, so nothing is read or
-    computed twice (``run`` keeps the per-file parts for the report's worst-step timelines)."""
-    path: str
-    run: Any  # analyze.Run: the per-file parts, kept for the report's worst-step timelines
-    summary: SummaryResult
-    steps: StepsResult
-    stragglers: StragglersResult
-    files: list[FileFacts] = field(default_factory=list)
-
-    def envelope(self) -> dict[str, Any]:
-        """The keys every verb shares (errors, salvaged, conflicts, warnings, skipped, scope, files_read)."""
-        keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
-        return {k: getattr(self.steps, k) for k in keys}

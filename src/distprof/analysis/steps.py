@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from distprof.analysis import idle, launch
-from distprof.analysis.records import RankStep, StepRow, StepsResult, Wait
+from distprof.analysis import breakdown, idle, launch, overlap, temporal
+from distprof.analysis.records import LaunchStep, RankStep, StepRow, StepsResult, Wait
 from distprof.analysis.summary import CATEGORIES, profiling_cost, window_cost
 from distprof.trace.ranks import role_of, runs
 from distprof.trace.table import TraceTable
@@ -103,10 +103,13 @@ def _rank_row(info: Any, role: str, s: dict[str, Any], parts: dict[str, Any],
                  source=s["source"], start_us=s["start_us"])
     if whole:
         x.window = s["window"]
-    for name in ("breakdown", "temporal", "overlap"):
-        fig = parts.get(name, {}).get("steps", {}).get(s["step"]) if not whole else None
-        if fig is not None:
-            setattr(x, name, fig)
+    if not whole:
+        if "breakdown" in parts and (b := breakdown.step_figure(parts["breakdown"], s["step"])) is not None:
+            x.breakdown = b
+        if "temporal" in parts and (t := temporal.step_figure(parts["temporal"], s["step"])) is not None:
+            x.temporal = t
+        if "overlap" in parts and (o := overlap.step_figure(parts["overlap"], s["step"])) is not None:
+            x.overlap = o
     # Device idle by cause and launch figures for the step.
     if "idle" in parts:
         x.idle = idle.step_figure(parts["idle"], s["step"], whole)
@@ -130,7 +133,8 @@ def _step_row(role: str, step: Any, ranks: list[RankStep]) -> StepRow:
                    slowest_rank=slowest.rank, longest_rank=longest.rank, max_us=longest.dur_us,
                    min_us=min(x.dur_us for x in ranks), waited_us=sum(x.waited_us for x in ranks),
                    mean_phases=dict(sorted(phases.items(), key=lambda kv: -kv[1])),
-                   launch_bound_ranks=[x.rank for x in ranks if (x.launch or {}).get("launch_bound")])
+                   launch_bound_ranks=[x.rank for x in ranks
+                                       if isinstance(x.launch, LaunchStep) and x.launch.launch_bound])
 
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] = ()) -> StepsResult:

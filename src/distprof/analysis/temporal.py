@@ -37,12 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from distprof.analysis.records import DeviceTime, HostTime, Ranked, Temporal
 from distprof.trace.ranks import summed
 from distprof.trace.table import Sets, TraceTable
 from distprof.trace.vocab import Kind, ThreadKind
 from distprof.util import intervals as iv
 
-__all__ = ["combine", "device_figures", "extract", "host_figures", "phase_set"]
+__all__ = ["combine", "device_figures", "extract", "figure", "host_figures", "phase_set", "step_figure"]
 
 
 def device_figures(s: Sets) -> dict[str, float] | None:
@@ -98,9 +99,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return {"device": device_figures(s), "host": host_figures(s, phase_set(tb)), "steps": steps}
 
 
-def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
-    if fig is None:
-        return None
+def _shares(fig: dict[str, Any]) -> dict[str, Any]:
     span = fig["span_us"]
     out = dict(fig)
     for key in ("compute_us", "communication_us", "memory_us", "idle_us", "in_phases_us"):
@@ -109,7 +108,22 @@ def _shares(fig: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[dict[str, Any]]:
+def figure(part: dict[str, Any], shares: bool = False) -> Temporal:
+    """A part's (or a step's) ``{"device", "host"}`` as its record; ``shares``: with the shares of the span (a
+    rank's figure; a step's has none)."""
+    dev, host = part["device"], part["host"]
+    if shares:
+        dev, host = dev and _shares(dev), host and _shares(host)
+    return Temporal(device=None if dev is None else DeviceTime(**dev), host=None if host is None else HostTime(**host))
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[Ranked[Temporal]]:
     """Per rank (its files summed): device and host breakdowns with their shares of the span."""
-    return [{"role": info.role, "rank": info.rank, "path": info.path, "device": _shares(s["device"]),
-             "host": _shares(s["host"])} for info, s in summed(files, ("device", "host"))]
+    return [Ranked(info.role, info.rank, info.path, figure(s, shares=True))
+            for info, s in summed(files, ("device", "host"))]
+
+
+def step_figure(part: dict[str, Any], step: int) -> Temporal | None:
+    """One rank's figure for one step (without shares), None for a step its file does not have."""
+    fig = part.get("steps", {}).get(step)
+    return None if fig is None else figure(fig)

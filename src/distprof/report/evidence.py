@@ -22,7 +22,8 @@ import plotly.graph_objects as go
 
 from distprof.analysis import timeline as timeline_mod
 from distprof.analysis.diagnose import Finding
-from distprof.analysis.records import Investigation, StepRow
+from distprof.analysis.investigation import Investigation
+from distprof.analysis.records import StepRow
 from distprof.report.base import fig, label, role_labels, short
 from distprof.rundir.layout import is_url
 
@@ -227,8 +228,7 @@ def for_findings(inv: Investigation, findings: list[Finding], out: str | None = 
     ranks or steps, and only when ``inv`` was read with the ``timeline`` extract."""
     out_ev = []
     drawn = 0
-    pairs = [(r.info, r.parts) for r in inv.run.files]
-    has_timeline = any("timeline" in p for _, p in pairs)
+    has_timeline = inv.has_timelines
     for f in findings:
         ev = Evidence()
         ev.files, ev.more_files = trace_links(inv, f, out)
@@ -237,7 +237,7 @@ def for_findings(inv: Investigation, findings: list[Finding], out: str | None = 
             row, why = picked
             ranks = shown_ranks(row, f)
             step = row.window if row.window else row.step
-            tl = timeline_mod.combine(pairs, row.role, step, ranks)
+            tl = inv.step_timeline(row.role, step, ranks)
             if tl is not None:
                 drawn += 1
                 ev.step = {"role": row.role, "step": step, "ranks": [r.rank for r in tl.ranks]}

@@ -19,7 +19,12 @@ import plotly.graph_objects as go
 from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Plot
 from distprof.analysis.records import (
+    CommOverlap,
+    DeviceTime,
     FileFacts,
+    HostTime,
+    IdleFigure,
+    LaunchFigure,
     RankStep,
     StepRow,
     StepsResult,
@@ -224,12 +229,16 @@ def _rank_axis(ranks: list[SummaryRank]) -> list[str]:
     return [label(_rank_name(r.role, r.rank, r.path)) for r in ranks]
 
 
-def _temporal(r: SummaryRank) -> dict[str, Any]:
-    return r.temporal or {}
+def _device(r: SummaryRank) -> DeviceTime | None:
+    return r.temporal.device if r.temporal else None
+
+
+def _host(r: SummaryRank) -> HostTime | None:
+    return r.temporal.host if r.temporal else None
 
 
 def _has_device(r: SummaryRank) -> bool:
-    return bool((_temporal(r).get("device") or {}).get("span_us"))
+    return bool((d := _device(r)) is not None and d.span_us)
 
 
 HOST_PARTS = (("compute", "compute", "#4C78A8"), ("communication", "communication", "#E45756"),
@@ -238,13 +247,20 @@ DEVICE_PARTS = (("compute", "compute", "#4C78A8"), ("communication", "communicat
                 ("memory", "memory", "#EECA3B"), ("idle", "idle", "#BAB0AC"))
 
 
-def _host_parts(t: dict[str, Any]) -> dict[str, tuple[float, float]]:
+def _host_parts(t: HostTime) -> dict[str, tuple[float, float]]:
     """A rank's host figures as the plot's parts, (share, µs) each: idle less the time inside annotated phases."""
-    ph, ph_us = t.get("in_phases_share") or 0.0, t.get("in_phases_us") or 0.0
-    return {"compute": (t.get("compute_share", 0.0), t.get("compute_us", 0.0)),
-            "communication": (t.get("communication_share", 0.0), t.get("communication_us", 0.0)),
+    ph, ph_us = t.in_phases_share or 0.0, t.in_phases_us or 0.0
+    return {"compute": (t.compute_share or 0.0, t.compute_us),
+            "communication": (t.communication_share or 0.0, t.communication_us),
             "in_phases": (ph, ph_us),
-            "idle": (max(t.get("idle_share", 0.0) - ph, 0.0), max(t.get("idle_us", 0.0) - ph_us, 0.0))}
+            "idle": (max((t.idle_share or 0.0) - ph, 0.0), max(t.idle_us - ph_us, 0.0))}
+
+
+def _device_parts(d: DeviceTime) -> dict[str, tuple[float, float]]:
+    """A rank's device figures as the plot's parts, (share, µs) each."""
+    return {"compute": (d.compute_share or 0.0, d.compute_us),
+            "communication": (d.communication_share or 0.0, d.communication_us),
+            "memory": (d.memory_share or 0.0, d.memory_us), "idle": (d.idle_share or 0.0, d.idle_us)}
 
 
 def temporal(summary: SummaryResult) -> Section:
@@ -258,7 +274,7 @@ def temporal(summary: SummaryResult) -> Section:
                 "op, such as Python, a C extension, I/O or a sleep) and idle (no op and no phase).")
     ranks = summary.ranks or []
     dev = [r for r in ranks if _has_device(r)]
-    host = [r for r in ranks if not _has_device(r) and (_temporal(r).get("host") or {}).get("span_us")]
+    host = [r for r in ranks if not _has_device(r) and (h := _host(r)) is not None and h.span_us]
     for kind, rows, parts in (("device", dev, DEVICE_PARTS), ("host", host, HOST_PARTS)):
         if not rows:
             continue
@@ -266,10 +282,9 @@ def temporal(summary: SummaryResult) -> Section:
         fig = _fig(f"{kind.capitalize()} time per rank", height=440, barmode="stack", showlegend=True,
                    xaxis={"title": "rank", "type": "category"}, yaxis={"title": "share of span", "tickformat": ".0%"})
         if kind == "host":
-            vals = [_host_parts(_temporal(r)["host"]) for r in rows]
+            vals = [_host_parts(h) for r in rows if (h := _host(r)) is not None]
         else:
-            vals = [{p: (_temporal(r)[kind].get(f"{p}_share", 0.0), _temporal(r)[kind].get(f"{p}_us", 0.0))
-                     for p, _, _ in parts} for r in rows]
+            vals = [_device_parts(d) for r in rows if (d := _device(r)) is not None]
         for part, name, color in parts:
             fig.add_trace(go.Bar(
                 x=x, y=[v[part][0] for v in vals], name=name, marker_color=color,
@@ -281,23 +296,26 @@ def temporal(summary: SummaryResult) -> Section:
     return s
 
 
-def _communicating(summary: SummaryResult) -> tuple[list[SummaryRank], list[str], list[dict[str, Any]]]:
+def _communicating(summary: SummaryResult) -> tuple[list[SummaryRank], list[str], list[CommOverlap]]:
     """The ranks that communicate, where ("device": collective kernels, else "host"), and their overlap figures."""
-    rows, kinds = [], []
+    rows, kinds, figs = [], [], []
     for r in summary.ranks or []:
-        ov = r.overlap or {}
-        kind = "device" if (ov.get("device") or {}).get("communication_us") else \
-            "host" if (ov.get("host") or {}).get("communication_us") else None
-        if kind:
-            rows.append(r)
-            kinds.append(kind)
-    return rows, kinds, [(r.overlap or {})[k] for r, k in zip(rows, kinds, strict=True)]
+        if not r.overlap:
+            continue
+        for kind, fig in (("device", r.overlap.device), ("host", r.overlap.host)):
+            if fig is not None and fig.communication_us:
+                rows.append(r)
+                kinds.append(kind)
+                figs.append(fig)
+                break
+    return rows, kinds, figs
 
 
-def _no_overlap_note(rows: list[SummaryRank], kinds: list[str], ov: list[dict[str, Any]]) -> str:
+def _no_overlap_note(rows: list[SummaryRank], kinds: list[str], ov: list[CommOverlap]) -> str:
     """Why nothing overlaps: no compute traced at all, or compute and collectives taking turns."""
-    comm = sum(o["communication_us"] for o in ov)
-    computes = [(_temporal(r).get(k) or {}).get("compute_us") or 0.0 for r, k in zip(rows, kinds, strict=True)]
+    comm = sum(o.communication_us for o in ov)
+    figs = [_device(r) if k == "device" else _host(r) for r, k in zip(rows, kinds, strict=True)]
+    computes = [f.compute_us if f is not None else 0.0 for f in figs]
     why = ("these ranks trace no compute at all" if not any(computes) else
            "compute and collectives take turns: no compute runs while a collective does"
            + (" (on gloo the calling thread waits for each collective; gloo runs it on threads of its own)"
@@ -306,13 +324,13 @@ def _no_overlap_note(rows: list[SummaryRank], kinds: list[str], ov: list[dict[st
             f"{'s' if len(rows) != 1 else ''}, none of it while computing, because {why}.")
 
 
-def _overlap_figure(rows: list[SummaryRank], kinds: list[str], ov: list[dict[str, Any]]) -> go.Figure:
+def _overlap_figure(rows: list[SummaryRank], kinds: list[str], ov: list[CommOverlap]) -> go.Figure:
     fig = _fig("Communication overlapped by compute", height=420, barmode="stack", showlegend=True,
                xaxis={"title": "rank", "type": "category"},
                yaxis={"title": "share of communication time", "tickformat": ".0%", "range": [0, 1]})
-    custom = [[k, round(o["communication_us"] / 1000, 3), round(o.get("overlapped_us", 0.0) / 1000, 3)]
+    custom = [[k, round(o.communication_us / 1000, 3), round(o.overlapped_us / 1000, 3)]
               for o, k in zip(ov, kinds, strict=True)]
-    share = [min(max(o.get("share") or 0.0, 0.0), 1.0) for o in ov]
+    share = [min(max(o.share or 0.0, 0.0), 1.0) for o in ov]
     x = _rank_axis(rows)
     for name, y, color in (("overlapped", share, "#54A24B"), ("not overlapped", [1 - v for v in share], "#E45756")):
         fig.add_trace(go.Bar(
@@ -334,18 +352,18 @@ def overlap(summary: SummaryResult) -> Section:
         s.note = ("No communication in these traces (no collective kernels and no host collectives), so nothing "
                   "to overlap.")
         return s
-    if not any(o.get("overlapped_us") for o in ov):
+    if not any(o.overlapped_us for o in ov):
         s.note = _no_overlap_note(rows, kinds, ov)
     s.figures.append(_overlap_figure(rows, kinds, ov))
     return s
 
 
-def _idle(r: SummaryRank) -> dict[str, Any]:
-    return r.idle or {}
+def _idle(r: SummaryRank) -> IdleFigure | None:
+    return r.idle if isinstance(r.idle, IdleFigure) else None
 
 
-def _launch(r: SummaryRank) -> dict[str, Any]:
-    return r.launch or {}
+def _launch(r: SummaryRank) -> LaunchFigure | None:
+    return r.launch if isinstance(r.launch, LaunchFigure) else None
 
 
 def idle(summary: SummaryResult) -> Section:
@@ -357,37 +375,40 @@ def idle(summary: SummaryResult) -> Section:
                 "launch waits a few µs, the slow ones hundreds: on a linear scale p50 would not show), and the share "
                 "of short launches (device time below the call's own time); ranks with launch-bound steps are marked "
                 "above their p95.")
-    rows = [r for r in summary.ranks or [] if _idle(r).get("applicable")]
+    rows = [(r, f) for r in summary.ranks or [] if (f := _idle(r)) is not None]
     if not rows:
         s.note = "Not applicable: these traces have no device events (a CPU-only job), so there is no device idle time."
         return s
-    x = _rank_axis(rows)
+    x = _rank_axis([r for r, _ in rows])
     fig = _fig("Device idle by cause", height=420, barmode="stack", showlegend=True,
                xaxis={"title": "rank", "type": "category"},
                yaxis={"title": "ms"})
-    for part, color in (("host_wait", "#E45756"), ("kernel_wait", "#EECA3B"), ("other", "#BAB0AC")):
+    causes = (("host_wait", "#E45756", [f.host_wait_us for _, f in rows]),
+              ("kernel_wait", "#EECA3B", [f.kernel_wait_us for _, f in rows]),
+              ("other", "#BAB0AC", [f.other_us for _, f in rows]))
+    for part, color, values in causes:
         fig.add_trace(go.Bar(
-            x=x, y=[round(_idle(r).get(f"{part}_us", 0.0) / 1000, 3) for r in rows], name=part.replace("_", " "),
-            marker_color=color, customdata=[_idle(r).get("idle_share") or 0.0 for r in rows],
+            x=x, y=[round(v / 1000, 3) for v in values], name=part.replace("_", " "),
+            marker_color=color, customdata=[f.idle_share or 0.0 for _, f in rows],
             hovertemplate=f"{part.replace('_', ' ')}<br>%{{x}}<br>%{{y:.2f}} ms "
                           f"(device idle %{{customdata:.1%}} of span)<extra></extra>"))
     s.figures.append(fig)
-    lrows = [r for r in rows if _launch(r).get("applicable") and (_launch(r).get("launches") or 0)]
+    lrows = [(r, la) for r, _ in rows if (la := _launch(r)) is not None and la.launches]
     if lrows:
         s.figures.append(_launch_delay(lrows))
     return s
 
 
-def _launch_delay(lrows: list[SummaryRank]) -> go.Figure:
+def _launch_delay(lrows: list[tuple[SummaryRank, LaunchFigure]]) -> go.Figure:
     """Launch delay per rank, p50 and p95 on a log scale; launch-bound ranks marked above their p95."""
-    lx = _rank_axis(lrows)
+    lx = _rank_axis([r for r, _ in lrows])
     # p50 is often a few µs and p95 hundreds: on a linear axis p50 is a bar no one can see. A log axis with
     # a marker per quantile, joined by a line per rank, keeps both readable whatever their ratio (a
     # delay <= 0, clock skew between host and device, is drawn at the axis floor; the hover has its value).
-    custom = [[_launch(r)["launches"], _launch(r).get("short_share") or 0.0,
-               "launch-bound in steps " + ", ".join(map(str, _launch(r).get("launch_bound_steps") or []))
-               if _launch(r).get("launch_bound_steps") else "not launch-bound"] for r in lrows]
-    q = {k: [_launch(r)["delay_us"][k] for r in lrows] for k in ("p50", "p95")}
+    custom = [[la.launches, la.short_share or 0.0,
+               "launch-bound in steps " + ", ".join(map(str, la.launch_bound_steps))
+               if la.launch_bound_steps else "not launch-bound"] for _, la in lrows]
+    q = {"p50": [la.delay_us.p50 for _, la in lrows], "p95": [la.delay_us.p95 for _, la in lrows]}
     pos = [v for k in q for v in q[k] if v > 0]
     floor = min(pos) / 2 if pos else 0.1
 
@@ -413,7 +434,7 @@ def _launch_delay(lrows: list[SummaryRank]) -> go.Figure:
             customdata=[[*c, v] for c, v in zip(custom, q[k], strict=True)],
             hovertemplate=f"%{{x}}<br>delay {k} %{{customdata[3]:.1f}} µs<br>%{{customdata[0]}} launches, "
                           "%{customdata[1]:.0%} short<br>%{customdata[2]}<extra></extra>"))
-    bound = [i for i, r in enumerate(lrows) if _launch(r).get("launch_bound_steps")]
+    bound = [i for i, (_, la) in enumerate(lrows) if la.launch_bound_steps]
     if bound:
         fig.add_trace(go.Scatter(x=[lx[i] for i in bound], y=[shown(q["p95"][i]) * 1.6 for i in bound],
                                  mode="markers", name="launch-bound", marker={"symbol": "triangle-down", "size": 9,

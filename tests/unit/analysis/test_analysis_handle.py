@@ -4,6 +4,7 @@ figures as the verbs."""
 import os
 from collections import Counter
 
+import msgspec
 import pytest
 from tracekit import TRACES
 
@@ -72,3 +73,38 @@ def test_records_are_read_as_attributes_only():
         assert not hasattr(rec, "get")
     with pytest.raises(AttributeError):
         row.slowset_rank  # noqa: B018  (misspelled on purpose)
+
+
+def test_the_figures_inside_the_records_are_records_too():
+    """Every figure a row carries (idle, launch, temporal, overlap, step breakdown, profiling cost) is a typed record
+    read by attribute, per rank, over all ranks and per step; and ``to_json`` of it is the verb's --json."""
+    from distprof.analysis.records import (
+        IdleFigure,
+        LaunchFigure,
+        LaunchStep,
+        NotApplicable,
+        Overlap,
+        ProfilingCost,
+        StepBreakdown,
+        Temporal,
+    )
+
+    path = os.path.join(TRACES, "distprof-h100", "ddp-gloo-cuda-slow-rank1")
+    run = distprof.analysis.open(path, workers=1)
+    s, st = run.summary(), run.steps()
+    for r in s.ranks:
+        assert isinstance(r.idle, IdleFigure) and r.idle.host_wait and r.idle.streams
+        assert r.idle.idle_us == pytest.approx(r.idle.host_wait_us + r.idle.kernel_wait_us + r.idle.other_us)
+        assert isinstance(r.launch, LaunchFigure) and r.launch.delay_us.p50 <= r.launch.delay_us.p95
+        assert isinstance(r.temporal, Temporal) and r.temporal.device and r.temporal.device.idle_share is not None
+        assert isinstance(r.overlap, Overlap) and r.overlap.device and 0 <= r.overlap.device.share <= 1
+        assert isinstance(r.step_breakdown, StepBreakdown)
+    assert isinstance(s.idle, IdleFigure) and s.idle.ranks == 2 and s.idle.kernel_wait_below_us == 30.0
+    assert isinstance(s.launch, LaunchFigure) and s.launch.thresholds and not s.launch.launch_bound_steps
+    assert all(isinstance(c, ProfilingCost) for c in s.profiling_cost + st.profiling_cost) and s.profiling_cost
+    for x in (x for row in st.steps for x in row.ranks):
+        assert isinstance(x.idle, (IdleFigure, NotApplicable)) and isinstance(x.launch, (LaunchStep, NotApplicable))
+        assert isinstance(x.breakdown, StepBreakdown) and isinstance(x.temporal, Temporal)
+        assert x.temporal.device is None or x.temporal.device.idle_share is msgspec.UNSET  # a step's: no shares
+    assert to_json(s) == analyze.summary(path, workers=1)
+    assert to_json(st) == analyze.steps(path, workers=1)

@@ -47,3 +47,22 @@ def test_waiting_names_the_rank_waited_for(tmp_path):
     (w,) = tl.ranks[1].waiting
     assert w[0] == 1 and w[2] - w[1] == pytest.approx(300)
     assert tl.ranks[0].waiting == [] and [p[0] for p in tl.ranks[0].phases] == ["train/data"]
+
+
+def test_the_investigation_gives_a_steps_timeline_typed(tmp_path):
+    """The report reads worst-step timelines through the Investigation, not the per-file parts: ``step_timeline``
+    gives the same StepTimeline as combining the parts, and None without the timeline extract."""
+    from distprof.analysis.analyze import investigate
+
+    for rank, late in ((0, 0), (1, 300)):
+        events = [X("ProfilerStep#1", 0, 1000, cat=ANN), X("c10d::allreduce_", 200 + late, 50)]
+        write(tmp_path / f"rank-{rank}.json", events, distributedInfo={"rank": rank, "world_size": 2})
+    inv = investigate(str(tmp_path), parts=("timeline",))
+    assert inv.has_timelines
+    tl = inv.step_timeline(None, 1, [0, 1])
+    assert isinstance(tl, timeline.StepTimeline)
+    assert tl == timeline.combine([(f.info, f.parts) for f in inv.run.files], None, 1, [0, 1])
+    assert [r.rank for r in tl.ranks] == [0, 1] and tl.ranks[0].waiting[0][0] == 1
+    assert inv.step_timeline(None, 2, [0, 1]) is None  # no such step
+    plain = investigate(str(tmp_path))
+    assert not plain.has_timelines and plain.step_timeline(None, 1, [0, 1]) is None

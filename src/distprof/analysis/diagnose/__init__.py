@@ -145,7 +145,7 @@ from distprof.analysis.diagnose.device import exposed_communication, host_bound,
 from distprof.analysis.diagnose.host import data_loading, outlier_steps
 from distprof.analysis.diagnose.roles import bounding_role
 from distprof.analysis.diagnose.straggler import straggler
-from distprof.analysis.records import Investigation
+from distprof.analysis.investigation import Investigation
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,9 @@ from typing import Any
 
 import msgspec
 
+from distprof.analysis.investigation import Investigation
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
-from distprof.analysis.records import UNSET, Investigation, RankStep, StepRow
+from distprof.analysis.records import RankStep, StepBreakdown, StepRow
 from distprof.trace.ranks import unranked_label
 
 logger = logging.getLogger(__name__)
@@ -243,7 +244,7 @@ class Job:
                 for i, x in enumerate(row.ranks):
                     self.of_rank[(role, x.rank)].append((row, i, x))
         self.partial = self._partial()
-        self.device = any((x.temporal or {}).get("device") for rs in self.by_role.values() for row in rs
+        self.device = any(x.temporal and x.temporal.device for rs in self.by_role.values() for row in rs
                           for x in row.ranks)
         self._names: dict[tuple, dict[str, float]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
@@ -273,7 +274,7 @@ class Job:
                 continue
             x = RankStep(rank=r.rank, path=r.path, dur_us=traced, waited_us=0.0, busy_us=traced, wait_caused_us=0.0,
                          sync_waiting_us=0.0, phases={}, categories=r.categories or {}, source="trace",
-                         start_us=f.start_us or 0.0, temporal=_or_none(r.temporal), idle=_or_none(r.idle))
+                         start_us=f.start_us or 0.0, temporal=r.temporal, idle=r.idle)
             if r.step_breakdown:
                 x.breakdown = r.step_breakdown
             by_role[r.role].append(x)
@@ -305,11 +306,6 @@ class Job:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}
 
 
-def _or_none(v: Any) -> Any:
-    """An unset field as None (what the ``--json`` mapping reads for a missing key)."""
-    return None if v is UNSET else v
-
-
 def _label_unranked(row: StepRow) -> StepRow:
     """A copy of ``row`` in which each file without a rank is a rank of its own, named by its file."""
     if all(x.rank is not None for x in row.ranks):
@@ -339,7 +335,7 @@ def share_rule(job: Job, rule: str, figure: Callable[[RankStep], float | None], 
     share of the step time, and per rank its total; only the roles at or above ``threshold``."""
     hits = []
     for role, rows in job.by_role.items():
-        if device and not any((x.temporal or {}).get("device") for row in rows for x in row.ranks):
+        if device and not any(x.temporal and x.temporal.device for row in rows for x in row.ranks):
             continue
         cuts, part, dur = [], 0.0, 0.0
         per_rank: dict[Any, float] = defaultdict(float)
@@ -377,9 +373,10 @@ def top_rank(per_rank: dict[Any, float]) -> Any:
     return max(per_rank, key=lambda r: per_rank[r])
 
 
-def breakdown_figure(name: str) -> Callable[[RankStep], float | None]:
+def breakdown_figure(part: Callable[[StepBreakdown], float]) -> Callable[[RankStep], float | None]:
+    """A rank-step's figure: ``part`` of its step breakdown (None without one)."""
     def fig(x: RankStep) -> float | None:
         b = x.breakdown
-        return None if not b else b.get(name, 0.0)
+        return part(b) if b else None
     return fig
 

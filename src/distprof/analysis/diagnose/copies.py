@@ -31,7 +31,8 @@ __all__ = ["memcpy", "pageable_memcpy"]
 def memcpy(job: Job) -> list[Finding]:
     """Copies with nothing else on the device (:data:`MEMCPY_SHARE` of the step)."""
     out = []
-    for role, rows, cuts, share, per_rank in share_rule(job, "memcpy", breakdown_figure("memcpy"), MEMCPY_SHARE, True):
+    copies = breakdown_figure(lambda b: b.memcpy)
+    for role, rows, cuts, share, per_rank in share_rule(job, "memcpy", copies, MEMCPY_SHARE, True):
         kinds: dict[str, float] = defaultdict(float)
         for r in per_rank:
             for k, v in job.kernel_names(role, r, lambda n: memcpy_endpoints(n) is not None).items():

@@ -28,7 +28,7 @@ from distprof.analysis.diagnose.common import (
     steps_text,
     top_rank,
 )
-from distprof.analysis.records import RankStep, StepRow, SummaryRank
+from distprof.analysis.records import IdleFigure, LaunchFigure, LaunchStep, RankStep, StepRow, SummaryRank
 from distprof.trace.vocab import is_collective_op, is_comm_kernel, is_dataloader, is_sync_op, is_sync_runtime
 
 __all__ = ["exposed_communication", "host_bound", "host_sync", "launch_bound"]
@@ -46,8 +46,8 @@ def exposed_communication(job: Job) -> list[Finding]:
     """Collectives not hidden behind compute, beyond waiting for late peers (:data:`EXPOSED_COMM_SHARE`).
     The collectives are where :func:`.vocab.collective_source` puts them: kernels, or host collectives (gloo)."""
     def exposed(x: RankStep) -> float | None:
-        dev = (x.temporal or {}).get("device")
-        return None if not dev else max(dev["communication_us"] - x.waited_us, 0.0)
+        dev = x.temporal.device if x.temporal else None
+        return None if dev is None else max(dev.communication_us - x.waited_us, 0.0)
 
     out = []
     for role, rows, cuts, share, per_rank in share_rule(job, "exposed_communication", exposed, EXPOSED_COMM_SHARE,
@@ -86,16 +86,17 @@ def exposed_communication(job: Job) -> list[Finding]:
     return out
 
 
-def _idle(x: RankStep) -> dict[str, Any]:
-    return x.idle or {}
+def _idle(x: RankStep) -> IdleFigure | None:
+    return x.idle if isinstance(x.idle, IdleFigure) else None
 
 
-def _launch(x: RankStep) -> dict[str, Any]:
-    return x.launch or {}
+def _launch(x: RankStep) -> LaunchStep | None:
+    return x.launch if isinstance(x.launch, LaunchStep) else None
 
 
-def _host_wait(x: RankStep) -> dict[str, Any]:
-    return _idle(x).get("host_wait") or {}
+def _issuing_us(f: IdleFigure | None) -> float:
+    """Of an idle figure's host wait, the time the host spends issuing work (0 without a figure)."""
+    return f.host_wait.launch_us if f is not None and f.host_wait else 0.0
 
 
 def _busy_cuts(rows: list[StepRow], per_step: dict[Any, float]
@@ -113,8 +114,8 @@ def _busy_cuts(rows: list[StepRow], per_step: dict[Any, float]
 
 def _launch_rank_steps(rows: list[StepRow]) -> tuple[list[_RankStepAt], list[_RankStepAt]]:
     """The role's rank-steps where the launch figure applies, and those of them that are launch-bound."""
-    pairs = [(row, i, x) for row in rows for i, x in enumerate(row.ranks) if _launch(x).get("applicable")]
-    bound = [(row, i, x) for row, i, x in pairs if _launch(x).get("launch_bound")]
+    pairs = [(row, i, x) for row in rows for i, x in enumerate(row.ranks) if _launch(x) is not None]
+    bound = [(row, i, x) for row, i, x in pairs if (la := _launch(x)) is not None and la.launch_bound]
     return pairs, bound
 
 
@@ -127,7 +128,7 @@ def _launch_cuts(rows: list[StepRow], bound: list[_RankStepAt]
         cut = {}
         for r2, i, x in bound:
             if r2 is row:
-                cut[i] = min(_host_wait(x).get("launch_us", 0.0), x.busy_us)
+                cut[i] = min(_issuing_us(_idle(x)), x.busy_us)
                 per_rank[x.rank] += cut[i]
         cuts.append(cut)
     return cuts, per_rank
@@ -135,21 +136,21 @@ def _launch_cuts(rows: list[StepRow], bound: list[_RankStepAt]
 
 def _launch_figures(bound: list[_RankStepAt]) -> tuple[int, dict[str, Any]]:
     """The launch-bound rank-steps' idle and launch figures, summed, and how many rank-steps the idle ones are."""
-    idle = [_idle(x) for _, _, x in bound if _idle(x).get("applicable")]
+    idle = [f for _, _, x in bound if (f := _idle(x)) is not None]
+    launches = [la for _, _, x in bound if (la := _launch(x)) is not None]
     return max(len(idle), 1), {
-        "idle_us": sum(f["idle_us"] for f in idle), "host_wait_us": sum(f["host_wait_us"] for f in idle),
-        "host_issuing_us": sum((f.get("host_wait") or {}).get("launch_us", 0.0) for f in idle),
-        "span_us": sum(f["span_us"] for f in idle), "launches": sum(_launch(x)["launches"] for _, _, x in bound),
-        "short": sum(_launch(x)["short"] for _, _, x in bound)}
+        "idle_us": sum(f.idle_us for f in idle), "host_wait_us": sum(f.host_wait_us for f in idle),
+        "host_issuing_us": sum(_issuing_us(f) for f in idle),
+        "span_us": sum(f.span_us for f in idle), "launches": sum(la.launches for la in launches),
+        "short": sum(la.short for la in launches)}
 
 
 def _launch_calls(job: Job, role: Any) -> Counter:
     """The role's launch calls (runtime names) and how often each ran, from the summary."""
     calls: Counter = Counter()
     for r in job.inv.summary.ranks or []:
-        launch = r.launch or {}
-        if r.role == role and launch.get("applicable"):
-            calls.update(launch.get("calls") or {})
+        if r.role == role and isinstance(r.launch, LaunchFigure):
+            calls.update(r.launch.calls)
     return calls
 
 
@@ -190,16 +191,16 @@ def _host_wait_per_step(job: Job, summary: dict[tuple[Any, Any], SummaryRank], r
     for r in ranks_of(rows):
         mine = job.of_rank[(role, r)]
         s = summary.get((role, r))
-        hw = ((s.idle if s is not None else None) or {}).get("host_wait")
+        hw = s.idle.host_wait if s is not None and isinstance(s.idle, IdleFigure) else None
         if not hw or not mine:
             continue
-        named = {k: v for k, v in hw.get("phases", {}).items() if not is_dataloader(k)}
+        named = {k: v for k, v in hw.phases.items() if not is_dataloader(k)}
         excess = sum(job.straggler_cut.get((role, _cut_key(row), r), 0.0) for row, _, _ in mine)
-        total = max(sum(named.values()) + hw.get("untraced_us", 0.0) - excess, 0.0)
+        total = max(sum(named.values()) + hw.untraced_us - excess, 0.0)
         if total > 0:
             per_step[r] = total / len(mine)
-            scale = total / (sum(named.values()) + hw.get("untraced_us", 0.0))
-            for k, v in [*named.items(), (_UNTRACED, hw.get("untraced_us", 0.0))]:
+            scale = total / (sum(named.values()) + hw.untraced_us)
+            for k, v in [*named.items(), (_UNTRACED, hw.untraced_us)]:
                 phases[k] += v * scale / len(mine)
     return per_step, phases
 
@@ -251,7 +252,7 @@ def _sync_per_step(job: Job, role: Any, rows: list[StepRow]) -> dict[Any, dict[s
     """Per rank with device activity, its blocking device-to-host reads per step, by name."""
     per_step: dict[Any, dict[str, float]] = {}
     for r in ranks_of(rows):
-        if any((x.temporal or {}).get("device") for _, _, x in job.of_rank[(role, r)]):
+        if any(x.temporal and x.temporal.device for _, _, x in job.of_rank[(role, r)]):
             ops = {k: v for k, v in job.names_per_step(role, r, "ops").items() if is_sync_op(k)}
             calls = {k: v for k, v in job.names_per_step(role, r, "runtime").items() if is_sync_runtime(k)}
             # .item() shows as both (the op calls the runtime's sync): the larger side, not the sum

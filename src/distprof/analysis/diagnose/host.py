@@ -37,7 +37,7 @@ __all__ = ["data_loading", "outlier_steps"]
 def data_loading(job: Job) -> list[Finding]:
     """The DataLoader's share of the step (:data:`DATA_LOADING_SHARE`)."""
     out = []
-    for role, rows, cuts, share, per_rank in share_rule(job, "data_loading", breakdown_figure("dataloader"),
+    for role, rows, cuts, share, per_rank in share_rule(job, "data_loading", breakdown_figure(lambda b: b.dataloader),
                                                         DATA_LOADING_SHARE, False):
         names = sorted({n for row in rows for x in row.ranks for n in x.phases if is_dataloader(n)})
         top = top_rank(per_rank)

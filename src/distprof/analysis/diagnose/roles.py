@@ -30,7 +30,7 @@ def _work(x: RankStep) -> float:
     until the driver ends the step has little)."""
     b = x.breakdown
     if b:
-        return max(b["dur_us"] - b.get("other", 0.0) - x.waited_us, 0.0)
+        return max(b.dur_us - b.other - x.waited_us, 0.0)
     return max(x.phases.values(), default=x.busy_us)  # a capture window: its longest phase (phases nest)
 
 
