@@ -179,7 +179,8 @@ class TraceStream:
         (another core); the start, the end and anything the fast path cannot cut are decoded here as usual.
         Such runs are not counted in :attr:`event_count`, and are not checked: a run that does not decode
         whole means the file must be read again without ``defer``; so does :attr:`needs_whole_read` once the
-        stream has ended (what was read past the runs depends on how many events they hold).
+        stream has ended (what was read past the runs depends on how many events they hold: an element longer
+        than a batch, or malformed JSON jumped over, whose lost events are estimated from the events read).
         """
         self.event_count, self.report, self._skips, self._source_problems = 0, ReadReport(), Counter(), []
         self._jumped = Skipped()  # the stretches of malformed JSON jumped over, and the bytes their estimate uses
@@ -193,6 +194,10 @@ class TraceStream:
                 if isinstance(batch, list):
                     self.event_count += len(batch)
                 yield batch
+        if self._deferred and self._jumped.places:
+            # The events the skipped bytes held are estimated from the mean size of the events read, and the runs'
+            # events are not counted here: only the read without defer gives the estimate a one-process read gives.
+            self.needs_whole_read = True
         self._close()
 
     def _close(self) -> None:
