@@ -13,12 +13,14 @@ import os
 import tempfile
 import traceback
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
+from distprof import analysis
+from distprof.analysis.records import to_json
 from distprof.cli_support import (
     BadArgument,
     bad_argument_if_invalid,
@@ -130,15 +132,16 @@ def demo(
     console.print(f"[green]distprof check passed[/green]: {len(result.files)} windows from "
                   f"{len({(f['role'], f['rank']) for f in result.files})} workers, collected through Ray.",
                   soft_wrap=True)
-    from distprof.report import write_report
-
+    run = analysis.open(result.run_dir, workers=1)  # read once: the report, the RL steps and the findings
     with console.status("diagnosing and writing the report..."):
-        rep = write_report(result.run_dir, os.path.join(result.run_dir, "report.html"), workers=1)
-    render.rl_steps(console, rep)  # each profiled RL step: every role's busy and idle time, its path, the what-if
-    console.print(Text(f"Diagnosis ({len(rep['findings'])} finding{'s' if len(rep['findings']) != 1 else ''}):"))
-    for k, f in enumerate(rep["findings"][:3], 1):
-        console.print(Text(f"  {k}. {render.plain(f['claim'])}"), soft_wrap=True)
-    console.print(Text(f"Report: {rep['out']} (open it in a browser; it works offline)"), soft_wrap=True)
+        page = run.report(os.path.join(result.run_dir, "report.html"))
+        findings = run.diagnose()
+    # each profiled RL step: every role's busy and idle time, its path, the what-if
+    render.rl_steps(console, run.steps())
+    console.print(Text(f"Diagnosis ({len(findings)} finding{'s' if len(findings) != 1 else ''}):"))
+    for k, f in enumerate(findings[:3], 1):
+        console.print(Text(f"  {k}. {render.plain(f.claim)}"), soft_wrap=True)
+    console.print(Text(f"Report: {page} (open it in a browser; it works offline)"), soft_wrap=True)
     for line in ["Next:"] + [f"  distprof {c.format(result.run_dir)}" for c in ("diagnose {}", "summary {}", "steps {}",
                  "stragglers {}", "merge {} -o merged.json.gz", "check {}")] + ["  open any trace in https://ui.perfetto"
                  ".dev (phases: driver/generate, rollout/generate, ref/log_probs, actor/update, actor/sync_weights)"]:
@@ -233,22 +236,28 @@ def _selection(ranks: str | None, roles: str | None, steps: str | None, steps_on
         raise BadArgument(str(e)) from None
 
 
-def _run(call: Callable[..., dict], *args: Any, **kwargs: Any) -> dict:
+R = TypeVar("R")
+
+
+def _run(call: Callable[..., R], *args: Any, **kwargs: Any) -> R:
     bar, show = progress_bar(err)
     with bar:
         return call(*args, progress=show, **kwargs)
 
 
-def _done(result: dict, as_json: bool, draw: Callable[[], None]) -> None:
-    """Print ``result`` (--json: one object on stdout; else tables, problems on stderr) and exit with its code."""
+def _done(result: Any, as_json: bool, draw: Callable[[], None]) -> None:
+    """Print ``result`` (--json: one object on stdout; else tables, problems on stderr) and exit with its code.
+    ``result``: a verb's record (``draw`` renders it; its ``--json`` object, ``to_json(result)``, gives the exit
+    code and the problems) or the ``--json`` object of a verb without one."""
     from distprof.analysis.analyze import exit_code
 
-    code = exit_code(result)
+    doc = result if isinstance(result, dict) else to_json(result)
+    code = exit_code(doc)
     if as_json:
-        print_json(result, code)
-    if result.get("files_read", 1):
+        print_json(doc, code)
+    if doc.get("files_read", 1):
         draw()
-    render.problems(err, result)
+    render.problems(err, doc)
     raise typer.Exit(code)
 
 
@@ -272,7 +281,7 @@ def summary(
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only, rank)
-    s = _run(analyze.summary, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
+    s = _run(analyze.summary_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
     _done(s, as_json, lambda: render.summary(console, s))
 
 
@@ -290,7 +299,7 @@ def stragglers(
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
-    r = _run(analyze.stragglers, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
+    r = _run(analyze.stragglers_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
     _done(r, as_json, lambda: render.stragglers(console, err, r))
 
 
@@ -307,8 +316,8 @@ def steps(
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
-    d = _run(analyze.steps, path, selection=sel, workers=workers, ray_address=ray_address)
-    if not d["steps"] and not as_json and d["files_read"]:
+    d = _run(analyze.steps_result, path, selection=sel, workers=workers, ray_address=ray_address)
+    if not d.steps and not as_json and d.files_read:
         err.print("no steps in these traces: no ProfilerStep#N ranges (torch writes them when profiler.step() is "
                   "called) and no distprof manifest window for these files", style="yellow", soft_wrap=True)
     _done(d, as_json, lambda: render.steps(console, d, phases=phases))

@@ -1,7 +1,8 @@
 """The analysis verbs as library calls: read a path once, run the analyses a verb needs, combine.
 
 Each verb (``summary``, ``steps``, ``stragglers``, ``diff``) returns one plain dict, the object its
-``--json`` prints: the verb's own keys plus the keys every verb shares:
+``--json`` prints (``summary_result``, ``steps_result``, ``stragglers_result``: the same reading, as the typed
+record that object encodes, :mod:`.records`): the verb's own keys plus the keys every verb shares:
 
 - ``scope``: the selection (ranks, roles, steps, steps_only) the figures are restricted to;
 - ``errors``: ``[{"path", "message"}]``, files that could not be read (exit code 1; 2 when none could);
@@ -63,8 +64,11 @@ __all__ = [
     "nothing_read",
     "read",
     "steps",
+    "steps_result",
     "stragglers",
+    "stragglers_result",
     "summary",
+    "summary_result",
 ]
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
@@ -295,25 +299,48 @@ def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = 
     return _finish(run, out)
 
 
+def summary_result(path: str, selection: Selection | None = None, top: int | None = None,
+                   workers: int | None = None, ray_address: str | None = None,
+                   progress: Callable[[Progress], None] | None = None) -> SummaryResult:
+    """``distprof summary`` as a record: kernels, ops, phases, categories over all ranks; per rank its breakdowns
+    (reading only what summary needs; :func:`summary` is its ``--json`` object)."""
+    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top)
+
+
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
             ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
-    return to_json(_summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top))
+    """``distprof summary --json``: ``to_json`` of :func:`summary_result`."""
+    return to_json(summary_result(path, selection, top, workers, ray_address, progress))
+
+
+def steps_result(path: str, selection: Selection | None = None, workers: int | None = None,
+                 ray_address: str | None = None, progress: Callable[[Progress], None] | None = None,
+                 tasks: list[dict[str, Any]] | None = None) -> StepsResult:
+    """``distprof steps`` as a record: per step and rank: duration, waits, phases, breakdowns; who holds the others
+    back; the RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
+    run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
+    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks)
 
 
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
           progress: Callable[[Progress], None] | None = None, tasks: list[dict[str, Any]] | None = None
           ) -> dict[str, Any]:
-    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; who holds the others back; the
-    RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
-    run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
-    return to_json(_steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks))
+    """``distprof steps --json``: ``to_json`` of :func:`steps_result`."""
+    return to_json(steps_result(path, selection, workers, ray_address, progress, tasks))
+
+
+def stragglers_result(path: str, selection: Selection | None = None, top: int | None = 10,
+                      workers: int | None = None, ray_address: str | None = None,
+                      progress: Callable[[Progress], None] | None = None) -> StragglersResult:
+    """``distprof stragglers`` as a record: collectives matched across ranks; who arrives last, who waits how
+    long (``worst``: the ``top`` that cost the most waiting; None: all)."""
+    return _stragglers_of(read(path, STRAGGLERS_PARTS, selection, workers, ray_address, progress), top)
 
 
 def stragglers(path: str, selection: Selection | None = None, top: int | None = 10, workers: int | None = None,
                ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof stragglers``: collectives matched across ranks; who arrives last, who waits how long."""
-    return to_json(_stragglers_of(read(path, STRAGGLERS_PARTS, selection, workers, ray_address, progress), top))
+    """``distprof stragglers --json``: ``to_json`` of :func:`stragglers_result`."""
+    return to_json(stragglers_result(path, selection, top, workers, ray_address, progress))
 
 
 def file_facts_of(run: Run) -> list[FileFacts]:

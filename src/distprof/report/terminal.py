@@ -4,17 +4,40 @@ Every string that comes from a trace (kernel, op, annotation, role, file name) i
 ``rich.text.Text``, never as markup, so ``[param|cuda]`` prints as written and ``[/x]`` cannot break
 or restyle the output. Tables are :class:`~distprof.report.termfit.FitTable`: they fit the width they are printed at
 (no figure cut, long names cut in the middle on a terminal, whole in a file; the rules are in ``termfit``).
+
+``summary``, ``steps``, ``stragglers`` and ``rl_steps`` read the typed records (:mod:`distprof.analysis.records`) as
+attributes; the envelope every verb shares (``problems``) and the verbs without a record (``diagnose``, ``diff``)
+are their ``--json`` objects.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from msgspec import UNSET, UnsetType
 from rich.console import Console
 from rich.text import Text
 
+from distprof.analysis.breakdown import CATEGORIES
+from distprof.analysis.launch import LAUNCH_BOUND_IDLE_SHARE
+from distprof.analysis.records import (
+    IdleFigure,
+    LaunchFigure,
+    LaunchStep,
+    NotApplicable,
+    ProfilingCost,
+    RankStep,
+    StepBreakdown,
+    StepRow,
+    StepsResult,
+    StragglersResult,
+    SummaryRank,
+    SummaryResult,
+)
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.util.safetext import visible
+
+T = TypeVar("T")
 
 __all__ = [
     "Col",
@@ -43,6 +66,14 @@ def us(v: float | None) -> str:
 
 def share(v: float | None) -> str:
     return "-" if v is None else f"{v:.1%}"
+
+
+def _got(v: T | UnsetType) -> T:
+    """A field the combine always sets where it is read (a rank's shares, the overall figure's thresholds): unset,
+    it is a bug, as the missing ``--json`` key was (KeyError: exit 3)."""
+    if v is UNSET:
+        raise KeyError("a record field read by the terminal tables is unset")
+    return v
 
 
 def plain(s: Any) -> str:
@@ -106,16 +137,16 @@ def problems(err: Console, result: dict[str, Any]) -> None:
         say(err, Text.assemble(("warning ", "yellow"), plain(w)), hang=2)
 
 
-def scope_note(result: dict[str, Any]) -> Text | None:
+def scope_note(result: SummaryResult) -> Text | None:
     """Which time the figures cover, and how much work lies outside the steps."""
-    scope = result.get("scope") or {}
-    outside = result.get("outside_steps") or {}
+    scope = result.scope or {}
+    outside = result.outside_steps or {}
     if scope.get("steps_only"):
         which = (f"steps {','.join(map(str, scope['steps']))}" if scope.get("steps")
                  else "work inside ProfilerStep ranges")
         return Text(f"Figures cover {which} only.")
     if outside.get("device_us") or outside.get("op_us"):
-        total_dev = sum(result.get("categories", {}).values())
+        total_dev = sum(result.categories.values())
         part = f"{outside['device_us'] / total_dev:.1%} of device time" if total_dev and outside.get("device_us") else \
             f"{us(outside.get('op_us'))} of CPU op time"
         return Text(f"Figures cover the whole trace; {part} lies outside ProfilerStep ranges "
@@ -123,180 +154,191 @@ def scope_note(result: dict[str, Any]) -> Text | None:
     return None
 
 
-def summary(console: Console, s: dict[str, Any]) -> None:
+def summary(console: Console, s: SummaryResult) -> None:
     note = scope_note(s)
     if note is not None:
         say(console, note)
     _top_tables(console, s)
-    _device_ranks(console, s["ranks"])
-    _host_ranks(console, s["ranks"])
+    _device_ranks(console, s.ranks)
+    _host_ranks(console, s.ranks)
     _idle_table(console, s)
     _launch_table(console, s)
-    _breakdown(console, s.get("step_breakdown"))
-    profiling_cost(console, s.get("profiling_cost"))
+    _breakdown(console, s.step_breakdown)
+    profiling_cost(console, s.profiling_cost)
 
 
-def _top_tables(console: Console, s: dict[str, Any]) -> None:
+def _top_tables(console: Console, s: SummaryResult) -> None:
     """The kernels, CPU ops and phases over all ranks, each table when the run has any."""
-    if s["kernels"]:
+    if s.kernels:
         t = _table("Device kernels, memcpy, memset (all ranks; share of device time)",
                    ["name", "count", "total", "share"])
-        for r in s["kernels"]:
-            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), share(r["share"]))
+        for k in s.kernels:
+            t.add_row(_t(k.name), f"{k.count:,}", us(k.total_us), share(k.share))
         console.print(t)
-    if s["ops"]:
+    if s.ops:
         t = _table("CPU ops (all ranks; share of self time)", ["name", "count", "total", "self", "share"])
-        for r in s["ops"]:
-            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["total_us"]), us(r["self_us"]), share(r["share"]))
+        for o in s.ops:
+            t.add_row(_t(o.name), f"{o.count:,}", us(o.total_us), us(o.self_us), share(o.share))
         console.print(t)
-    if s["phases"]:
+    if s.phases:
         t = _table("Phases: annotations (all ranks; wall = time open; share of traced time; phases nest)",
                    ["name", "count", "wall", "self", "share"])
-        for r in s["phases"]:
-            t.add_row(_t(r["name"]), f"{r['count']:,}", us(r["wall_us"]), us(r["self_us"]), share(r["share"]))
+        for p in s.phases:
+            t.add_row(_t(p.name), f"{p.count:,}", us(p.wall_us), us(p.self_us), share(p.share))
         console.print(t)
 
 
-def _device_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+def _device_ranks(console: Console, ranks: list[SummaryRank]) -> None:
     """Per rank, its device time by kind (when any rank has device events)."""
-    if not any((r.get("temporal") or {}).get("device") for r in ranks):
+    if not any(r.temporal and r.temporal.device for r in ranks):
         return
     t = _table("Per rank: device time (share of the device span)",
                ["role", "rank", "span", "compute", "communication", "memory", "idle", "comm overlapped"])
     for r in ranks:
-        d = (r.get("temporal") or {}).get("device")
-        o = (r.get("overlap") or {}).get("device")
+        d = r.temporal.device if r.temporal else None
+        o = r.overlap.device if r.overlap else None
         if d is None:
-            t.add_row(_t(r["role"]), _rank(r["rank"]), "no device events", "", "", "", "", "")
+            t.add_row(_t(r.role), _rank(r.rank), "no device events", "", "", "", "", "")
             continue
-        t.add_row(_t(r["role"]), _rank(r["rank"]), us(d["span_us"]), share(d["compute_share"]),
-                  share(d["communication_share"]), share(d["memory_share"]), share(d["idle_share"]),
-                  share(o["share"]) if o else "-")
+        t.add_row(_t(r.role), _rank(r.rank), us(d.span_us), share(_got(d.compute_share)),
+                  share(_got(d.communication_share)), share(_got(d.memory_share)), share(_got(d.idle_share)),
+                  share(o.share) if o else "-")
     console.print(t)
 
 
-def _host_ranks(console: Console, ranks: list[dict[str, Any]]) -> None:
+def _host_ranks(console: Console, ranks: list[SummaryRank]) -> None:
     """Per rank, its host time by kind and its threads' busy time."""
     t = _table("Per rank: host time (share of the traced host time; in phases: inside an annotated phase that "
                "runs no traced op, busy in user code, not idle)",
                ["role", "rank", "traced", "compute", "communication", "in phases", "idle", "main thread busy",
                 "comm threads busy", "comm overlapped"])
     for r in ranks:
-        h = (r.get("temporal") or {}).get("host")
-        o = (r.get("overlap") or {}).get("host")
+        h = r.temporal.host if r.temporal else None
+        o = r.overlap.host if r.overlap else None
         if h is None:
-            t.add_row(_t(r["role"]), _rank(r["rank"]), "no host events", *[""] * 7)
+            t.add_row(_t(r.role), _rank(r.rank), "no host events", *[""] * 7)
             continue
-        th = h.get("threads") or {}
-        phases = h.get("in_phases_share") or 0.0  # part of idle_share (which keeps its meaning in --json)
-        t.add_row(_t(r["role"]), _rank(r["rank"]), us(h["span_us"]), share(h["compute_share"]),
-                  share(h["communication_share"]), share(phases), share(max(h["idle_share"] - phases, 0.0)),
+        th = h.threads or {}
+        phases = h.in_phases_share or 0.0  # part of idle_share (which keeps its meaning in --json)
+        t.add_row(_t(r.role), _rank(r.rank), us(h.span_us), share(_got(h.compute_share)),
+                  share(_got(h.communication_share)), share(phases), share(max(_got(h.idle_share) - phases, 0.0)),
                   us(th.get("main")),
-                  us(th.get("communication")), share(o["share"]) if o else "-")
+                  us(th.get("communication")), share(o.share) if o else "-")
     console.print(t)
 
 
-def _breakdown(console: Console, b: dict[str, Any] | None) -> None:
+def _breakdown(console: Console, b: StepBreakdown | UnsetType | None) -> None:
     """The average step's TensorBoard-style breakdown (when the run has steps)."""
     if not b:
         return
     t = _table("Average step, TensorBoard-style breakdown (all ranks; share of the step)",
-               ["duration", *(c.replace("_", " ") for c in _BREAKDOWN)], empty=(*BLANK, "0%"))
-    t.add_row(us(b["dur_us"]), *[f"{b[k] / b['dur_us']:.0%}" if b["dur_us"] else "-" for k in _BREAKDOWN])
+               ["duration", *(c.replace("_", " ") for c in CATEGORIES)], empty=(*BLANK, "0%"))
+    t.add_row(us(b.dur_us), *[f"{_part(b, k) / b.dur_us:.0%}" if b.dur_us else "-" for k in CATEGORIES])
     console.print(t)
 
 
+def _part(b: StepBreakdown, category: str) -> float:
+    """A breakdown's µs in one of :data:`~distprof.analysis.breakdown.CATEGORIES` (its fields, named alike)."""
+    return float(getattr(b, category))
 
-def profiling_cost(console: Console, rows: list[dict[str, Any]] | None, most: int = 8) -> None:
+
+
+def profiling_cost(console: Console, rows: list[ProfilingCost] | None, most: int = 8) -> None:
     """One paragraph per rank whose manifest timed its windows (``most`` of them): how much slower its profiled
     steps ran (only when the baseline is reliable, else why there is no figure), and how long closing its
     windows held it."""
     rows = rows or []
     for r in rows[:most]:
-        who = f"{plain(r['role'])} rank {_rank(r['rank'])}" if r.get("role") else f"rank {_rank(r['rank'])}"
-        if r.get("inflation") is not None and r.get("reliable", True):
-            n, w = r["baseline_steps"], r["windows"]
-            how = f"{abs(r['inflation']):.0%} {'slower' if r['inflation'] >= 0 else 'faster'}"
+        who = f"{plain(r.role)} rank {_rank(r.rank)}" if r.role else f"rank {_rank(r.rank)}"
+        if r.inflation is not None and r.reliable:
+            n, w = r.baseline_steps, r.windows
+            how = f"{abs(r.inflation):.0%} {'slower' if r.inflation >= 0 else 'faster'}"
             text = (f"Profiling's own cost, {who}: profiled steps ran {how} than the {'one' if n == 1 else n} "
                     f"unprofiled step{'' if n == 1 else 's'} in steady state before them (median "
-                    f"{us(r['profiled_s'] * 1e6)} vs {us(r['baseline_s'] * 1e6)}, {w} window{'' if w == 1 else 's'}).")
+                    f"{_seconds(r.profiled_s)} vs {_seconds(r.baseline_s)}, {w} window{'' if w == 1 else 's'}).")
         else:
-            text = f"Profiling's own cost, {who}: no reliable baseline: {plain(r.get('reason') or 'not recorded')}."
-        if r.get("export_s") is not None:
-            k = r.get("export_windows") or 1
-            text += (f" Closing the window held {who} for {us(r['export_s'] * 1e6)}" if k == 1 else
-                     f" Closing its {k} windows held {who} for up to {us(r['export_s'] * 1e6)} each, "
-                     f"{us(r['export_total_s'] * 1e6)} in all") + " (no step time includes it)."
+            text = f"Profiling's own cost, {who}: no reliable baseline: {plain(r.reason or 'not recorded')}."
+        if r.export_s is not None:
+            k = r.export_windows or 1
+            text += (f" Closing the window held {who} for {_seconds(r.export_s)}" if k == 1 else
+                     f" Closing its {k} windows held {who} for up to {_seconds(r.export_s)} each, "
+                     f"{_seconds(r.export_total_s)} in all") + " (no step time includes it)."
         say(console, Text(text))
     if len(rows) > most:
         say(console, Text(f"Profiling's own cost of {len(rows) - most} more ranks: in --json (profiling_cost)."))
 
 
-def _not_applicable(fig: dict[str, Any] | None) -> str | None:
+def _seconds(v: float | None) -> str:
+    return us(None if v is None else v * 1e6)
+
+
+def _not_applicable(fig: IdleFigure | LaunchFigure | NotApplicable | UnsetType | None) -> str | None:
     """The table's words for a figure that means nothing here (None when it does)."""
-    if fig is None:
+    if not fig:
         return "-"
-    return None if fig.get("applicable") else f"not applicable ({fig.get('reason', 'no device events')})"
+    if fig.applicable:
+        return None
+    return f"not applicable ({fig.reason if isinstance(fig, NotApplicable) else 'no device events'})"
 
 
-def _idle_table(console: Console, s: dict[str, Any]) -> None:
+def _idle_table(console: Console, s: SummaryResult) -> None:
     """Per rank: device idle time split by cause (HolisticTraceAnalysis's idle time breakdown)."""
-    overall = s.get("idle")
-    if overall is None:
+    overall = s.idle
+    if not overall:
         return
-    if not overall.get("applicable"):
+    if not isinstance(overall, IdleFigure) or not overall.applicable:
         say(console, Text(f"Device idle by cause: {_not_applicable(overall)}"))
         return
     t = _table(f"Per rank: device idle by cause (idle: share of the device span; causes: share of idle; "
-               f"kernel wait: gaps < {overall['kernel_wait_below_us']:g} us)",
+               f"kernel wait: gaps < {_got(overall.kernel_wait_below_us):g} us)",
                ["role", "rank", "idle", "host wait", "kernel wait", "other", "stream with most host wait (its own)"])
-    for r in s["ranks"]:
-        f = r.get("idle")
+    for r in s.ranks:
+        f = r.idle
         na = _not_applicable(f)
-        if na:
-            t.add_row(_t(r["role"]), _rank(r["rank"]), na, "", "", "", "")
+        if na or not isinstance(f, IdleFigure):
+            t.add_row(_t(r.role), _rank(r.rank), na, "", "", "", "")
             continue
-        worst = max(f["streams"], key=lambda x: x["host_wait_us"], default=None)
-        t.add_row(_t(r["role"]), _rank(r["rank"]), f"{us(f['idle_us'])} ({share(f['idle_share'])})",
-                  share(f["host_wait_share"]), share(f["kernel_wait_share"]), share(f["other_share"]),
-                  f"stream {worst['stream']}: {us(worst['host_wait_us'])}" if worst and worst["host_wait_us"] else "-")
+        worst = max(_got(f.streams), key=lambda x: x.host_wait_us, default=None)
+        t.add_row(_t(r.role), _rank(r.rank), f"{us(f.idle_us)} ({share(f.idle_share)})",
+                  share(f.host_wait_share), share(f.kernel_wait_share), share(f.other_share),
+                  f"stream {worst.stream}: {us(worst.host_wait_us)}" if worst and worst.host_wait_us else "-")
     console.print(t)
 
 
-def _launch_table(console: Console, s: dict[str, Any]) -> None:
+def _launch_table(console: Console, s: SummaryResult) -> None:
     """Per rank: kernel launch statistics (HolisticTraceAnalysis's launch stats) and launch-bound steps."""
-    overall = s.get("launch")
-    if overall is None:
+    overall = s.launch
+    if not overall:
         return
-    if not overall.get("applicable"):
+    if not isinstance(overall, LaunchFigure) or not overall.applicable:
         say(console, Text(f"Kernel launches: {_not_applicable(overall)}"))
         return
-    th = overall["thresholds"]
+    th = _got(overall.thresholds)
     t = _table(f"Per rank: kernel launches (delay: device start - call end, outlier > "
-               f"{th['launch_delay_cutoff_us']:g} us; short: device time < call time)",
+               f"{th.launch_delay_cutoff_us:g} us; short: device time < call time)",
                ["role", "rank", "launches", "delay mean", "p95", "max", "outliers", "call / device", "short",
                 "launch-bound steps"], left=("role", "launch-bound steps"))
-    for r in s["ranks"]:
-        f = r.get("launch")
+    for r in s.ranks:
+        f = r.launch
         na = _not_applicable(f)
-        if na:
-            t.add_row(_t(r["role"]), _rank(r["rank"]), na, *[""] * 7)
+        if na or not isinstance(f, LaunchFigure):
+            t.add_row(_t(r.role), _rank(r.rank), na, *[""] * 7)
             continue
-        d = f["delay_us"]
-        bound = f["launch_bound_steps"]
-        t.add_row(_t(r["role"]), _rank(r["rank"]), f"{f['launches']:,}", us(d["mean"]), us(d["p95"]), us(d["max"]),
-                  f"{f['delay_outliers']:,}", f"{us(f['cpu_us']['mean'])} / {us(f['device_us']['mean'])}",
-                  share(f["short_share"]),
+        d = f.delay_us
+        bound = _got(f.launch_bound_steps)
+        t.add_row(_t(r.role), _rank(r.rank), f"{f.launches:,}", us(d.mean), us(d.p95), us(d.max),
+                  f"{f.delay_outliers:,}", f"{us(f.cpu_us.mean)} / {us(f.device_us.mean)}",
+                  share(f.short_share),
                   (", ".join(f"#{b}" for b in bound[:8]) + (" ..." if len(bound) > 8 else "")) or "-")
     console.print(t)
 
 
-def _step_idle(x: dict[str, Any]) -> str:
-    f = x.get("idle")
-    if not f or not f.get("applicable"):
+def _step_idle(x: RankStep) -> str:
+    f = x.idle
+    if not isinstance(f, IdleFigure) or not f.applicable:
         return "-"
-    bound = (x.get("launch") or {}).get("launch_bound")
-    return f"{share(f['idle_share'])} (host {f['host_wait_share']:.0%})" + (" LB" if bound else "")
+    bound = x.launch.launch_bound if isinstance(x.launch, LaunchStep) else None
+    return f"{share(f.idle_share)} (host {f.host_wait_share:.0%})" + (" LB" if bound else "")
 
 
 def _step(step: Any) -> str:
@@ -308,96 +350,95 @@ def _step(step: Any) -> str:
     return str(step)
 
 
-_BREAKDOWN = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec", "other")
+def _label(row: StepRow) -> str:
+    return _step(row.window if row.window else row.step)
 
 
-def _step_breakdown_table(console: Console, d: dict[str, Any]) -> None:
+def _step_breakdown_table(console: Console, d: StepsResult) -> None:
     """Per step, over its ranks: the TensorBoard-style breakdown and the comm/compute overlap (each rank's own
     figures are in --json)."""
-    rows = [row for row in d["steps"] if any(x.get("breakdown") for x in row["ranks"])]
+    rows = [row for row in d.steps if any(x.breakdown for x in row.ranks)]
     if not rows:
         return
     t = _table("Per step, mean over its ranks: TensorBoard-style breakdown (share of the step) and communication "
-               "overlapped by compute", ["role", "step", "duration", *(c.replace("_", " ") for c in _BREAKDOWN),
+               "overlapped by compute", ["role", "step", "duration", *(c.replace("_", " ") for c in CATEGORIES),
                                          "comm overlapped"], empty=(*BLANK, "0%"))
     for row in rows:
-        figs = [x["breakdown"] for x in row["ranks"] if x.get("breakdown")]
-        dur = sum(f["dur_us"] for f in figs)
-        over = [o for x in row["ranks"] for o in ((x.get("overlap") or {}).get("device"),
-                                                   (x.get("overlap") or {}).get("host")) if o]
-        comm = sum(o["communication_us"] for o in over)
-        t.add_row(_t(row["role"]), _step(row["window"] if row.get("window") else row["step"]), us(dur / len(figs)),
-                  *[f"{sum(f[c] for f in figs) / dur:.0%}" if dur else "-" for c in _BREAKDOWN],
-                  share(sum(o["overlapped_us"] for o in over) / comm) if comm else "-")
+        figs = [x.breakdown for x in row.ranks if x.breakdown]
+        dur = sum(f.dur_us for f in figs)
+        over = [o for x in row.ranks if x.overlap for o in (x.overlap.device, x.overlap.host) if o]
+        comm = sum(o.communication_us for o in over)
+        t.add_row(_t(row.role), _label(row), us(dur / len(figs)),
+                  *[f"{sum(_part(f, c) for f in figs) / dur:.0%}" if dur else "-" for c in CATEGORIES],
+                  share(sum(o.overlapped_us for o in over) / comm) if comm else "-")
     console.print(t)
 
 
-def steps(console: Console, d: dict[str, Any], phases: int = 4, max_ranks: int = 16) -> None:
-    if not d["steps"]:
+def steps(console: Console, d: StepsResult, phases: int = 4, max_ranks: int = 16) -> None:
+    if not d.steps:
         return
     t = _table("Steps: per rank (busy = duration - time waiting for peers; * holds the others back: "
                "caused the most waiting)",
                ["role", "step", "rank", "duration", "waited", "busy", "caused", "device idle", "phases"],
                left=("role", "phases"))
-    for row in d["steps"]:
-        label = _step(row["window"] if row.get("window") else row["step"])
-        ranks = row["ranks"]
+    for row in d.steps:
+        label = _label(row)
+        ranks = row.ranks
         shown = ranks if len(ranks) <= max_ranks else \
-            sorted(ranks, key=lambda x: (-x["wait_caused_us"], -x["busy_us"]))[:max_ranks // 2]
+            sorted(ranks, key=lambda x: (-x.wait_caused_us, -x.busy_us))[:max_ranks // 2]
         for x in shown:
-            mark = " *" if x["rank"] == row["slowest_rank"] and len(ranks) > 1 else ""
-            ph = Text(", ").join([Text(f"{plain(k)} {us(v)}") for k, v in list(x["phases"].items())[:phases]])
-            t.add_row(_t(row["role"]), label, _rank(x["rank"]) + mark,
-                      us(x["dur_us"]), us(x["waited_us"]), us(x["busy_us"]), us(x["wait_caused_us"]), _step_idle(x), ph)
+            mark = " *" if x.rank == row.slowest_rank and len(ranks) > 1 else ""
+            ph = Text(", ").join([Text(f"{plain(k)} {us(v)}") for k, v in list(x.phases.items())[:phases]])
+            t.add_row(_t(row.role), label, _rank(x.rank) + mark,
+                      us(x.dur_us), us(x.waited_us), us(x.busy_us), us(x.wait_caused_us), _step_idle(x), ph)
         if len(shown) < len(ranks):
-            t.add_row(_t(row["role"]), label, f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
+            t.add_row(_t(row.role), label, f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
         t.add_section()
     console.print(t)
     _step_breakdown_table(console, d)
     rl_steps(console, d)
-    profiling_cost(console, d.get("profiling_cost"))
-    bound = [(row, row["launch_bound_ranks"]) for row in d["steps"] if row.get("launch_bound_ranks")]
+    profiling_cost(console, d.profiling_cost)
+    bound = [(row, row.launch_bound_ranks) for row in d.steps if row.launch_bound_ranks]
     if bound:
-        from distprof.analysis.launch import LAUNCH_BOUND_IDLE_SHARE
-        listed = "; ".join(f"step {row['step']}: rank{'s' if len(r) > 1 else ''} {','.join(map(_rank, r))}"
+        listed = "; ".join(f"step {row.step}: rank{'s' if len(r) > 1 else ''} {','.join(map(_rank, r))}"
                            for row, r in bound[:10]) + (" ..." if len(bound) > 10 else "")
         say(console, Text(f"LB = launch-bound ({listed}): device idle >= {LAUNCH_BOUND_IDLE_SHARE:.0%} of the step's "
                           "device span, at least half of it waiting for the CPU, and at least half of that wait "
                           "spent issuing work (launch calls, their ops, the Python between them). "
                           "Fewer, larger kernels (fusion, torch.compile, CUDA graphs) help; faster kernels do not."))
-    elif any((x.get("idle") or {}).get("applicable") for row in d["steps"] for x in row["ranks"]):
+    elif any(x.idle and x.idle.applicable for row in d.steps for x in row.ranks):
         say(console, Text("device idle: share of the step's device span idle (host: share of that idle spent "
                           "waiting for the CPU to launch work)."))
 
 
-def stragglers(console: Console, err: Console, r: dict[str, Any]) -> None:
-    if r["matched"] == 0:
+def stragglers(console: Console, err: Console, r: StragglersResult) -> None:
+    if r.matched == 0:
         say(err, Text("no collective could be matched across ranks (need 2+ ranks of one role with collective kernels "
                       "or c10d ops in the same steps)", style="yellow"))
-    t = _table(f"Stragglers: {r['matched']} collectives matched ({', '.join(r['sources'])}); "
+    t = _table(f"Stragglers: {r.matched} collectives matched ({', '.join(r.sources)}); "
                "waits are unions: overlapping collectives count once",
                ["role", "rank", "wait caused", "late arrivals", "waited", "collectives"])
-    for row in r["ranks"]:
-        t.add_row(_t(row["role"]), str(row["rank"]), us(row["wait_caused_us"]), str(row["late_arrivals"]),
-                  us(row["waited_us"]), str(row["collectives"]))
+    for row in r.ranks:
+        t.add_row(_t(row.role), str(row.rank), us(row.wait_caused_us), str(row.late_arrivals),
+                  us(row.waited_us), str(row.collectives))
     console.print(t)
-    if r["steps"]:
+    if r.steps:
         t = _table("Per step", ["role", "step", "collectives", "wait (all ranks)", "slowest rank"])
-        for s in r["steps"]:
-            t.add_row(_t(s["role"]), _step(s["step"]), str(s["collectives"]), us(s["wait_us"]),
-                      "-" if s["slowest_rank"] is None else str(s["slowest_rank"]))
+        for s in r.steps:
+            t.add_row(_t(s.role), _step(s.step), str(s.collectives), us(s.wait_us),
+                      "-" if s.slowest_rank is None else str(s.slowest_rank))
         console.print(t)
-    if r["worst"]:
+    if r.worst:
         t = _table("Collectives that cost the most waiting",
                    ["role", "step", "group", "kind", "index", "last rank", "wait caused", "longest wait"],
                    left=("role", "group", "kind"))
-        for w in r["worst"]:
-            t.add_row(_t(w["role"]), _step(w["step"]), _t(w["group"]), _t(w["kind"]), str(w["index"]),
-                      str(w["last_rank"]), us(w["wait_caused_us"]), us(w["max_wait_us"]))
+        for w in r.worst:
+            t.add_row(_t(w.role), _step(w.step), _t(w.group), _t(w.kind), str(w.index),
+                      str(w.last_rank), us(w.wait_caused_us), us(w.max_wait_us))
         console.print(t)
-    for m in r["mismatched"]:
-        say(err, Text(plain(f"warning: {m['kind']} in group {m['group']} (step {_step(m['step'])}) has different "
-                            f"counts per rank {m['counts']}: matched up to the smallest"), style="yellow"), hang=2)
+    for m in r.mismatched:
+        say(err, Text(plain(f"warning: {m.kind} in group {m.group} (step {_step(m.step)}) has different "
+                            f"counts per rank {m.counts}: matched up to the smallest"), style="yellow"), hang=2)
 
 
 def _ratio(r: float | None) -> str:
@@ -497,28 +538,28 @@ def diagnose(console: Console, d: dict[str, Any]) -> None:
             say(console, Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))
 
 
-def rl_steps(console: Console, d: dict[str, Any]) -> None:
+def rl_steps(console: Console, d: StepsResult) -> None:
     """One table: per RL step and role its busy, idle, critical-path and overlapped time and what-if saving;
     under it each step's critical path."""
-    rl = d.get("rl_steps") or []
+    rl = d.rl_steps or []
     if not rl:
         return
     t = _table("RL steps: per role (idle = waiting for another role; overlap = busy while another role is; "
                "saves = the step's saving if this role took its median step's time, on the path)",
                ["step", "role", "duration", "busy", "idle", "on path", "overlap", "saves"], left=("role",))
     for s in rl:
-        saves = {w["role"]: w["saves_us"] for w in s["what_if"]}
-        for j, r in enumerate(s["roles"]):
-            t.add_row(str(s["step"]), _t(r["role"]), us(s["duration_us"]) if j == 0 else "", us(r["busy_us"]),
-                      us(r["idle_us"]), us(r["on_path_us"]), us(r["overlapped_us"]), us(saves.get(r["role"])))
+        saves = {w.role: w.saves_us for w in s.what_if}
+        for j, r in enumerate(s.roles):
+            t.add_row(str(s.step), _t(r.role), us(s.duration_us) if j == 0 else "", us(r.busy_us),
+                      us(r.idle_us), us(r.on_path_us), us(r.overlapped_us), us(saves.get(r.role)))
         t.add_section()
     console.print(t)
     for s in rl:
-        best = s["what_if"][0] if s["what_if"] else None
-        line = f"step {s['step']}: path {' > '.join(plain(r) for r in s['critical_path'])}"
-        if best and best["saves_us"] > 0:
-            line += f"; {plain(best['role'])} at its median saves {us(best['saves_us'])}"
-        for e in s.get("engine") or []:
-            line += (f"; {plain(e['role'])}: {e['engine_iterations']} iterations, prefill {us(e['prefill_us'])}, "
-                     f"decode {us(e['decode_us'])}")
+        best = s.what_if[0] if s.what_if else None
+        line = f"step {s.step}: path {' > '.join(plain(r) for r in s.critical_path)}"
+        if best and best.saves_us > 0:
+            line += f"; {plain(best.role)} at its median saves {us(best.saves_us)}"
+        for e in s.engine or []:
+            line += (f"; {plain(e.role)}: {e.engine_iterations} iterations, prefill {us(e.prefill_us)}, "
+                     f"decode {us(e.decode_us)}")
         say(console, Text(line))

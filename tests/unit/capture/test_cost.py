@@ -15,6 +15,7 @@ from tracekit import X, cli, write
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import analyze
+from distprof.analysis.records import ProfilingCost
 from distprof.capture.backends.torch_backend import TorchBackend
 from distprof.capture.profiler import BASELINE_STEPS, SETTLING_STEPS
 from distprof.report import terminal as render
@@ -54,6 +55,7 @@ def profile(tmp_path, steps, n, start=0, name="run", **torch_opts):
 
 
 def cost_text(rows):
+    """What ``summary`` and ``steps`` print for these records, on one line."""
     out = io.StringIO()
     render.profiling_cost(Console(file=out, width=80), rows)
     return " ".join(out.getvalue().split())
@@ -172,7 +174,7 @@ def edited(timed_run, tmp_path, edit):
     shutil.copytree(timed_run[0], run)
     lines = edit(records(run))
     manifest_path(run).write_bytes(b"".join(msgspec.json.encode(r) + b"\n" for r in lines))
-    (c,) = analyze.steps(str(run))["profiling_cost"]
+    (c,) = analyze.steps_result(str(run)).profiling_cost
     return c
 
 
@@ -188,8 +190,8 @@ def set_times(base, prof, export=(0.5, 1.5)):
 def test_steady_baseline_gives_the_figure_and_the_export_stall(timed_run, tmp_path):
     # One slow step among 12 (a garbage collection) does not void the figure.
     c = edited(timed_run, tmp_path, set_times([0.010] * 11 + [0.5], [0.011, 0.011], export=(4.86, 1.25)))
-    assert c["reliable"] is True and abs(c["inflation"] - 0.1) < 1e-9 and c["baseline_s"] == 0.010
-    assert (c["export_s"], c["export_total_s"]) == (4.86, 4.86 + 1.25)
+    assert c.reliable is True and abs(c.inflation - 0.1) < 1e-9 and c.baseline_s == 0.010
+    assert (c.export_s, c.export_total_s) == (4.86, 4.86 + 1.25)
     assert cost_text([c]) == (
         "Profiling's own cost, main rank 0: profiled steps ran 10% slower than the 12 unprofiled steps in steady "
         "state before them (median 11.00 ms vs 10.00 ms, 2 windows). Closing its 2 windows held main rank 0 for up "
@@ -199,8 +201,8 @@ def test_steady_baseline_gives_the_figure_and_the_export_stall(timed_run, tmp_pa
 def test_noisy_baseline_gives_no_figure(timed_run, tmp_path):
     base = [0.012, 0.023, 0.012, 0.013, 0.012, 0.023, 0.012, 0.016, 0.013, 0.012, 0.013, 0.023]
     c = edited(timed_run, tmp_path, set_times(base, [0.011, 0.011]))
-    assert c["reliable"] is False and c["inflation"] is None
-    assert c["reason"] == "unprofiled steps vary 1.9x (12 ms-23 ms): too noisy to compare"
+    assert c.reliable is False and c.inflation is None
+    assert c.reason == "unprofiled steps vary 1.9x (12 ms-23 ms): too noisy to compare"
     assert cost_text([c]).startswith("Profiling's own cost, main rank 0: no reliable baseline: unprofiled steps vary "
                                      "1.9x (12 ms-23 ms): too noisy to compare. Closing its 2 windows held main rank "
                                      "0 for up to 1.50 s each")
@@ -214,9 +216,9 @@ def test_older_distprof_lines_give_no_figure(timed_run, tmp_path):
             r["baseline_times_s"] = r["baseline_times_s"][-2:]
         return lines
     c = edited(timed_run, tmp_path, old)
-    assert c["reliable"] is False and c["inflation"] is None and c["baseline_steps"] == 4
-    assert c["reason"].startswith("recorded by an older distprof")
-    assert c["export_s"] is None and "Closing" not in cost_text([c])
+    assert c.reliable is False and c.inflation is None and c.baseline_steps == 4
+    assert c.reason.startswith("recorded by an older distprof")
+    assert c.export_s is None and "Closing" not in cost_text([c])
 
 
 def test_hand_edited_manifest_values_are_not_trusted(timed_run, tmp_path):
@@ -283,8 +285,9 @@ def test_no_cost_line_for_traces_without_a_manifest(tmp_path):
 
 
 def test_many_ranks_print_eight_paragraphs_and_point_to_the_json():
-    rows = [{"role": "actor", "rank": r, "reliable": False, "inflation": None, "reason": "x", "export_s": None}
-            for r in range(10)]
+    rows = [ProfilingCost(role="actor", rank=r, baseline_s=None, profiled_s=None, inflation=None, baseline_steps=0,
+                          profiled_steps=2, windows=1, reliable=False, reason="x", baseline_spread=None, export_s=None,
+                          export_total_s=None, export_windows=0) for r in range(10)]
     text = cost_text(rows)
     assert text.count("Profiling's own cost, actor rank") == 8 and "actor rank 8" not in text
     assert text.endswith("Profiling's own cost of 2 more ranks: in --json (profiling_cost).")

@@ -66,7 +66,7 @@ def test_a_bad_selection_and_an_internal_error_are_one_json_object_too(tmp_path,
     def boom(*a, **k):
         raise KeyError("bug")
 
-    monkeypatch.setattr(analyze, "summary", boom)
+    monkeypatch.setattr(analyze, "summary_result", boom)  # what `distprof summary` calls
     res = CliRunner().invoke(app, ["summary", p, "--json"])
     assert res.exit_code == 3
     doc = _one_object(res.stdout)
