@@ -373,3 +373,34 @@ def test_distprof_log_level_sets_distprof_loggers_level(tmp_path, value, shown):
     assert proc.returncode == 0, proc.stderr
     assert ("opened window 1-1" in proc.stderr) is shown
     assert ("is not a log level" in proc.stderr) is (value == "loud")
+
+
+INDUCTOR_PROBE = r"""
+import json, sys
+import torch
+import distprof
+if sys.argv[2] == "inductor-loaded":
+    import torch._inductor.config
+prof = distprof.Profiler(distprof.ProfilerConfig(enable=True, save_path=sys.argv[1], steps=[2, 3],
+                                                 torch={"activities": ["cpu"]}))
+with prof:
+    for step in range(5):
+        torch.tanh(torch.randn(8, 8) @ torch.randn(8, 8))
+        prof.step()
+print(json.dumps({"inductor": "torch._inductor" in sys.modules, "offered": "_inductor" in torch._lazy_modules,
+                  "windows": prof.windows_closed}))
+"""
+
+
+@pytest.mark.parametrize("state", ["inductor-unused", "inductor-loaded"])
+def test_a_window_imports_no_inductor_in_a_process_that_never_used_it(tmp_path, state):
+    """torch.profiler asks whether inductor's CUDA graphs are on by touching ``torch._inductor``, which imports
+    inductor and dynamo (1.7 s of CPU in the step opening the first window). distprof's window answers "no" for a
+    process that never loaded inductor, and leaves torch's probe alone where inductor is loaded; either way
+    torch's lazy-module table is as it was, and the window is written."""
+    proc = subprocess.run([sys.executable, "-c", INDUCTOR_PROBE, str(tmp_path / "run"), state], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"inductor": state == "inductor-loaded", "offered": True, "windows": 1}
+    assert len(trace_files(tmp_path / "run")) == 1

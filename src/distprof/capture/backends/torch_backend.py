@@ -21,6 +21,8 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from distprof.capture.backends.base import WindowContext, WindowFiles
@@ -43,6 +45,27 @@ def _release_session(backend: TorchBackend) -> None:
         _capturing = None
 
 
+@contextmanager
+def _without_inductor_probe(torch: Any) -> Iterator[None]:
+    """torch.profiler's ``prepare_trace`` (run when a window's warm-up or recording begins) asks
+    ``hasattr(torch, "_inductor")`` only to read whether inductor's CUDA graphs are on. torch loads
+    ``_inductor`` lazily on first attribute access, so that question imports inductor and dynamo: measured
+    1.7 s of CPU (torch 2.13) on the step that opens the first window of every process that never used
+    ``torch.compile`` (pytorch#155243 made the import deliberate, to keep inductor's own start-up out of
+    traces). A process that never imported inductor cannot have its CUDA graphs on, so for the length of the
+    call torch's lazy-module table does not offer ``_inductor``: the probe answers "no" and nothing is
+    imported. Where inductor is loaded already, or this torch has no such table, nothing is changed."""
+    lazy = getattr(torch, "_lazy_modules", None)
+    if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
+
+
 def trace_suffix(opts: TorchOptions) -> str:
     return ".pt.trace.json.gz" if opts.gzip else ".pt.trace.json"
 
@@ -58,6 +81,7 @@ class TorchBackend:
         self._summary: dict[str, Any] | None = None
         self._ready: Any = None  # the profile whose trace torch has stopped, not yet written
         self._resolved: list[str] = []  # the activities the open window records (resolve_activities)
+        self._none: Any = None  # torch.profiler's ProfilerAction.NONE (torch is imported at the first window)
 
     # ---- window lifecycle ---------------------------------------------------------------------------
     def _context(self) -> WindowContext:
@@ -83,6 +107,7 @@ class TorchBackend:
                 "time; torch.profiler records one session per process. Give the two roles disjoint steps, or select "
                 "one of them (roles: [...])")
         self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
+        self._none = ProfilerAction.NONE
         opts, flags_off = window_options(self.opts)
 
         def schedule(s: int) -> ProfilerAction:
@@ -130,7 +155,8 @@ class TorchBackend:
         for k, v in metadata.items():
             if preset is not None:
                 preset(k, v)
-        p.start()
+        with _without_inductor_probe(torch):
+            p.start()
         self._prof = p  # only now: stop() must never be called on a profiler that did not start
         _capturing = self
         if preset is None:  # older torch: add while the profiler runs
@@ -138,7 +164,12 @@ class TorchBackend:
                 p.add_metadata_json(k, v)
 
     def advance(self, step: int) -> None:
-        self._prof.step()
+        p = self._prof
+        if p.current_action is self._none:  # the step that may begin warm-up or recording (prepare_trace)
+            with _without_inductor_probe(sys.modules["torch"]):
+                p.step()
+        else:
+            p.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
         p, self._prof = self._prof, None
