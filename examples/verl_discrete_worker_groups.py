@@ -58,7 +58,7 @@ class Rollout(ProfiledWorker):
 
 
 def main(out: str, steps: int = 3) -> None:
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.WARNING)
     config = distprof.ProfilerConfig(save_path=os.path.join(out, "scratch"), **CONFIG)
     actors, rollouts = [Actor.remote() for _ in range(2)], [Rollout.remote()]

@@ -58,12 +58,48 @@ def _reset_annotation_state():
     mod._tls.__dict__.clear()
 
 
+def shared_ray():
+    """The suite's one local Ray cluster, for the tests of the "ray" xdist group that run on it in this process
+    (test_ray's, test_check_truth's, the in-process demos): loopback only, 2 CPUs, its workers able to import
+    tests/ and tests/jobs. Started by its first user and kept for the next ones (each start is 5-10 s of a 2-core
+    machine, and these tests all run on one xdist worker); a test that needs a cluster of its own (test_multinode's
+    several nodes) calls ``ray.shutdown()`` first, and the next user starts it again. Shut down at the session's
+    end (``_ray_at_exit``). Returns the ``ray`` module."""
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read when Ray is imported: loopback only
+    import ray
+
+    if not ray.is_initialized():
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = pythonpath_with(os.path.join(TESTS, "e2e"))  # the raylet and its workers keep it
+        try:
+            # address="local": a cluster of this process's own, whatever else runs on the machine.
+            ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
+                     log_to_driver=False, logging_level=logging.WARNING)
+        finally:
+            if old is None:
+                os.environ.pop("PYTHONPATH")
+            else:
+                os.environ["PYTHONPATH"] = old
+        assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
+    return ray
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_at_exit():
+    yield
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def slow_rollout_demo(tmp_path_factory):
     """The RL demo run once for the tests that read it (real Ray, rollout with its stand-in engine, ref, a 2-rank
     actor, the driver; about 35 s): rollout's generate made 300 ms slower, so rollout bounds every RL step. Tests
-    using it are in the "ray" xdist group (one cluster at a time)."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    using it are in the "ray" xdist group; it runs on the suite's shared cluster (``shared_ray``)."""
+    shared_ray()
     from distprof.demo import rl_job
 
     return rl_job.run(str(tmp_path_factory.mktemp("slow-rollout") / "demo"), steps=4, slow={"rollout/generate": 300})

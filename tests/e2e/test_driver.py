@@ -187,9 +187,12 @@ def test_demo_driver_role_and_ray_timeline_find_a_slow_rollout(slow_rollout_demo
 
 @pytest.mark.xdist_group("ray")
 def test_demo_async_rollout_overlaps_generation_with_training_and_finds_the_default_straggler(tmp_path):
+    from conftest import shared_ray
+
     from distprof.analysis.analyze import diagnose
     from distprof.demo import rl_job
 
+    shared_ray()  # the suite's cluster: the demo runs on a session it finds connected
     out = tmp_path / "demo"
     result = rl_job.run(str(out), steps=4, async_rollout=True, slow_ms=300)
     assert result.check.ok, [(i.file, i.status, i.detail) for i in result.check.items if i.status != "ok"]

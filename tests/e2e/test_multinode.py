@@ -46,6 +46,7 @@ def cluster(tmp_path_factory):
     os.environ["PYTHONPATH"] = pythonpath_with(TESTS)  # workers import tests/jobs/ray_workers.py
     scratch_var = os.environ.pop("SCRATCH", None)  # the driver's node has no scratch folder
     base = tmp_path_factory.mktemp("nodes")
+    ray.shutdown()  # the suite's shared local cluster (conftest.shared_ray), if up: its next user starts it again
     c = Cluster(initialize_head=True, head_node_args={**LOOPBACK, "num_cpus": 1, "include_dashboard": False})
     nodes, scratch = {}, {}
     for name in ("a", "b", "c"):

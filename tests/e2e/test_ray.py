@@ -11,7 +11,7 @@ from functools import partial
 
 import pytest
 from conftest import config as base_config
-from conftest import pythonpath_with
+from conftest import pythonpath_with, shared_ray
 
 from distprof.analysis.check import check_run
 
@@ -27,20 +27,10 @@ from distprof.integrations.ray import ProfiledGroup, collect, profiling, runtime
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster():
-    # Workers import tests/jobs/ray_workers.py to find the actor classes.
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = pythonpath_with(TESTS)
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING)
-    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}  # loopback only
-    yield
-    ray.shutdown()
-    if old is None:
-        os.environ.pop("PYTHONPATH")
-    else:
-        os.environ["PYTHONPATH"] = old
+    """The suite's shared local Ray cluster (conftest.shared_ray: started once, kept for the "ray" group)."""
+    shared_ray()
 
 
 def make(cls=Worker, n=1, runtime_env=None):
@@ -298,7 +288,7 @@ import ray, distprof
 from distprof.integrations.ray import ProfiledGroup, runtime_env
 from distprof.integrations.ray.collect import _node_list
 from ray_workers import Worker
-ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False)
 pids = []
 try:
     for backend in ("py_spy", "memray"):

@@ -256,9 +256,12 @@ def test_cli_refuses_what_is_not_a_run_directory(tmp_path):
 
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
 def test_ray_demo_captures_on_request_through_the_groups(tmp_path):
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
+    from conftest import shared_ray
+
     from distprof.demo import rl_job
     from distprof.integrations.ray import trigger_all
+
+    shared_ray()  # the suite's cluster: the demo runs on a session it finds connected
 
     answers = []
 

@@ -253,7 +253,9 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         progress: Callable[[str], None] | None = None, slow_ms: float | None = None, on_demand: bool = False,
         after_step: Callable[[int, list[ProfiledGroup]], Any] | None = None, slow: dict[str, float] | None = None,
         async_rollout: bool = False) -> RLDemoResult:
-    """Run the job on a fresh local Ray cluster (loopback only) and return what landed in ``out``.
+    """Run the job on a fresh local Ray cluster (loopback only), shut down at the end, and return what landed
+    in ``out``. A process already connected to Ray runs it there instead, and stays connected (its cluster needs
+    1 CPU free for the four actors).
 
     ``slow``: ``{"ROLE/PHASE": ms}`` (see :data:`PHASES`; an actor phase slows rank 1 only); default
     ``{"actor/prepare": SLOW_MS}``. ``slow_ms`` (older name) is ``slow={"actor/prepare": slow_ms}``, merged under
@@ -279,14 +281,16 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
     rdzv = tempfile.mkdtemp(prefix="distprof-rdzv-")  # the actors' torch.distributed rendezvous file
     # Default activities: CPU plus whichever accelerator this machine has.
     engine_out = tempfile.mkdtemp(prefix="distprof-engine-")  # where the engine writes; distprof takes its traces
-    say("starting a local Ray cluster on 127.0.0.1")
-    # address="local": always a cluster of its own, even where another Ray cluster runs on this machine (without it
-    # ray.init joins that one, and refuses num_cpus).
-    ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.WARNING, configure_logging=False)
-    addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
-    if addresses != {"127.0.0.1"}:  # ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set
-        logger.warning("distprof demo: Ray bound to %s, not loopback only", ", ".join(sorted(addresses)))
+    own = not ray.is_initialized()  # connected already: run on that session, and leave it up
+    if own:
+        say("starting a local Ray cluster on 127.0.0.1")
+        # address="local": always a cluster of its own, even where another Ray cluster runs on this machine
+        # (without it ray.init joins that one, and refuses num_cpus).
+        ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
+                 log_to_driver=False, logging_level=logging.WARNING, configure_logging=False)
+        addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
+        if addresses != {"127.0.0.1"}:  # ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set
+            logger.warning("distprof demo: Ray bound to %s, not loopback only", ", ".join(sorted(addresses)))
     try:
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
         rollout = [ray.remote(**opts)(Rollout).remote(slow_s)]
@@ -334,9 +338,10 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         say("collecting traces through Ray")
         report = collect(groups, out)
     finally:
-        spawned = _descendants(os.getpid())
-        ray.shutdown()
-        _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
+        if own:
+            spawned = _descendants(os.getpid())
+            ray.shutdown()
+            _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(engine_out, ignore_errors=True)
         shutil.rmtree(rdzv, ignore_errors=True)
