@@ -291,12 +291,14 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
         addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
         if addresses != {"127.0.0.1"}:  # ray was imported before RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 was set
             logger.warning("distprof demo: Ray bound to %s, not loopback only", ", ".join(sorted(addresses)))
+    started: list[Any] = []  # the actors, ended with the run on a session it joined (it leaves that as it was)
     try:
         opts = dict(num_cpus=0.25)  # 4 actors use 1 of 2 CPUs: tasks (collect) still get scheduled
         rollout = [ray.remote(**opts)(Rollout).remote(slow_s)]
         ref = [ray.remote(**opts)(Reference).remote(slow_s)]
         actors = [ray.remote(**opts)(Actor).remote(r, 2, rendezvous_file(rdzv), actor_slow if r == SLOW_RANK else {})
                   for r in range(2)]
+        started = rollout + ref + actors
         ray.get([a.init_process_group.remote() for a in actors])
         # The rollout role drives its engine's profiler at the same steps (the engine setting, per role).
         engine = {"kind": "sglang", "url": ray.get(rollout[0].engine_url.remote()), "trace_dir": engine_out}
@@ -342,6 +344,9 @@ def run(out: str, steps: int = 5, profile_steps: list[int] | None = None,
             spawned = _descendants(os.getpid())
             ray.shutdown()
             _wait_gone(spawned, timeout_s=30)  # ray.shutdown() returns while raylet and gcs still exit
+        else:  # their handles may sit in a reference cycle until the next gc: their CPUs would stay held
+            for a in started:
+                ray.kill(a)
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(engine_out, ignore_errors=True)
         shutil.rmtree(rdzv, ignore_errors=True)
