@@ -36,7 +36,6 @@ from distprof.analysis.records import (
     Ranked,
     StepsResult,
     StragglersResult,
-    SummaryRank,
     SummaryResult,
     Wait,
     to_json,
@@ -246,28 +245,22 @@ def _summary_of(run: Run, top: int | None) -> SummaryResult:
     out = summary_mod.combine(run.pairs("summary"), top=top)
     per_rank = {(r.role, r.rank, r.path): r for r in out.ranks}
 
-    def mine(row: Ranked[Any]) -> SummaryRank | None:
-        return per_rank.get((row.role, row.rank, row.path))
+    def attach(rows: list[Ranked[Any]], name: str) -> None:
+        """Each rank's figure onto that rank's row (a rank the summary does not list is left out)."""
+        for row in rows:
+            target = per_rank.get((row.role, row.rank, row.path))
+            if target is not None:
+                setattr(target, name, row.figure)
 
     # Device idle by cause and kernel launch statistics: per rank, and over all ranks.
     idle_ranks, out.idle = idle.combine(run.pairs("idle"))
-    for i in idle_ranks:
-        if (target := mine(i)) is not None:
-            target.idle = i.figure
+    attach(idle_ranks, "idle")
     launch_ranks, out.launch = launch.combine(run.pairs("launch"))
-    for la in launch_ranks:
-        if (target := mine(la)) is not None:
-            target.launch = la.figure
-    for t in temporal.combine(run.pairs("temporal")):
-        if (target := mine(t)) is not None:
-            target.temporal = t.figure
-    for o in overlap.combine(run.pairs("overlap")):
-        if (target := mine(o)) is not None:
-            target.overlap = o.figure
+    attach(launch_ranks, "launch")
+    attach(temporal.combine(run.pairs("temporal")), "temporal")
+    attach(overlap.combine(run.pairs("overlap")), "overlap")
     b_ranks, out.step_breakdown = breakdown.combine(run.pairs("breakdown"))
-    for b in b_ranks:
-        if (target := mine(b)) is not None:
-            target.step_breakdown = b.figure
+    attach(b_ranks, "step_breakdown")
     return _finish(run, out)
 
 
