@@ -19,18 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ray import cfg as ray_cfg  # noqa: F401 - the local Ray cluster fixture
 from test_ray import cluster, make, train  # noqa: F401 - cluster: the local Ray cluster fixture
+from tracekit import cli  # the real CLI app, in this process unless process=True
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis.check import STATUSES, check_run
 
 JOB = os.path.join(JOBS, "crash_job.py")
 CPU = {"activities": ["cpu"]}
-
-
-def cli(*args, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "distprof.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy())
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 def items(res, status=None):
@@ -116,7 +111,7 @@ def test_cut_short_run_leaves_later_windows_not_reached(tmp_path):
     res = check_run(str(root))
     assert res.ok and len(items(res, "not_reached")) == 2  # not reached is not a failure
     code, out, _ = cli("check", root, "--json")
-    assert code == 0 and json.loads(out)["ok"] is True
+    assert code == 0 and out["ok"] is True
 
 
 def test_a_run_that_captured_nothing_fails_with_every_window_missing(copy):
@@ -265,8 +260,7 @@ def test_symlink_to_dev_zero_and_fifo_neither_load_nor_hang(copy):
     os.unlink(first)
     os.mkfifo(first)  # a writer that never comes: opening it blocking would hang
     os.mkfifo(folder / "stray.pt.trace.json")
-    code, out, err = cli("check", copy, "--json", timeout=120)
-    doc = json.loads(out)
+    code, doc, err = cli("check", copy, "--json", process=True)  # a process of its own: a hang stays in it
     got = {tuple(i["steps"]): (i["status"], i["detail"]) for i in doc["items"]}
     assert code == 1 and "Traceback" not in err
     assert got == {(1, 2): ("broken", "not a regular file (a FIFO); not read"),
@@ -300,15 +294,16 @@ def test_gzip_bomb_is_streamed_in_bounded_memory(copy):
 # ---- paths that are not run directories; fsspec URLs ----------------------------------------------------------
 @pytest.mark.slow
 def test_a_file_a_missing_path_and_an_empty_folder_exit_2_in_one_line(two_windows, tmp_path):
-    for path, message in ((two_windows / "run.json", f"{two_windows / 'run.json'} is a file, not a run directory"),
-                          (tmp_path / "nope", f"{tmp_path / 'nope'}: no such file or directory"),
-                          (tmp_path, "is not a distprof run directory: run.json is missing")):
+    for i, (path, message) in enumerate((
+            (two_windows / "run.json", f"{two_windows / 'run.json'} is a file, not a run directory"),
+            (tmp_path / "nope", f"{tmp_path / 'nope'}: no such file or directory"),
+            (tmp_path, "is not a distprof run directory: run.json is missing"))):
         res = check_run(str(path))
         assert res.error and message in res.error and not res.ok
-        code, out, err = cli("check", path)
+        code, out, err = cli("check", path, process=i == 0)  # the first as `distprof check` in a process of its own
         assert code == 2 and message in " ".join(err.split()) and "Traceback" not in err
         code, out, _ = cli("check", path, "--json")
-        assert code == 2 and message in json.loads(out)["error"]
+        assert code == 2 and message in out["error"]
 
 
 def test_run_directory_at_a_memory_url(tmp_path):
@@ -336,8 +331,7 @@ def test_run_directory_on_s3(s3):
     cfg = ProfilerConfig(enable=True, save_path=url, ranks="all", steps=[2, 3], torch=CPU)
     for rank in (0, 1):
         run(Profiler(cfg, role="actor", rank=rank, world_size=2), 5)
-    code, out, err = cli("check", url, "--json")
-    doc = json.loads(out)
+    code, doc, err = cli("check", url, "--json")
     assert code == 0, err
     assert [(i["role"], i["rank"], i["steps"], i["status"]) for i in doc["items"]] == [
         ("actor", 0, [2, 3], "ok"), ("actor", 1, [2, 3], "ok")]
@@ -345,7 +339,7 @@ def test_run_directory_on_s3(s3):
 
     fsspec.filesystem("s3").rm(f"{url}/{doc['items'][1]['file']}")
     code, out, _ = cli("check", url, "--json")
-    assert code == 1 and [i["status"] for i in json.loads(out)["items"]] == ["ok", "missing"]
+    assert code == 1 and [i["status"] for i in out["items"]] == ["ok", "missing"]
     code, out, err = cli("check", f"{s3}/nothing-here")
     assert code == 2 and "no such file or directory" in err and "Traceback" not in err
 

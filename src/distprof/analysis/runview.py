@@ -62,7 +62,7 @@ class RunView:
         from distprof.rundir.netfs import describe, url_to_fs
 
         try:
-            self._fs, self._root = url_to_fs(self.path)  # bounded waits: a store that never answers fails
+            self._fs, self._root = url_to_fs(self.path, fresh=True)  # bounded waits: a store that never answers fails
             # One call (isfile would swallow a store's error, then isdir wait as long again).
             kind = self._fs.info(self._root).get("type")
         except FileNotFoundError:

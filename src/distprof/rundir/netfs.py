@@ -72,13 +72,21 @@ def _options(protocol: str) -> dict[str, Any]:
     return conf
 
 
-def url_to_fs(url: str) -> tuple[Any, str]:
-    """``fsspec.core.url_to_fs(url)``, with bounded waits for the protocols that take them (see the module)."""
+def url_to_fs(url: str, fresh: bool = False) -> tuple[Any, str]:
+    """``fsspec.core.url_to_fs(url)``, with bounded waits for the protocols that take them (see the module).
+
+    ``fresh``: forget what the filesystem remembers of listings under ``url`` first. Instances live as long as the
+    process (fsspec's and ours), and so do their listings: without it, a second ``check`` or analysis in one
+    process (a notebook, a driver checking its run after each step) would list files deleted or written since the
+    first. Every verb's first look at its folder asks for it; the reads that follow share that one listing."""
     import fsspec
 
     protocol = _protocol(url)
     if protocol not in _BOUNDED:
-        return fsspec.core.url_to_fs(url)
+        fs, path = fsspec.core.url_to_fs(url)
+        if fresh:
+            _forget(fs, path)
+        return fs, path
     options = _options(protocol)
     key = (os.getpid(), protocol + json.dumps(options, sort_keys=True, default=repr))
     with _lock:
@@ -90,7 +98,21 @@ def url_to_fs(url: str) -> tuple[Any, str]:
             if len(_cache) > 64:
                 _cache.clear()
             _cache[key] = fs
-    return fs, fs._strip_protocol(url)
+    path = fs._strip_protocol(url)
+    if fresh:
+        _forget(fs, path)
+    return fs, path
+
+
+def _forget(fs: Any, path: str) -> None:
+    """Drop ``fs``'s cached listings of ``path``, its parents and everything under it (fsspec's
+    ``invalidate_cache`` forgets a folder and its parents, not the folders inside it)."""
+    fs.invalidate_cache(path)
+    cache = getattr(fs, "dircache", None)
+    if cache:
+        inside = path.rstrip("/") + "/"
+        for key in [k for k in list(cache) if isinstance(k, str) and k.startswith(inside)]:
+            cache.pop(key, None)
 
 
 def open_url(url: str, mode: str = "rb"):

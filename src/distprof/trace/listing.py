@@ -132,7 +132,7 @@ def find_traces(path: str, problems: list[Problem] | None = None,
     from distprof.rundir.netfs import describe, is_timeout, url_to_fs
 
     try:
-        fs, root = url_to_fs(path)  # bounded waits: a store that never answers fails (netfs.py)
+        fs, root = url_to_fs(path, fresh=True)  # bounded waits: a store that never answers fails (netfs.py)
         # One call (isfile would swallow a store's error, then isdir wait as long again).
         kind = fs.info(root).get("type")
         is_file, is_dir = kind == "file", kind == "directory"
