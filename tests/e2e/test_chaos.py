@@ -19,6 +19,7 @@ import sys
 
 import pytest
 import warmfork
+import warmpython
 from conftest import JOBS
 from helpers import run
 
@@ -31,10 +32,12 @@ JOB = os.path.join(JOBS, "chaos_job.py")
 
 def job(save, steps=7, *extra, env=None, namespace_script=None):
     cmd = [sys.executable, JOB, str(save), str(steps), *map(str, extra)]
-    if namespace_script is not None:
+    start = warmpython.run  # python JOB, forked from a server that imported torch once
+    if namespace_script is not None:  # a real python inside namespaces of its own (a small disk, a read-only one)
         cmd = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
                namespace_script.replace("JOB", shlex.join(cmd))]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})})
+        start = subprocess.run
+    return start(cmd, capture_output=True, text=True, timeout=180, env={**os.environ, **(env or {})})
 
 
 def hidden(root):

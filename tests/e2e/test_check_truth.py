@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import JOBS
 from helpers import PEAK_MB, run
 from hypothesis import HealthCheck, given, settings
@@ -81,7 +82,7 @@ def test_resumed_mid_window_is_incomplete_not_missing(tmp_path):
 @pytest.mark.slow
 def test_window_split_by_a_crash_and_a_resume_in_another_process_is_whole(tmp_path):
     root = tmp_path / "run"
-    proc = subprocess.run([sys.executable, JOB, "raise", str(root)], capture_output=True, text=True, timeout=120)
+    proc = warmpython.run([sys.executable, JOB, "raise", str(root)], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "boom at step 4" in proc.stderr
     (cut,) = records(root)
     assert (cut["steps"], cut["complete"], cut["stopped_by"]) == ([3, 4], False, "exception")

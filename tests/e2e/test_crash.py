@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import JOBS
 
 JOB = os.path.join(JOBS, "crash_job.py")
@@ -20,7 +21,7 @@ JOB = os.path.join(JOBS, "crash_job.py")
 
 def run_job(tmp_path, how, style="startstop", **kw):
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, JOB, how, str(out), style], capture_output=True, text=True,
+    proc = warmpython.run([sys.executable, JOB, how, str(out), style], capture_output=True, text=True,
                           timeout=120, **kw)
     return proc, out
 
@@ -59,7 +60,7 @@ def test_sys_exit_keeps_its_status_and_the_finished_steps(tmp_path):
 @pytest.mark.slow
 def test_sigterm_writes_the_window_and_ends_by_sigterm(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, JOB, "sigterm_wait", str(out)], stdin=subprocess.PIPE,
+    proc = warmpython.Popen([sys.executable, JOB, "sigterm_wait", str(out)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"  # the child is inside step 4, blocked on stdin
@@ -106,7 +107,7 @@ def test_someone_elses_sigterm_handler_is_left_alone(tmp_path):
         "assert signal.getsignal(signal.SIGTERM) is mine\n"
         "p.stop()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = warmpython.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -140,7 +141,7 @@ def test_two_profilers_with_overlapping_windows_do_not_crash_the_process(tmp_pat
         "a.stop(); b.stop()\n"
         "assert a.windows_closed == 1 and not b.enabled\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = warmpython.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "another profiler in this process (role 'actor') has a window open" in proc.stderr
 
@@ -160,7 +161,7 @@ def test_sigterm_is_the_default_again_once_profiling_stops_and_in_forked_childre
         "p.stop()\n"
         "assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    proc = warmpython.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -195,7 +196,7 @@ def test_stopped_by_names_the_cause_with_a_with_block(tmp_path, how, cause):
 @pytest.mark.slow
 def test_sigterm_in_a_with_block_is_recorded_as_sigterm(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, JOB, "sigterm_wait", str(out), "with"], stdin=subprocess.PIPE,
+    proc = warmpython.Popen([sys.executable, JOB, "sigterm_wait", str(out), "with"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

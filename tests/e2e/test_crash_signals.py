@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import JOBS
 
 JOB = os.path.join(JOBS, "crash_job.py")
@@ -21,7 +22,7 @@ JOB = os.path.join(JOBS, "crash_job.py")
 
 def start(tmp_path, how, style="startstop", **env):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, JOB, how, str(out), style], stdin=subprocess.PIPE,
+    proc = warmpython.Popen([sys.executable, JOB, how, str(out), style], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "HOLD_EXPORT": "1", **env})
     return proc, out
@@ -153,7 +154,7 @@ def test_a_forked_child_never_writes_the_parents_windows(tmp_path):
     from distprof.analysis.check import check_run
 
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, JOB, "fork", str(out), "with"], capture_output=True, text=True,
+    proc = warmpython.run([sys.executable, JOB, "fork", str(out), "with"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "DISTPROF_LOG_LEVEL": "INFO"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "child exit 0" in proc.stdout

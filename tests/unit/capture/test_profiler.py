@@ -11,6 +11,7 @@ import time
 
 import msgspec
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 import torch
 from conftest import all_files, config, load_trace, trace_files, trace_names
 from helpers import Trainer, run
@@ -369,7 +370,7 @@ def test_distprof_log_level_sets_distprof_loggers_level(tmp_path, value, shown):
             f"p = distprof.Profiler({{'enable': True, 'save_path': {str(tmp_path / 'r')!r}, 'steps': [1]}}, rank=0, world_size=1)\n"
             "with p:\n    [p.step() for _ in range(3)]\n")
     env = {**os.environ, "DISTPROF_LOG_LEVEL": value}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    proc = warmpython.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert ("opened window 1-1" in proc.stderr) is shown
     assert ("is not a log level" in proc.stderr) is (value == "loud")

@@ -9,6 +9,7 @@ import sys
 from functools import partial
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import JOBS, config, load_trace, trace_files
 from hf_job import Probe, fail_in_forward, make_trainer
 from tracekit import cli
@@ -195,7 +196,7 @@ def test_both_roles_at_once_are_refused():
 
 @pytest.mark.slow
 def test_a_step_that_raises_keeps_the_captured_steps(tmp_path):
-    proc = subprocess.run([sys.executable, JOB, str(tmp_path), "crash", "4"], check=False, capture_output=True,
+    proc = warmpython.run([sys.executable, JOB, str(tmp_path), "crash", "4"], check=False, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 1 and "RuntimeError: boom in forward at step 4" in proc.stderr  # the user's own
     [rec] = manifest(tmp_path / "run")

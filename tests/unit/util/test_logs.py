@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import JOBS
 
 JOB = """
@@ -28,7 +29,7 @@ def run_job(tmp_path, level=None, app=False, name="run"):
     if level is not None:
         env["DISTPROF_LOG_LEVEL"] = level
     out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-c", JOB, str(out), "app" if app else "plain"], capture_output=True,
+    proc = warmpython.run([sys.executable, "-c", JOB, str(out), "app" if app else "plain"], capture_output=True,
                           text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, [ln for ln in proc.stderr.splitlines() if "distprof" in ln]
