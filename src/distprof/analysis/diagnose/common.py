@@ -1,5 +1,6 @@
-"""What every diagnose rule shares: the findings' shape, the thresholds, the path model, words and numbers,
-and the job as the rules see it. The rules and the model are described in :mod:`distprof.analysis.diagnose`."""
+"""What every diagnose rule shares: the thresholds, the path model (its what-if), words and numbers, and the job as
+the rules see it; the findings they make are records (:class:`~distprof.analysis.records_diag.Finding`). The rules
+and the model are described in :mod:`distprof.analysis.diagnose`."""
 
 from __future__ import annotations
 
