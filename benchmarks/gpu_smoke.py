@@ -143,8 +143,8 @@ def check_ddp(out: str) -> None:
     ids = [f.id for f in found]
     strag = [f for f in found if f.id == "straggler"]
     expect("ddp: straggler is rank 1 in train/data",
-           bool(strag) and strag[0].ranks[:1] == [1] and "train/data" in strag[0].names,
-           str((strag[0].ranks, strag[0].names) if strag else ids))
+           bool(strag) and strag[0].evidence.ranks[:1] == [1] and "train/data" in strag[0].evidence.names,
+           str((strag[0].evidence.ranks, strag[0].evidence.names) if strag else ids))
     expect("ddp: not launch-bound (the host sleeps and all-reduces)", "launch_bound" not in ids, str(ids))
     s = analyze.summary(run)
     comm = {r["rank"]: (r.get("temporal") or {}).get("device", {}).get("communication_us") for r in s.get("ranks", [])}

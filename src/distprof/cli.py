@@ -20,7 +20,7 @@ from rich.logging import RichHandler
 from rich.text import Text
 
 from distprof import analysis
-from distprof.analysis.records import to_json
+from distprof.analysis.records import UNSET, Envelope, to_json
 from distprof.cli_support import (
     BadArgument,
     bad_argument_if_invalid,
@@ -247,17 +247,19 @@ def _run(call: Callable[..., R], *args: Any, **kwargs: Any) -> R:
 
 def _done(result: Any, as_json: bool, draw: Callable[[], None]) -> None:
     """Print ``result`` (--json: one object on stdout; else tables, problems on stderr) and exit with its code.
-    ``result``: a verb's record (``draw`` renders it; its ``--json`` object, ``to_json(result)``, gives the exit
-    code and the problems) or the ``--json`` object of a verb without one."""
+    ``result``: a verb's record (``draw`` renders it; ``problems`` reads its envelope; its ``--json`` object,
+    ``to_json(result)``, is what --json prints and gives the exit code) or the ``--json`` object of a verb without
+    one (merge, report: :class:`~distprof.analysis.records.Envelope` of it)."""
     from distprof.analysis.analyze import exit_code
 
-    doc = result if isinstance(result, dict) else to_json(result)
+    doc = to_json(result)
     code = exit_code(doc)
     if as_json:
         print_json(doc, code)
-    if doc.get("files_read", 1):
+    rec = Envelope.of(result) if isinstance(result, dict) else result
+    if rec.files_read is UNSET or rec.files_read:
         draw()
-    render.problems(err, doc)
+    render.problems(err, rec)
     raise typer.Exit(code)
 
 
@@ -337,7 +339,7 @@ def diagnose(
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
-    d = _run(analyze.diagnose, path, selection=sel, workers=workers, ray_address=ray_address)
+    d = _run(analyze.diagnose_result, path, selection=sel, workers=workers, ray_address=ray_address)
     _done(d, as_json, lambda: render.diagnose(console, d))
 
 
@@ -391,7 +393,7 @@ def diff(
 
     sel_a = _selection(None, roles, None if step_a is None else str(step_a), steps_only, rank_a)
     sel_b = _selection(None, roles, None if step_b is None else str(step_b), steps_only, rank_b)
-    d = _run(analyze.diff, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers,
+    d = _run(analyze.diff_result, a, b, selection_a=sel_a, selection_b=sel_b, top=top, workers=workers,
              ray_address=ray_address)
     _done(d, as_json, lambda: render.diff(console, d))
 

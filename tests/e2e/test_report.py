@@ -19,6 +19,7 @@ from tracekit import DLRM, TRACES, cli, load
 
 from distprof.analysis.analyze import FileResult, Investigation, investigate
 from distprof.analysis.diagnose import Finding, Plot, diagnose
+from distprof.analysis.records_diag import FindingEvidence, WhatIf
 from distprof.report import build_report, render_report
 
 pytestmark = pytest.mark.xdist_group("browser")  # one Chromium for the module on a 2-core machine
@@ -257,13 +258,15 @@ def test_xss_corpus_runs_nothing(browser, tmp_path):
     names = list(EVIL.values()) + [EVIL_ROLE]
     findings = [
         Finding(id="straggler", claim=f"rank 7 of {EVIL_ROLE} arrives last; {EVIL['## backward ##']} takes 4.4 ms",
-                cost_us=35552.0, cost_share=0.3, fix=f"look at {EVIL['aten::to']} </script>", role=EVIL_ROLE,
-                ranks=[7], steps=[10], names=names, what_if={"change": EVIL["volta_sgemm_128x32_nt"], "saves_us": 1e4},
+                cost_us=35552.0, cost_share=0.3, fix=f"look at {EVIL['aten::to']} </script>",
+                evidence=FindingEvidence(role=EVIL_ROLE, ranks=[7], steps=[10], names=names),
+                what_if=WhatIf(change=EVIL["volta_sgemm_128x32_nt"], saves_us=1e4, saves_per_step_us=1e4, naive_us=1e4,
+                               steps=1, then_last_rank=None, upper_bound=False),
                 plot=Plot.WAITS),
         Finding(id="evil_link", claim="a finding naming a plot the report does not have", cost_us=1.0,
                 fix="none", plot="javascript:alert(11)"),
         Finding(id="evil_files", claim="a finding whose trace files have evil names", cost_us=1.0, fix="none",
-                role="role", ranks=[7, 0], steps=[10]),
+                evidence=FindingEvidence(role="role", ranks=[7, 0], steps=[10])),
     ]
     out = tmp_path / "xss.html"
     build_report(inv, findings, str(out))

@@ -16,6 +16,7 @@ from tracekit import DLRM, X, write
 
 from distprof.analysis import analyze
 from distprof.analysis.diagnose import Finding, Plot
+from distprof.analysis.records_diag import FindingEvidence
 from distprof.report import build_report, render_report, write_report
 
 pytestmark = pytest.mark.xdist_group("browser")
@@ -136,7 +137,8 @@ def test_a_finding_links_its_traces_and_draws_its_worst_step(ddp_report):
 def test_trace_paths_are_shown_not_linked_when_the_report_is_elsewhere(ddp_report, tmp_path):
     run, _, _ = ddp_report
     inv = analyze.investigate(str(run), parts=("timeline",))
-    f = Finding(id="straggler", claim="c", cost_us=1.0, fix="f", role="train", ranks=[1], steps=[2])
+    f = Finding(id="straggler", claim="c", cost_us=1.0, fix="f",
+                evidence=FindingEvidence(role="train", ranks=[1], steps=[2]))
     (tmp_path / "elsewhere").mkdir()
     out = tmp_path / "elsewhere" / "r.html"
     build_report(inv, [f], str(out))
@@ -232,7 +234,7 @@ def test_launch_delay_p50_and_p95_both_readable(browser, tmp_path):  # noqa: F81
 def test_a_card_prints_one_percentage(tmp_path):
     inv = analyze.investigate(DLRM)
     carried = Finding(id="straggler", claim="rank 7 costs the others 35.6 ms of waiting per step (63% of step time)",
-                      cost_us=35552.0, cost_share=0.65, fix="f", ranks=[7], steps=[10])
+                      cost_us=35552.0, cost_share=0.65, fix="f", evidence=FindingEvidence(ranks=[7], steps=[10]))
     plain = Finding(id="host_sync", claim="cudaStreamSynchronize blocks the host", cost_us=1000.0, cost_share=0.2,
                     fix="f")
     five = Finding(id="x", claim="idle 15% of its span", cost_us=1000.0, cost_share=0.05, fix="f")

@@ -1,8 +1,9 @@
 """The analysis verbs as library calls: read a path once, run the analyses a verb needs, combine.
 
-Each verb (``summary``, ``steps``, ``stragglers``, ``diff``) returns one plain dict, the object its
-``--json`` prints (``summary_result``, ``steps_result``, ``stragglers_result``: the same reading, as the typed
-record that object encodes, :mod:`.records`): the verb's own keys plus the keys every verb shares:
+Each verb (``summary``, ``steps``, ``stragglers``, ``diagnose``, ``diff``) returns one plain dict, the object its
+``--json`` prints (``summary_result``, ``steps_result``, ``stragglers_result``, ``diagnose_result``, ``diff_result``:
+the same reading, as the typed record that object encodes, :mod:`.records` and :mod:`.records_diag`): the verb's own
+keys plus the keys every verb shares:
 
 - ``scope``: the selection (ranks, roles, steps, steps_only) the figures are restricted to;
 - ``errors``: ``[{"path", "message"}]``, files that could not be read (exit code 1; 2 when none could);
@@ -40,6 +41,7 @@ from distprof.analysis.records import (
     Wait,
     to_json,
 )
+from distprof.analysis.records_diag import DiagnoseResult, DiffResult
 from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.ranks import assign_runs, file_facts, resolve, role_of, runs
@@ -57,7 +59,11 @@ __all__ = [
     "Run",
     "compare_runs",
     "diagnose",
+    "diagnose_result",
+    "diagnosis",
+    "diagnosis_result",
     "diff",
+    "diff_result",
     "exit_code",
     "investigate",
     "nothing_read",
@@ -367,26 +373,39 @@ def investigation(run: Run, top: int | None = None) -> Investigation:
     return Investigation(run.path, run, _summary_of(run, top), _steps_of(run, strag.waits), strag, file_facts_of(run))
 
 
-def diagnosis(inv: Investigation) -> dict[str, Any]:
-    """``diagnose --json`` of an Investigation: findings, what was analysed, thresholds, the shared keys."""
+def diagnosis_result(inv: Investigation) -> DiagnoseResult:
+    """``distprof diagnose`` of an Investigation, as a record: findings, what was analysed, thresholds, the shared
+    keys (the rules' caveats among the warnings, shown wherever those go)."""
     seen = diagnose_mod.analysed(inv)
     env = inv.envelope()
-    env["warnings"] = env["warnings"] + seen["caveats"]  # shown with the other warnings, wherever those go
-    return {"findings": [f.to_dict() for f in diagnose_mod.diagnose(inv)], "analysed": seen,
-            "thresholds": diagnose_mod.THRESHOLDS, **to_json(env)}
+    return DiagnoseResult(findings=diagnose_mod.diagnose(inv), analysed=seen, thresholds=diagnose_mod.THRESHOLDS,
+                          **{**env, "warnings": env["warnings"] + seen.caveats})
+
+
+def diagnosis(inv: Investigation) -> dict[str, Any]:
+    """``diagnose --json`` of an Investigation: ``to_json`` of :func:`diagnosis_result`."""
+    return to_json(diagnosis_result(inv))
+
+
+def diagnose_result(path: str, selection: Selection | None = None, workers: int | None = None,
+                    ray_address: str | None = None, progress: Callable[[Progress], None] | None = None
+                    ) -> DiagnoseResult:
+    """``distprof diagnose`` as a record: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost,
+    with the rules' ``thresholds``, what was ``analysed``, and the keys every verb shares."""
+    return diagnosis_result(investigate(path, selection, workers=workers, ray_address=ray_address,
+                                        progress=progress))
 
 
 def diagnose(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,
              progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof diagnose``: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost, with the rules'
-    ``thresholds``, what was ``analysed``, and the keys every verb shares."""
-    return diagnosis(investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress))
+    """``distprof diagnose --json``: ``to_json`` of :func:`diagnose_result`."""
+    return to_json(diagnose_result(path, selection, workers, ray_address, progress))
 
 
 DIFF_PARTS = ("summary", "steps")
 
 
-def compare_runs(ra: Run, rb: Run, top: int | None = None) -> dict[str, Any]:
+def compare_runs(ra: Run, rb: Run, top: int | None = None) -> DiffResult:
     """Two runs read with (at least) :data:`DIFF_PARTS`: :func:`.diff.compare` of their summaries, per step."""
     facts = [diff_mod.step_facts((r.info, r.parts.get("steps")) for r in run.files) for run in (ra, rb)]
     sa, sb = ra.selection, rb.selection
@@ -395,11 +414,12 @@ def compare_runs(ra: Run, rb: Run, top: int | None = None) -> dict[str, Any]:
                             steps_a=facts[0], steps_b=facts[1], chosen=chosen)
 
 
-def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,
-         top: int | None = None, workers: int | None = None, ray_address: str | None = None,
-         progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
-    """``distprof diff``: per kernel, op, phase and category, A's and B's time per step (and in total) and the
-    change; the median step per role; warnings when the two sides do not hold the same steps or ranks."""
+def diff_result(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,
+                top: int | None = None, workers: int | None = None, ray_address: str | None = None,
+                progress: Callable[[Progress], None] | None = None) -> DiffResult:
+    """``distprof diff`` as a record: per kernel, op, phase and category, A's and B's time per step (and in total)
+    and the change; the median step per role; warnings when the two sides do not hold the same steps or ranks;
+    the keys every verb shares, both sides' together (``scope`` per side)."""
     runs = [read(p, DIFF_PARTS, sel, workers, ray_address, progress) for p, sel in ((a, selection_a), (b, selection_b))]
     for run, label in zip(runs, "AB", strict=True):
         if not run.files:
@@ -407,11 +427,17 @@ def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Sele
                                f"({'; '.join(e.message for e in run.errors) or 'no trace matches the selection'})",
                                run.errors)
     out = compare_runs(runs[0], runs[1], top=top)
-    own = out.pop("warnings")
     ea, eb = runs[0].envelope(), runs[1].envelope()
-    out.update({k: ea[k] + eb[k] for k in ("errors", "salvaged", "conflicts", "warnings")})
-    out["warnings"] += own
-    out["skipped"] = ea["skipped"] + eb["skipped"]
-    out["scope"] = {"a": ea["scope"], "b": eb["scope"]}
-    out["files_read"] = len(runs[0].files) + len(runs[1].files)
+    out.errors, out.salvaged, out.conflicts = (ea[k] + eb[k] for k in ("errors", "salvaged", "conflicts"))
+    out.warnings = ea["warnings"] + eb["warnings"] + out.warnings  # the comparison's own after the reading's
+    out.skipped = ea["skipped"] + eb["skipped"]
+    out.scope = {"a": ea["scope"], "b": eb["scope"]}
+    out.files_read = len(runs[0].files) + len(runs[1].files)
     return out
+
+
+def diff(a: str, b: str, selection_a: Selection | None = None, selection_b: Selection | None = None,
+         top: int | None = None, workers: int | None = None, ray_address: str | None = None,
+         progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+    """``distprof diff --json``: ``to_json`` of :func:`diff_result`."""
+    return to_json(diff_result(a, b, selection_a, selection_b, top, workers, ray_address, progress))

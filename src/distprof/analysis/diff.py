@@ -19,6 +19,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from distprof.analysis.records_diag import AB, DiffResult, DiffRow, DiffStepTime
+
 __all__ = ["compare", "step_facts"]
 
 
@@ -117,23 +119,24 @@ def _notes(fa: dict[str, Any], fb: dict[str, Any], per_step: bool, chosen: tuple
     return out
 
 
-def _step_time(fa: dict[str, Any], fb: dict[str, Any]) -> list[dict[str, Any]]:
+def _step_time(fa: dict[str, Any], fb: dict[str, Any]) -> list[DiffStepTime]:
     """Per role: the median step (over its ranks and steps) on each side."""
     rows = []
     for role in sorted(fa["durations"].keys() | fb["durations"].keys()):
         da, db = fa["durations"].get(role, []), fb["durations"].get(role, [])
         ma = statistics.median(da) if da else None
         mb = statistics.median(db) if db else None
-        rows.append({"role": role or None, "a_median_us": ma, "b_median_us": mb, "a_steps": len(da), "b_steps": len(db),
-                     "ratio": (mb / ma) if ma and mb is not None else None})
+        rows.append(DiffStepTime(role=role or None, a_median_us=ma, b_median_us=mb, a_steps=len(da), b_steps=len(db),
+                                 ratio=(mb / ma) if ma and mb is not None else None))
     return rows
 
 
 def compare(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], top: int | None = None,
             steps_a: dict[str, Any] | None = None, steps_b: dict[str, Any] | None = None,
-            chosen: tuple[bool, bool] = (False, False)) -> dict[str, Any]:
-    """Rows ``{"kind", "name", "a_us", "b_us", "change_us", "ratio", "a_count", "b_count", "a_per_step_us",
-    "b_per_step_us", "change_per_step_us"}``, by the absolute change of what they compare, descending.
+            chosen: tuple[bool, bool] = (False, False)) -> DiffResult:
+    """Rows (:class:`~.records_diag.DiffRow`: ``kind``, ``name``, ``a_us``, ``b_us``, ``change_us``, ``ratio``,
+    ``a_count``, ``b_count``, ``a_per_step_us``, ``b_per_step_us``, ``change_per_step_us``), by the absolute change of
+    what they compare, descending.
 
     ``steps_a`` / ``steps_b`` are :func:`step_facts` of each side; without them (or when a side has a file
     without steps) rows compare totals. ``chosen`` says whether the user picked each side's steps and ranks
@@ -144,16 +147,15 @@ def compare(a: Iterable[dict[str, Any]], b: Iterable[dict[str, Any]], top: int |
     total_a, total_b = _kernel_total(ta), _kernel_total(tb)
     fa = steps_a or step_facts(())
     fb = steps_b or step_facts(())
-    return {"rows": rows[:top] if top else rows, "compares": "per_step" if per else "totals",
-            "steps": {"a": len(fa["steps"]), "b": len(fb["steps"])},
-            "rank_steps": {"a": fa["rank_steps"], "b": fb["rank_steps"]},
-            "step_time": _step_time(fa, fb),
-            "kernel_total_a_us": total_a, "kernel_total_b_us": total_b,
-            "kernel_per_step_a_us": total_a / per[0] if per else None,
-            "kernel_per_step_b_us": total_b / per[1] if per else None,
-            "only_in_a": _only_in(ta, tb), "only_in_b": _only_in(tb, ta),
-            "warnings": (_notes(fa, fb, per is not None, chosen) if steps_a is not None and steps_b is not None
-                         else [])}
+    return DiffResult(rows=rows[:top] if top else rows, compares="per_step" if per else "totals",
+                      steps=AB(a=len(fa["steps"]), b=len(fb["steps"])),
+                      rank_steps=AB(a=fa["rank_steps"], b=fb["rank_steps"]),
+                      step_time=_step_time(fa, fb), kernel_total_a_us=total_a, kernel_total_b_us=total_b,
+                      kernel_per_step_a_us=total_a / per[0] if per else None,
+                      kernel_per_step_b_us=total_b / per[1] if per else None,
+                      only_in_a=_only_in(ta, tb), only_in_b=_only_in(tb, ta),
+                      warnings=(_notes(fa, fb, per is not None, chosen) if steps_a is not None and steps_b is not None
+                                else []))
 
 
 def _per_step(steps_a: dict[str, Any] | None, steps_b: dict[str, Any] | None) -> tuple[int, int] | None:
@@ -166,15 +168,16 @@ def _per_step(steps_a: dict[str, Any] | None, steps_b: dict[str, Any] | None) ->
 
 
 def _rows(ta: dict[tuple[str, str], list[float]], tb: dict[tuple[str, str], list[float]],
-          per: tuple[int, int] | None) -> list[dict[str, Any]]:
+          per: tuple[int, int] | None) -> list[DiffRow]:
     """A row per key of either side, by the absolute change of what they compare, descending."""
     rows = [_row(key, ta.get(key, (0, 0.0)), tb.get(key, (0, 0.0)), per) for key in ta.keys() | tb.keys()]
-    rows.sort(key=lambda r: (-abs(r["change_per_step_us"] if per else r["change_us"]), r["kind"], r["name"]))
+    rows.sort(key=lambda r: (-abs(r.change_per_step_us if per and r.change_per_step_us is not None else r.change_us),
+                             r.kind, r.name))
     return rows
 
 
 def _row(key: tuple[str, str], a: Sequence[float], b: Sequence[float],
-         per: tuple[int, int] | None) -> dict[str, Any]:
+         per: tuple[int, int] | None) -> DiffRow:
     """One key's figures: ``a`` / ``b`` are each side's (count, microseconds)."""
     (ca, ua), (cb, ub) = a, b
     pa: float | None = None
@@ -184,9 +187,8 @@ def _row(key: tuple[str, str], a: Sequence[float], b: Sequence[float],
     if per:
         pa, pb = ua / per[0], ub / per[1]
         base, new, change = pa, pb, pb - pa
-    return {"kind": key[0], "name": key[1], "a_us": ua, "b_us": ub, "change_us": ub - ua,
-            "ratio": (new / base) if base else None, "a_count": int(ca), "b_count": int(cb),
-            "a_per_step_us": pa, "b_per_step_us": pb, "change_per_step_us": change}
+    return DiffRow(kind=key[0], name=key[1], a_us=ua, b_us=ub, change_us=ub - ua, ratio=(new / base) if base else None,
+                   a_count=int(ca), b_count=int(cb), a_per_step_us=pa, b_per_step_us=pb, change_per_step_us=change)
 
 
 def _kernel_total(t: dict[tuple[str, str], list[float]]) -> float:

@@ -20,9 +20,9 @@ from typing import Any
 from distprof.analysis import analyze
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis.analyze import Investigation
-from distprof.analysis.diagnose.common import Finding
 from distprof.analysis.parallel import Progress
 from distprof.analysis.records import StepsResult, StragglersResult, SummaryResult
+from distprof.analysis.records_diag import Finding
 from distprof.analysis.writing import check_output
 from distprof.trace.selection import Selection
 

@@ -29,6 +29,7 @@ __all__ = [
     "CommOverlap",
     "DelayStats",
     "DeviceTime",
+    "Envelope",
     "FileFacts",
     "HostTime",
     "HostWait",
@@ -89,6 +90,23 @@ class Ranked(Generic[F]):
     rank: int | None
     path: str
     figure: F
+
+
+class Envelope(Record, kw_only=True):
+    """The keys every verb shares, alone: what a verb whose result is still its ``--json`` dict (``merge``,
+    ``report``) gives the terminal's ``problems`` (:meth:`of`). The records carry these fields themselves."""
+    scope: dict[str, Any] | UnsetType = UNSET
+    errors: list[dict[str, Any]] | UnsetType = UNSET
+    salvaged: list[dict[str, Any]] | UnsetType = UNSET
+    conflicts: list[dict[str, Any]] | UnsetType = UNSET
+    warnings: list[str] = msgspec.field(default_factory=list)
+    skipped: int | UnsetType = UNSET
+    files_read: int | UnsetType = UNSET
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Envelope:
+        """The shared keys of a ``--json`` object (those it lacks unset)."""
+        return cls(**{k: doc[k] for k in cls.__struct_fields__ if k in doc})
 
 
 # ---- the figures inside the rows (each made by its analysis module) -------------------------------------------

@@ -21,6 +21,7 @@ from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Finding, analysed, diagnose
 from distprof.analysis.parallel import Progress
 from distprof.analysis.records import to_json
+from distprof.analysis.records_diag import DiffResult
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.report import evidence, figures, page
 from distprof.trace.listing import find_traces
@@ -48,7 +49,7 @@ def _meta(inv: Investigation) -> list[str]:
     return lines
 
 
-def _page(inv: Investigation, findings: list[Finding], compare: dict[str, Any] | None, compare_path: str,
+def _page(inv: Investigation, findings: list[Finding], compare: DiffResult | None, compare_path: str,
           envelope: dict[str, Any] | None, out: str | None = None
           ) -> tuple[str, list[figures.Section], list[evidence.Evidence]]:
     sections = figures.sections(inv, compare, inv.path, compare_path)
@@ -58,7 +59,7 @@ def _page(inv: Investigation, findings: list[Finding], compare: dict[str, Any] |
     return text, sections, ev
 
 
-def render_report(inv: Investigation, findings: list[Finding], compare: dict[str, Any] | None = None,
+def render_report(inv: Investigation, findings: list[Finding], compare: DiffResult | None = None,
                   compare_path: str = "", envelope: dict[str, Any] | None = None) -> str:
     """The report page for ``inv`` as a string. ``compare``: :func:`distprof.analysis.diff.compare`'s result
     with this run as A and the run at ``compare_path`` as B; ``envelope``: the problems to list (default
@@ -66,7 +67,7 @@ def render_report(inv: Investigation, findings: list[Finding], compare: dict[str
     return _page(inv, findings, compare, compare_path, envelope)[0]
 
 
-def build_report(inv: Investigation, findings: list[Finding], out: str, compare: dict[str, Any] | None = None,
+def build_report(inv: Investigation, findings: list[Finding], out: str, compare: DiffResult | None = None,
                  compare_path: str = "", envelope: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write :func:`render_report`'s page to ``out`` through a hidden temporary file renamed when complete
     (``out`` is never a torn page). Returns ``{"out", "bytes", "plots", "timelines"}``: each plot's id, its number
@@ -125,7 +126,7 @@ def report_of(inv: Investigation, out: str, compare: str | None = None, selectio
                          f"{out} was not written")
     findings = diagnose(inv)
     env = inv.envelope()
-    env["warnings"] = env["warnings"] + analysed(inv)["caveats"]
+    env["warnings"] = env["warnings"] + analysed(inv).caveats
     d = None
     if compare:
         # Only what diff reads of the other run (summaries and steps): each of its files is decoded once, none of
@@ -136,9 +137,9 @@ def report_of(inv: Investigation, out: str, compare: str | None = None, selectio
                              f"({'; '.join(e.message for e in other.errors) or 'no trace matches the selection'})")
         d = analyze.compare_runs(inv.run, other)
         oe = other.envelope()
-        oe["warnings"] = oe["warnings"] + d["warnings"]
+        oe["warnings"] = oe["warnings"] + d.warnings
         env = {**env, **{k: env[k] + oe[k] for k in ("errors", "salvaged", "conflicts", "warnings")},
                "skipped": env["skipped"] + oe["skipped"], "files_read": env["files_read"] + len(other.files)}
     written = build_report(inv, findings, out, d, compare or "", env)
-    return {**written, "findings": [f.to_dict() for f in findings], "compare": compare,
+    return {**written, "findings": to_json(findings), "compare": compare,
             "rl_steps": to_json(inv.steps.rl_steps), **env}

@@ -105,12 +105,13 @@ def _covers(info: Any, steps: list[Any]) -> bool:
 
 def trace_links(inv: Investigation, f: Finding, out: str | None) -> tuple[list[TraceLink], int]:
     """The files of ``f``'s role and ranks holding its steps (its first ranks first), at most ``MAX_FILES``."""
-    if not f.ranks:
+    ev = f.evidence
+    if not ev.ranks:
         return [], 0
     who = role_labels(r.info for r in inv.run.files)
-    order = {r: i for i, r in enumerate(dict.fromkeys(f.ranks))}
-    hits = [r.info for r in inv.run.files if r.info.rank in order and _covers(r.info, f.steps)
-            and (f.role is None or who.get(r.info.path) == f.role or r.info.role == f.role)]
+    order = {r: i for i, r in enumerate(dict.fromkeys(ev.ranks))}
+    hits = [r.info for r in inv.run.files if r.info.rank in order and _covers(r.info, ev.steps)
+            and (ev.role is None or who.get(r.info.path) == ev.role or r.info.role == ev.role)]
     hits.sort(key=lambda i: (order[i.rank], i.steps[:1] or (i.window or [0])[:1], i.path))
     links = [TraceLink(i.rank, _steps_text(i), i.path, relative_href(i.path, out)) for i in hits[:MAX_FILES]]
     return links, max(len(hits) - MAX_FILES, 0)
@@ -125,19 +126,20 @@ def _same_step(row: StepRow, s: Any) -> bool:
 def worst_step(inv: Investigation, f: Finding) -> tuple[StepRow, str] | None:
     """The ``steps`` row of ``f``'s worst step and why it is: where ``f``'s first rank cost the others the most
     waiting, else the longest (on ``f``'s ranks). None for a finding with no rank and no step."""
-    if not f.ranks and not f.steps:
+    ev = f.evidence
+    if not ev.ranks and not ev.steps:
         return None
-    rows = [r for r in inv.steps.steps or [] if (r.role or None) == (f.role or None)]
-    if not rows and f.role is None:
+    rows = [r for r in inv.steps.steps or [] if (r.role or None) == (ev.role or None)]
+    if not rows and ev.role is None:
         rows = list(inv.steps.steps or [])
-    if f.steps:
-        rows = [r for r in rows if any(_same_step(r, s) for s in f.steps)]
+    if ev.steps:
+        rows = [r for r in rows if any(_same_step(r, s) for s in ev.steps)]
     if not rows:
         return None
-    mine = set(f.ranks)
+    mine = set(ev.ranks)
 
     def caused(row: StepRow) -> float:
-        return next((x.wait_caused_us or 0.0 for x in row.ranks if f.ranks and x.rank == f.ranks[0]), 0.0)
+        return next((x.wait_caused_us or 0.0 for x in row.ranks if ev.ranks and x.rank == ev.ranks[0]), 0.0)
 
     def longest(row: StepRow) -> float:
         return max((x.dur_us for x in row.ranks if not mine or x.rank in mine), default=0.0)
@@ -145,7 +147,7 @@ def worst_step(inv: Investigation, f: Finding) -> tuple[StepRow, str] | None:
     row = max(rows, key=lambda r: (caused(r), longest(r)))
     name = _step_name(row)
     if caused(row) > 0:
-        why = f"{name}, where rank {f.ranks[0]} cost the others the most waiting ({_ms(caused(row))})"
+        why = f"{name}, where rank {ev.ranks[0]} cost the others the most waiting ({_ms(caused(row))})"
     else:
         why = f"{name}, the longest of the finding's steps ({_ms(longest(row))})"
     return row, why
@@ -163,8 +165,9 @@ def _ms(us: float) -> str:
 def shown_ranks(row: StepRow, f: Finding) -> list[int]:
     """The finding's ranks in this step (at most ``MAX_RANKS``); a finding of one rank gets, for contrast, the rank
     that waited most in the step (else the shortest step)."""
+    ev = f.evidence
     present = [x.rank for x in row.ranks if x.rank is not None]
-    shown = [r for r in dict.fromkeys(f.ranks) if r in present][:MAX_RANKS]
+    shown = [r for r in dict.fromkeys(ev.ranks) if r in present][:MAX_RANKS]
     rest = [x for x in row.ranks if x.rank is not None and x.rank not in shown]
     if not shown and row.slowest_rank in present:
         shown = [row.slowest_rank]

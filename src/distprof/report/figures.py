@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 import plotly.graph_objects as go
 
@@ -33,6 +32,7 @@ from distprof.analysis.records import (
     SummaryResult,
     WaitPair,
 )
+from distprof.analysis.records_diag import DiffResult, DiffRow
 from distprof.report import rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
@@ -515,7 +515,7 @@ def _waits_figure(role: str | None, rows: list[WaitPair]) -> go.Figure:
 
 
 # ---- run-to-run diff ----------------------------------------------------------------------------------
-def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
+def diff_section(d: DiffResult | None, a: str = "", b: str = "") -> Section:
     """The ``--compare`` plot from :func:`distprof.analysis.diff.compare`'s result (A: this run, B: the other)."""
     s = Section(Plot.DIFF, "Run-to-run diff",
                 f"What changed from this run (A) to the compared run (B), the {TOP_NAMES} largest changes: kernels "
@@ -524,26 +524,31 @@ def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     if d is None:
         s.note = "Not requested: give --compare OTHER (library: compare=OTHER) to compare this run with another."
         return s
-    per_step = d.get("compares") == "per_step"  # as `distprof diff`: means per step and rank, else totals
-    a_key, b_key, c_key = ("a_per_step_us", "b_per_step_us", "change_per_step_us") if per_step else \
-        ("a_us", "b_us", "change_us")
+    per_step = d.compares == "per_step"  # as `distprof diff`: means per step and rank, else totals
+
+    def figs(r: DiffRow) -> tuple[float, float, float]:
+        """A's time, B's and the change: per step (a diff comparing per step has them for every row) or in total."""
+        if per_step:
+            return r.a_per_step_us or 0.0, r.b_per_step_us or 0.0, r.change_per_step_us or 0.0
+        return r.a_us, r.b_us, r.change_us
+
     s.caption += (" Compared per step (each side's time divided by its steps and ranks), so runs profiled for "
                   "different numbers of steps compare fairly." if per_step else
                   " Compared in total: a side has traces without steps (see the warnings).")
-    rows = [r for r in d.get("rows") or [] if r[c_key]][:TOP_NAMES]
+    rows = [(r, *figs(r)) for r in d.rows if figs(r)[2]][:TOP_NAMES]
     if not rows:
         s.note = "No difference: both runs have the same kernels, ops, phases and categories with the same times."
         return s
-    y = [label(f"{i}. {r['kind']}: {_short(r['name'])}") for i, r in enumerate(rows, 1)]
+    y = [label(f"{i}. {r.kind}: {_short(r.name)}") for i, (r, *_) in enumerate(rows, 1)]
     unit = "ms per step" if per_step else "ms"
     fig = _fig(f"B minus A: {label(_short(b))} vs {label(_short(a))}", height=_height(len(rows), 24, 320, 720),
                xaxis={"title": f"change ({unit})"}, yaxis={"type": "category", "autorange": "reversed"},
                margin={"l": 20, "r": 20, "t": 50, "b": 50})
     fig.add_trace(go.Bar(
-        x=[round(r[c_key] / 1000, 3) for r in rows], y=y, orientation="h",
-        marker_color=["#E45756" if r[c_key] > 0 else "#54A24B" for r in rows],
-        customdata=[[label(r["kind"]), label(r["name"]), round(r[a_key] / 1000, 3), round(r[b_key] / 1000, 3),
-                     "" if r["ratio"] is None else f"x{r['ratio']:.2f}", r["a_count"], r["b_count"]] for r in rows],
+        x=[round(c / 1000, 3) for *_, c in rows], y=y, orientation="h",
+        marker_color=["#E45756" if c > 0 else "#54A24B" for *_, c in rows],
+        customdata=[[label(r.kind), label(r.name), round(ta / 1000, 3), round(tb / 1000, 3),
+                     "" if r.ratio is None else f"x{r.ratio:.2f}", r.a_count, r.b_count] for r, ta, tb, _ in rows],
         hovertemplate="%{customdata[0]}: %{customdata[1]}<br>A %{customdata[2]:.2f} " + unit + " (%{customdata[5]}), "
                       "B %{customdata[3]:.2f} " + unit + " (%{customdata[6]})<br>change %{x:+.2f} " + unit +
                       " %{customdata[4]}<extra></extra>"))
@@ -551,7 +556,7 @@ def diff_section(d: dict[str, Any] | None, a: str = "", b: str = "") -> Section:
     return s
 
 
-def sections(inv: Investigation, diff: dict[str, Any] | None = None, a: str = "", b: str = "") -> list[Section]:
+def sections(inv: Investigation, diff: DiffResult | None = None, a: str = "", b: str = "") -> list[Section]:
     """Every plot of the report, in :attr:`Plot.ALL` order (the diff only with ``diff``)."""
     out = [step_time(inv.steps), phases(inv.steps, inv.files),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),

@@ -24,6 +24,7 @@ import plotly.offline
 from plotly.io.json import to_json_plotly
 
 from distprof.analysis.diagnose import Finding, Plot
+from distprof.analysis.records_diag import WhatIf
 from distprof.report.base import Section
 from distprof.report.evidence import Evidence
 from distprof.util.safetext import visible
@@ -68,20 +69,18 @@ def _ms(us: float | None) -> str:
     return f"{us:,.0f} µs" if abs(us) < 1000 else f"{us / 1000:,.1f} ms" if abs(us) < 1e6 else f"{us / 1e6:,.2f} s"
 
 
-def _what_if(w: dict[str, Any]) -> str:
+def _what_if(w: WhatIf) -> str:
     """diagnose's what-if (``change``, ``saves_us``, ``saves_per_step_us``, ``steps``, ``naive_us``,
-    ``then_last_rank``, ``upper_bound``) in one sentence; keys it lacks are left out."""
-    saves = w.get("saves_us")
-    if saves is None:
-        return "; ".join(f"{k}: {v}" for k, v in w.items())
-    text = f"{w['change']}: " if w.get("change") else ""
-    text += f"{'up to ' if w.get('upper_bound') else ''}{_ms(saves)} saved"
-    if w.get("steps") and w.get("saves_per_step_us") is not None and w["steps"] > 1:
-        text += f" over {w['steps']} steps ({_ms(w['saves_per_step_us'])} per step)"
-    if w.get("then_last_rank") is not None:
-        text += f", then rank {w['then_last_rank']} arrives last"
-    if w.get("naive_us") is not None and abs(w["naive_us"] - saves) >= 1:
-        text += f" (subtracting naively would say {_ms(w['naive_us'])})"
+    ``then_last_rank``, ``upper_bound``) in one sentence."""
+    saves = w.saves_us
+    text = f"{w.change}: " if w.change else ""
+    text += f"{'up to ' if w.upper_bound else ''}{_ms(saves)} saved"
+    if w.steps and w.saves_per_step_us is not None and w.steps > 1:
+        text += f" over {w.steps} steps ({_ms(w.saves_per_step_us)} per step)"
+    if w.then_last_rank is not None:
+        text += f", then rank {w.then_last_rank} arrives last"
+    if w.naive_us is not None and abs(w.naive_us - saves) >= 1:
+        text += f" (subtracting naively would say {_ms(w.naive_us)})"
     return text
 
 
@@ -120,16 +119,17 @@ def _finding(i: int, f: Finding, plots: set[str], ev: Evidence | None = None) ->
     if f.what_if:
         rows.append(("what if", _e(_what_if(f.what_if))))
     rows.append(("fix", _e(f.fix)))
+    fe = f.evidence
     evidence = []
-    if f.role:
-        evidence.append(f"role {f.role}")
-    if f.ranks:
-        evidence.append("ranks " + ", ".join(map(str, f.ranks[:16])) + (" ..." if len(f.ranks) > 16 else ""))
-    if f.steps:
-        evidence.append("steps " + ", ".join(map(str, f.steps[:16])) + (" ..." if len(f.steps) > 16 else ""))
-    if f.names:
+    if fe.role:
+        evidence.append(f"role {fe.role}")
+    if fe.ranks:
+        evidence.append("ranks " + ", ".join(map(str, fe.ranks[:16])) + (" ..." if len(fe.ranks) > 16 else ""))
+    if fe.steps:
+        evidence.append("steps " + ", ".join(map(str, fe.steps[:16])) + (" ..." if len(fe.steps) > 16 else ""))
+    if fe.names:
         # C++ kernel names run to thousands of characters; the hovers keep base.NAME_CHARS of them, --json all.
-        evidence.append("names: " + "; ".join(n if len(n) <= 300 else n[:299] + "…" for n in map(str, f.names[:8])))
+        evidence.append("names: " + "; ".join(n if len(n) <= 300 else n[:299] + "…" for n in map(str, fe.names[:8])))
     if evidence:
         rows.append(("evidence", _e(" · ".join(evidence))))
     if ev is not None and ev.files:

@@ -5,14 +5,14 @@ Every string that comes from a trace (kernel, op, annotation, role, file name) i
 or restyle the output. Tables are :class:`~distprof.report.termfit.FitTable`: they fit the width they are printed at
 (no figure cut, long names cut in the middle on a terminal, whole in a file; the rules are in ``termfit``).
 
-``summary``, ``steps``, ``stragglers`` and ``rl_steps`` read the typed records (:mod:`distprof.analysis.records`) as
-attributes; the envelope every verb shares (``problems``) and the verbs without a record (``diagnose``, ``diff``)
-are their ``--json`` objects.
+Every verb's table reads its typed record (:mod:`distprof.analysis.records`, :mod:`distprof.analysis.records_diag`)
+as attributes, and so does ``problems``, the envelope every verb shares (a verb without a record, such as ``merge``,
+passes :class:`~distprof.analysis.records.Envelope`).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from msgspec import UNSET, UnsetType
 from rich.console import Console
@@ -34,6 +34,7 @@ from distprof.analysis.records import (
     SummaryRank,
     SummaryResult,
 )
+from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.util.safetext import visible
 
@@ -123,17 +124,25 @@ def files_table(run_dir: str, files: list[dict[str, Any]]) -> FitTable:
     return t
 
 
-def problems(err: Console, result: dict[str, Any]) -> None:
+class Problems(Protocol):
+    """What ``problems`` reads: the envelope fields of a verb's record (each unset where the verb has none)."""
+    errors: list[dict[str, Any]] | UnsetType
+    salvaged: list[dict[str, Any]] | UnsetType
+    conflicts: list[dict[str, Any]] | UnsetType
+    warnings: list[str]
+
+
+def problems(err: Console, result: Problems) -> None:
     """Errors, salvaged files, conflicts and warnings, one line each, on stderr."""
-    for e in result.get("errors", []):
+    for e in result.errors or []:
         say(err, Text.assemble(("cannot read ", "red"), plain(e["message"])), hang=2)
-    for s in result.get("salvaged", []):
+    for s in result.salvaged or []:
         notes = "; ".join(s.get("notes") or []) or "truncated"
         say(err, Text.assemble(("salvaged ", "yellow"), plain(f"{s['path']}: read in part ({notes}); "
                                                               "its figures cover only what could be read")), hang=2)
-    for c in result.get("conflicts", []):
+    for c in result.conflicts or []:
         say(err, Text.assemble(("conflict ", "yellow"), plain(f"{c['path']}: {c['reason']}")), hang=2)
-    for w in result.get("warnings", []):
+    for w in result.warnings or []:
         say(err, Text.assemble(("warning ", "yellow"), plain(w)), hang=2)
 
 
@@ -450,90 +459,86 @@ def _change(a: float | None, b: float | None) -> str:
     return _ratio(b / a) if a and b is not None else "new" if b else "-"
 
 
-def diff_headlines(d: dict[str, Any]) -> list[str]:
+def diff_headlines(d: DiffResult) -> list[str]:
     """What the diff's table is headed by, one line each, only for what the runs have: the median step per role,
     and device kernel time when either side has device work."""
     lines = []
-    per_step = d.get("compares") == "per_step"
-    for r in d.get("step_time") or []:
-        who = f"{plain(r['role'])}: " if r.get("role") else ""
-        lines.append(f"Step time, {who}median {us(r['a_median_us'])} -> {us(r['b_median_us'])} "
-                     f"({_ratio(r['ratio'])}; {r['a_steps']} -> {r['b_steps']} rank-steps)")
-    if d.get("kernel_total_a_us") or d.get("kernel_total_b_us"):
-        if per_step:
-            a, b = d["kernel_per_step_a_us"], d["kernel_per_step_b_us"]
+    for r in d.step_time:
+        who = f"{plain(r.role)}: " if r.role else ""
+        lines.append(f"Step time, {who}median {us(r.a_median_us)} -> {us(r.b_median_us)} "
+                     f"({_ratio(r.ratio)}; {r.a_steps} -> {r.b_steps} rank-steps)")
+    if d.kernel_total_a_us or d.kernel_total_b_us:
+        if d.compares == "per_step":
+            a, b = d.kernel_per_step_a_us, d.kernel_per_step_b_us
             lines.append(f"Device kernel time per step and rank: {us(a)} -> {us(b)} ({_change(a, b)})")
         else:
-            a, b = d["kernel_total_a_us"], d["kernel_total_b_us"]
+            a, b = d.kernel_total_a_us, d.kernel_total_b_us
             lines.append(f"Device kernel time in total: {us(a)} -> {us(b)} ({_change(a, b)})")
     return lines
 
 
-def diff(console: Console, d: dict[str, Any]) -> None:
+def diff(console: Console, d: DiffResult) -> None:
     """The diff's headlines, then one row per name: A and B per step (or in total: see ``compares``)."""
-    per_step = d.get("compares") == "per_step"
+    per_step = d.compares == "per_step"
     for line in diff_headlines(d):
         console.print(Text(line))  # wrapped at the terminal's width
-    steps = d.get("steps") or {}
-    title = (f"B vs A, mean per step and rank ({steps.get('a', 0)} vs {steps.get('b', 0)} steps)" if per_step
+    title = (f"B vs A, mean per step and rank ({d.steps.a} vs {d.steps.b} steps)" if per_step
              else "B vs A, totals (no per-step means: see the warning)")
     t = _table(title, ["kind", "name", "A", "B", "change", "ratio"], left=("kind", "name"))
-    for r in d["rows"]:
-        change_us = r["change_per_step_us"] if per_step else r["change_us"]
+    for r in d.rows:
+        change_us = r.change_per_step_us if per_step and r.change_per_step_us is not None else r.change_us
         color = "red" if change_us > 0 else "green"
         change = ("+" if change_us > 0 else "-" if change_us < 0 else "") + us(abs(change_us))
-        a, b = (r["a_per_step_us"], r["b_per_step_us"]) if per_step else (r["a_us"], r["b_us"])
-        t.add_row(r["kind"], _t(r["name"]), us(a), us(b), Text(change, style=color),
-                  _ratio(r["ratio"]) if r["ratio"] is not None else _change(a, b))
+        a, b = (r.a_per_step_us, r.b_per_step_us) if per_step else (r.a_us, r.b_us)
+        t.add_row(r.kind, _t(r.name), us(a), us(b), Text(change, style=color),
+                  _ratio(r.ratio) if r.ratio is not None else _change(a, b))
     console.print(t)
 
 
-def _what_if(w: dict[str, Any] | None) -> str | None:
+def _what_if(w: WhatIf | None) -> str | None:
     """A finding's what-if in words: the change, what it saves on the step's path, and the naive figure."""
     if not w:
         return None
-    steps = w.get("steps") or 0
-    text = f"if {w['change']}, each step gets {'up to ' if w.get('upper_bound') else ''}{us(w['saves_per_step_us'])} " \
-           f"shorter" + (f" ({us(w['saves_us'])} over {steps} steps)" if steps > 1 else "")
-    if w.get("naive_us") is not None and w["naive_us"] > w["saves_us"] * 1.05 + 1:
-        text += f" (subtracting the time alone would say {us(w['naive_us'])}"
-        text += (f"; rank {_rank(w['then_last_rank'])} then arrives last)" if w.get("then_last_rank") is not None
-                 else ")")
+    steps = w.steps or 0
+    text = f"if {w.change}, each step gets {'up to ' if w.upper_bound else ''}{us(w.saves_per_step_us)} " \
+           f"shorter" + (f" ({us(w.saves_us)} over {steps} steps)" if steps > 1 else "")
+    if w.naive_us is not None and w.naive_us > w.saves_us * 1.05 + 1:
+        text += f" (subtracting the time alone would say {us(w.naive_us)}"
+        text += f"; rank {_rank(w.then_last_rank)} then arrives last)" if w.then_last_rank is not None else ")"
     return text
 
 
-def diagnose(console: Console, d: dict[str, Any]) -> None:
+def diagnose(console: Console, d: DiagnoseResult) -> None:
     """Findings ranked by the step time they cost: claim, cost, what-if, fix (claims carry trace names: plain text)."""
-    findings = d["findings"]
-    a = d.get("analysed") or {}
-    n_steps, n_ranks = a.get("steps", 0), a.get("ranks", 0)
+    findings = d.findings
+    a = d.analysed
+    n_steps, n_ranks = a.steps, a.ranks
     seen = f"{n_steps} step{'' if n_steps == 1 else 's'} of {n_ranks} rank{'' if n_ranks == 1 else 's'} analysed" + \
-        ("" if a.get("device") else "; no device events, so only the host rules apply")
+        ("" if a.device else "; no device events, so only the host rules apply")
     if not findings:
         say(console, Text(f"No problems found above the thresholds ({seen}).", style="green"))
         return
     say(console, Text(f"Diagnosis: {len(findings)} finding{'s' if len(findings) > 1 else ''}, ranked by the step time "
                       f"they cost ({seen})", style="bold"))
     for i, f in enumerate(findings, 1):
-        cost = us(f["cost_us"]) + (f" ({share(f['cost_share'])} of step time)" if f.get("cost_share") is not None
-                                   else "")
-        say(console, Text.assemble((f"{i}. {f['id']}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")),
+        cost = us(f.cost_us) + (f" ({share(f.cost_share)} of step time)" if f.cost_share is not None else "")
+        say(console, Text.assemble((f"{i}. {f.id}", "bold"), "  costs ", (cost, "red" if i == 1 else "yellow")),
             hang=3)
-        say(console, Text.assemble("   ", plain(f["claim"])))
-        w = _what_if(f.get("what_if"))
+        say(console, Text.assemble("   ", plain(f.claim)))
+        w = _what_if(f.what_if)
         if w:
             say(console, Text.assemble("   ", ("what-if: ", "cyan"), plain(w)))
-        say(console, Text.assemble("   ", ("fix: ", "green"), plain(f["fix"])))
-        ev = f["evidence"]
-        names = ", ".join(fit_name(console, plain(n), min(60, max(24, console.width - 16))) for n in ev["names"][:3])
+        say(console, Text.assemble("   ", ("fix: ", "green"), plain(f.fix)))
+        ev = f.evidence
+        names = ", ".join(fit_name(console, plain(n), min(60, max(24, console.width - 16))) for n in ev.names[:3])
         where = "; ".join(p for p in (
-            f"role {plain(ev['role'])}" if ev.get("role") else "",
-            (f"ranks {', '.join(map(_rank, ev['ranks'][:8]))}{' ...' if len(ev['ranks']) > 8 else ''}"
-             if ev["ranks"] else ""),
-            (f"steps {', '.join(map(_step, ev['steps'][:8]))}{' ...' if len(ev['steps']) > 8 else ''}"
-             if ev["steps"] else ""),
+            f"role {plain(ev.role)}" if ev.role else "",
+            (f"ranks {', '.join(map(_rank, ev.ranks[:8]))}{' ...' if len(ev.ranks) > 8 else ''}"
+             if ev.ranks else ""),
+            (f"steps {', '.join(map(_step, ev.steps[:8]))}{' ...' if len(ev.steps) > 8 else ''}"
+             if ev.steps else ""),
             f"names {names}" if names else "",
-            f"plot {f['plot']}" if f.get("plot") else "") if p)
+            f"plot {f.plot}" if f.plot else "") if p)
         if where:
             say(console, Text.assemble("   ", ("evidence: ", "dim"), (where, "dim")))
 

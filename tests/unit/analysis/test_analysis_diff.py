@@ -13,6 +13,7 @@ from conftest import DATA
 from tracekit import cli, table
 
 from distprof.analysis import diff, summary
+from distprof.analysis.records import to_json
 
 TD = os.path.join(DATA, "hta", "trace-diff")
 DLRM = os.path.join(DATA, "dlrm-8rank-v100")
@@ -31,7 +32,7 @@ def _kernel_totals(path):
 @pytest.mark.slow
 def test_two_runs_match_independent_totals_and_sort_by_change():
     a, b = (os.path.join(TD, n) for n in ("control.json.gz", "test.json.gz"))
-    d = diff.compare([summary.extract(table(a))], [summary.extract(table(b))])
+    d = to_json(diff.compare([summary.extract(table(a))], [summary.extract(table(b))]))
     ka, kb = _kernel_totals(a), _kernel_totals(b)
     kernels = {r["name"]: r for r in d["rows"] if r["kind"] == "kernel"}
     assert set(kernels) == set(ka) | set(kb)

@@ -112,7 +112,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from distprof.analysis.diagnose.common import (
     DATA_LOADING_SHARE,
@@ -146,6 +145,7 @@ from distprof.analysis.diagnose.host import data_loading, outlier_steps
 from distprof.analysis.diagnose.roles import bounding_role
 from distprof.analysis.diagnose.straggler import straggler
 from distprof.analysis.investigation import Investigation
+from distprof.analysis.records_diag import Analysed
 
 logger = logging.getLogger(__name__)
 
@@ -188,11 +188,11 @@ def diagnose(inv: Investigation) -> list[Finding]:
     # A finding that saves no step time on the path (its ranks never arrive last) is not one; a straggler that
     # passed its thresholds is, even when the next rank would arrive as late.
     findings = [f for rule in RULES for f in rule(job) if f.cost_us > 0 or f.id == "straggler"]
-    findings.sort(key=lambda f: (-f.cost_us, f.id, str(f.role)))
+    findings.sort(key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
     return findings
 
 
-def analysed(inv: Investigation) -> dict[str, Any]:
+def analysed(inv: Investigation) -> Analysed:
     """What the rules looked at: roles, ranks, steps, whether device rules could apply, and ``caveats``:
     what the rules could not judge on these files (a role with ranks missing)."""
     job = Job(inv)
@@ -201,5 +201,5 @@ def analysed(inv: Investigation) -> dict[str, Any]:
                f"are here; a rank's wait for an absent rank cannot be told from communication, so exposed "
                f"communication is not judged and straggler figures cover only the ranks present"
                for role, (present, world) in job.partial.items()]
-    return {"roles": list(job.by_role), "ranks": sum(len(ranks_of(rows)) for rows in job.by_role.values()),
-            "steps": len(keys), "device": job.device, "caveats": caveats}
+    return Analysed(roles=list(job.by_role), ranks=sum(len(ranks_of(rows)) for rows in job.by_role.values()),
+                    steps=len(keys), device=job.device, caveats=caveats)

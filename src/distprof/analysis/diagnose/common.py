@@ -1,5 +1,6 @@
-"""What every diagnose rule shares: the findings' shape, the thresholds, the path model, words and numbers,
-and the job as the rules see it. The rules and the model are described in :mod:`distprof.analysis.diagnose`."""
+"""What every diagnose rule shares: the thresholds, the path model (its what-if), words and numbers, and the job as
+the rules see it; the findings they make are records (:class:`~distprof.analysis.records_diag.Finding`). The rules
+and the model are described in :mod:`distprof.analysis.diagnose`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import logging
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import msgspec
@@ -15,6 +15,7 @@ import msgspec
 from distprof.analysis.investigation import Investigation
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
 from distprof.analysis.records import RankStep, StepBreakdown, StepRow
+from distprof.analysis.records_diag import Finding, FindingEvidence, WhatIf
 from distprof.trace.ranks import unranked_label
 
 logger = logging.getLogger(__name__)
@@ -77,41 +78,6 @@ class Plot:
     ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, RL_STEPS, DIFF)
 
 
-@dataclass
-class Finding:
-    """One thing wrong with the job. ``--json`` prints :meth:`to_dict` (DESIGN.md fixes ``id``, ``claim``,
-    ``cost_us``, ``evidence.{role, ranks, steps, names}`` and ``fix``)."""
-    id: str
-    """Stable rule id (``straggler``, ``bounding_role``, ...): scripts key on it."""
-    claim: str
-    """One sentence, with the numbers that make it true."""
-    cost_us: float
-    """Wall-clock step time the job loses to it over the analysed steps (what fixing it would save)."""
-    fix: str
-    """A concrete next step."""
-    role: str | None = None
-    ranks: list[int] = field(default_factory=list)
-    """The ranks concerned; for ``straggler`` the rank holding the others back first."""
-    steps: list[Any] = field(default_factory=list)
-    names: list[str] = field(default_factory=list)
-    """Phase, kernel or op names that explain it (for ``straggler``: the root cause first)."""
-    figures: dict[str, Any] = field(default_factory=dict)
-    """The figures compared (e.g. the straggler's phase time and the median rank's)."""
-    cost_share: float | None = None
-    """``cost_us`` as a share of the analysed steps' time."""
-    what_if: dict[str, Any] | None = None
-    """What fixing it would save, computed on the step's path across ranks: ``{"change", "saves_us", ...}``."""
-    plot: str | None = None
-    """The :class:`Plot` that shows it."""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        evidence = {"role": d.pop("role"), "ranks": d.pop("ranks"), "steps": d.pop("steps"), "names": d.pop("names"),
-                    "figures": d.pop("figures")}
-        return {"id": d["id"], "claim": d["claim"], "cost_us": d["cost_us"], "cost_share": d["cost_share"],
-                "evidence": evidence, "fix": d["fix"], "what_if": d["what_if"], "plot": d["plot"]}
-
-
 # ---- the path model ---------------------------------------------------------------------------------------
 def path_saving(ranks: list[RankStep], cut: dict[int, float]) -> tuple[float, Any, Any]:
     """One step: how much earlier the latest arrival comes when rank ``ranks[i]`` loses ``cut[i]`` µs (see the
@@ -130,7 +96,7 @@ def path_saving(ranks: list[RankStep], cut: dict[int, float]) -> tuple[float, An
 
 
 def path_what_if(rows: list[StepRow], cuts: list[dict[int, float]], change: str, upper_bound: bool = False
-                 ) -> dict[str, Any]:
+                 ) -> WhatIf:
     """The path saving over several steps (``cuts[j]`` for ``rows[j]``), with the naive sum for contrast."""
     saves = naive = 0.0
     then_last: Counter = Counter()
@@ -140,9 +106,9 @@ def path_what_if(rows: list[StepRow], cuts: list[dict[int, float]], change: str,
         naive += max((max(v, 0.0) for v in cut.values()), default=0.0)
         if cut:
             then_last[after] += 1
-    return {"change": change, "saves_us": saves, "saves_per_step_us": saves / len(rows) if rows else 0.0,
-            "naive_us": naive, "steps": len(rows),
-            "then_last_rank": then_last.most_common(1)[0][0] if then_last else None, "upper_bound": upper_bound}
+    return WhatIf(change=change, saves_us=saves, saves_per_step_us=saves / len(rows) if rows else 0.0,
+                  naive_us=naive, steps=len(rows), then_last_rank=then_last.most_common(1)[0][0] if then_last else None,
+                  upper_bound=upper_bound)
 
 
 # ---- words and numbers ------------------------------------------------------------------------------------
@@ -358,15 +324,15 @@ def share_rule(job: Job, rule: str, figure: Callable[[RankStep], float | None], 
 
 
 def make_finding(job: Job, rule: str, role: Any, rows: list[StepRow], cuts: list[dict[int, float]],
-                 per_rank: dict[Any, float], claim: str, wi: dict[str, Any], fix: str, names: list[str],
+                 per_rank: dict[Any, float], claim: str, wi: WhatIf, fix: str, names: list[str],
                  figures: dict[str, Any], plot: str) -> Finding:
     """A finding about the rows' steps: evidence ranks by their share of the figure, the steps where it was cut."""
     st = job.step_time(rows)
     ranks = [r for r, v in sorted(per_rank.items(), key=lambda kv: -kv[1]) if v > 0 and r is not None]
     steps = [step_key(row) for row, cut in zip(rows, cuts, strict=True) if any(v > 0 for v in cut.values())]
-    return Finding(id=rule, claim=claim, cost_us=wi["saves_us"], role=role, ranks=ranks, steps=steps,
-                   names=names, fix=fix, figures=figures, cost_share=wi["saves_us"] / st if st else None, what_if=wi,
-                   plot=plot)
+    return Finding(id=rule, claim=claim, cost_us=wi.saves_us, cost_share=wi.saves_us / st if st else None,
+                   evidence=FindingEvidence(role=role, ranks=ranks, steps=steps, names=names, figures=figures), fix=fix,
+                   what_if=wi, plot=plot)
 
 
 def top_rank(per_rank: dict[Any, float]) -> Any:

@@ -41,7 +41,7 @@ def memcpy(job: Job) -> list[Finding]:
         rank_steps = sum(len(c) for c in cuts)
         claim = (f"memory copies with no kernel running take {fmt_dur(sum(per_rank.values()) / rank_steps)} per rank "
                  f"and step in {steps_text([step_key(r) for r in rows])}; hiding them behind compute would save up to "
-                 f"{fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"{fmt_dur(wi.saves_per_step_us)} per step.")
         out.append(make_finding(job, "memcpy", role, rows, cuts, per_rank, claim, wi,
                                 "Copy less and earlier: keep tensors on the device, copy with non_blocking=True from "
                                 "pinned memory on a side stream ahead of use, avoid .to()/.cpu() round trips inside "
@@ -81,7 +81,7 @@ def pageable_memcpy(job: Job) -> list[Finding]:
         claim = (f"copies to or from pageable (not pinned) host memory take {fmt_dur(part / rank_steps)} per rank and "
                  f"step in {steps_text([step_key(r) for r in rows])} "
                  f"({', '.join(name_text(k) for k in sorted(names))}); "
-                 f"pinned memory would save up to {fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"pinned memory would save up to {fmt_dur(wi.saves_per_step_us)} per step.")
         out.append(make_finding(job, "pageable_memcpy", role, rows, cuts, per_rank, claim, wi,
                                 "Pin the host buffers: DataLoader(pin_memory=True) or tensor.pin_memory(), then "
                                 ".to(device, non_blocking=True); for device-to-host reads, copy into a pinned buffer.",

@@ -72,7 +72,7 @@ def exposed_communication(job: Job) -> list[Finding]:
                  f"{fmt_dur(sum(per_rank.values()) / sum(len(c) for c in cuts))} per rank and step in "
                  f"{steps_text([step_key(r) for r in rows])} (most on {rank_name(role, top)}: "
                  f"{fmt_dur(per_rank[top] / len(rows))} per step); overlapping it would save up to "
-                 f"{fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"{fmt_dur(wi.saves_per_step_us)} per step.")
         fix = ("Overlap communication with compute: DDP bucket_cap_mb and gradient_as_bucket_view, FSDP "
                "forward/backward prefetch, collectives issued before the compute that does not need their "
                "result; if transfers themselves are slow, check the interconnect and NCCL_ALGO/NCCL_PROTO.")
@@ -172,7 +172,7 @@ def launch_bound(job: Job) -> list[Finding]:
                  f"{fmt_dur(fig['host_issuing_us'] / n)} of it waiting while the host issues work "
                  f"({fig['launches'] // n} launches per step, the ops that make them and the Python between them; "
                  f"{fig['short'] // n} of them run shorter on the device than the call); up to "
-                 f"{fmt_dur(wi['saves_per_step_us'])} per step could be saved.")
+                 f"{fmt_dur(wi.saves_per_step_us)} per step could be saved.")
         out.append(make_finding(job, "launch_bound", role, rows, cuts, per_rank, claim, wi,
                                 "Launch fewer, larger kernels: CUDA graphs (torch.compile mode='reduce-overhead'), "
                                 "torch.compile fusion, larger batches per step, and no host work between launches "
@@ -240,7 +240,7 @@ def host_bound(job: Job) -> list[Finding]:
         claim = (f"the device waits {fmt_dur(part / sum(len(c) for c in cuts))} per rank and step in "
                  f"{steps_text([step_key(r) for r in rows])} for host work that launches nothing ({what}; most on "
                  f"{rank_name(role, top)}: {fmt_dur(per_rank[top] / len(rows))} per step); taking it off the "
-                 f"device's path would save up to {fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"device's path would save up to {fmt_dur(wi.saves_per_step_us)} per step.")
         out.append(make_finding(job, "host_bound", role, rows, cuts, per_rank, claim, wi, _host_bound_fix(lead),
                                 [k for k, _ in lead], {"share_of_step": part / dur, "per_rank_us_per_step":
                                                        by_rank(per_step), "by_phase_us_per_step": dict(lead)},
@@ -296,7 +296,7 @@ def host_sync(job: Job) -> list[Finding]:
         claim = (f"{rank_name(role, top)} blocks {fmt_dur(hot[top][0])} per step of its {fmt_dur(hot[top][1])} step "
                  f"reading values back from the device ({', '.join(name_text(k) for k in sorted(names))}{also})"
                  + (f"; {len(hot)} ranks do" if len(hot) > 1 else "") + f"; removing those syncs would save up to "
-                 f"{fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"{fmt_dur(wi.saves_per_step_us)} per step.")
         out.append(make_finding(job, "host_sync", role, rows, cuts, per_rank, claim, wi,
                                 "Keep values on the device inside the step: no .item(), .tolist(), .cpu(), print() or "
                                 "Python if on device tensors; accumulate metrics on the device and read them every N "

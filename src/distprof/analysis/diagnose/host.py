@@ -46,7 +46,7 @@ def data_loading(job: Job) -> list[Finding]:
                  f"{fmt_dur(sum(per_rank.values()) / sum(len(c) for c in cuts))} per rank and step in "
                  f"{steps_text([step_key(r) for r in rows])} (most on {rank_name(role, top)}: "
                  f"{fmt_dur(per_rank[top] / len(rows))} per step); overlapping it would save up to "
-                 f"{fmt_dur(wi['saves_per_step_us'])} per step.")
+                 f"{fmt_dur(wi.saves_per_step_us)} per step.")
         out.append(make_finding(job, "data_loading", role, rows, cuts, per_rank, claim, wi,
                             "Load ahead of the step: DataLoader num_workers > 0, persistent_workers=True, "
                             "prefetch_factor, pin_memory=True; move decoding and augmentation out of the training "

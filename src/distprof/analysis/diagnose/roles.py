@@ -18,6 +18,7 @@ from distprof.analysis.diagnose.common import (
     steps_text,
 )
 from distprof.analysis.records import RankStep, StepRow
+from distprof.analysis.records_diag import FindingEvidence, WhatIf
 from distprof.analysis.rlsteps import RLStep
 from distprof.rundir.layout import DRIVER_ROLE
 from distprof.trace.vocab import ENGINE_SUFFIX
@@ -122,16 +123,16 @@ def bounding_role(job: Job) -> list[Finding]:
     rl_if, cause = _rl_what_if(job, bound)
     claim += cause
     return [Finding(
-        id="bounding_role", claim=claim, cost_us=saving, role=bound, ranks=[rank], steps=[k for k, *_ in steps],
-        names=names,
+        id="bounding_role", claim=claim, cost_us=saving, cost_share=saving / walls,
+        evidence=FindingEvidence(
+            role=bound, ranks=[rank], steps=[k for k, *_ in steps], names=names,
+            figures={"work_per_step_us": {str(r or ""): total[r] / n for r in ranked}, "idle_other_roles_us": idle,
+                     "other_roles_time_us": other_time, "wall_us": walls}),
         fix=f"Shorten or split {bound}'s work (more workers or GPUs for it, smaller batches per step), or overlap the "
             f"other roles with it (generate step N+1 while {bound} works on step N, as asynchronous RL does).",
-        figures={"work_per_step_us": {str(r or ""): total[r] / n for r in ranked}, "idle_other_roles_us": idle,
-                 "other_roles_time_us": other_time, "wall_us": walls},
-        cost_share=saving / walls,
-        what_if={"change": f"{bound}'s work takes as long as {nxt}'s", "saves_us": saving,
-                 "saves_per_step_us": saving / n, "naive_us": saving, "steps": n, "then_last_rank": None,
-                 "upper_bound": False, "roles_then_bounding": nxt, **rl_if},
+        what_if=WhatIf(change=f"{bound}'s work takes as long as {nxt}'s", saves_us=saving, saves_per_step_us=saving / n,
+                       naive_us=saving, steps=n, then_last_rank=None, upper_bound=False, roles_then_bounding=nxt,
+                       **rl_if),
         plot=Plot.PHASES)]
 
 

@@ -31,6 +31,7 @@ from distprof.analysis.diagnose.common import (
     steps_text,
 )
 from distprof.analysis.records import RankStep, StepRow, StragglerRank
+from distprof.analysis.records_diag import FindingEvidence
 from distprof.trace.vocab import STEP_PREFIX, is_comm_host_event, is_comm_kernel, is_sync
 
 logger = logging.getLogger(__name__)
@@ -167,7 +168,7 @@ def straggler(job: Job) -> list[Finding]:
             logger.debug("straggler: %s holds the others back in %d of %d steps; its largest cause explains %.0f%%",
                          who, held_back, len(rows), 100 * explained)
             continue
-        f.figures.update({"wait_caused_us": caused, "others_step_us": others, "wait_share": caused / others,
+        f.evidence.figures.update({"wait_caused_us": caused, "others_step_us": others, "wait_share": caused / others,
                           "holds_back_steps": held_back, "cause_explains": explained, "lateness_us": lateness,
                           "late_arrivals": top.late_arrivals, "collectives": top.collectives,
                           "candidates": [{"kind": c["kind"], "name": c["name"], "excess_us": c["excess_us"],
@@ -270,13 +271,15 @@ def _one_cause(job: Job, role: Any, rank: Any, rows: list[StepRow], cause: dict[
     what_if = path_what_if(rows, cuts, change)
     step_time = job.step_time(rows)
     return Finding(
-        id="straggler", claim=claim, cost_us=what_if["saves_us"], role=role,
-        ranks=_evidence_ranks(rank, members, ranked, rows), steps=keys,
-        names=[c["name"] for c in causes[:3] if c["excess_us"] >= SECONDARY_SHARE * cause["excess_us"]],
-        fix=_STRAGGLER_FIX[cause["kind"]].format(name=name_text(cause["name"]), who=who),
-        figures={"late_together": members, "no_single_cause": False, **waited,
-                 "cause": {k: cause[k] for k in ("kind", "name", "rank_us", "median_us", "excess_us")}},
-        cost_share=what_if["saves_us"] / step_time if step_time else None, what_if=what_if, plot=Plot.WAITS)
+        id="straggler", claim=claim, cost_us=what_if.saves_us,
+        cost_share=what_if.saves_us / step_time if step_time else None,
+        evidence=FindingEvidence(
+            role=role, ranks=_evidence_ranks(rank, members, ranked, rows), steps=keys,
+            names=[c["name"] for c in causes[:3] if c["excess_us"] >= SECONDARY_SHARE * cause["excess_us"]],
+            figures={"late_together": members, "no_single_cause": False, **waited,
+                     "cause": {k: cause[k] for k in ("kind", "name", "rank_us", "median_us", "excess_us")}}),
+        fix=_STRAGGLER_FIX[cause["kind"]].format(name=name_text(cause["name"]), who=who), what_if=what_if,
+        plot=Plot.WAITS)
 
 
 def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[StepRow], causes: list[dict[str, Any]],
@@ -307,11 +310,12 @@ def _no_one_cause(job: Job, role: Any, rank: Any, rows: list[StepRow], causes: l
     what_if = path_what_if(rows, cuts, f"{who} arrives with the median rank")
     step_time = job.step_time(rows)
     return Finding(
-        id="straggler", claim=claim, cost_us=what_if["saves_us"], role=role,
-        ranks=_evidence_ranks(rank, [], ranked, rows), steps=keys, names=[c["name"] for c in lead],
-        fix=_SPREAD_FIX.format(who=who),
-        figures={"late_together": [], "no_single_cause": True, "cause": None, "op_ratio": ratio, **waited},
-        cost_share=what_if["saves_us"] / step_time if step_time else None, what_if=what_if, plot=Plot.WAITS)
+        id="straggler", claim=claim, cost_us=what_if.saves_us,
+        cost_share=what_if.saves_us / step_time if step_time else None,
+        evidence=FindingEvidence(
+            role=role, ranks=_evidence_ranks(rank, [], ranked, rows), steps=keys, names=[c["name"] for c in lead],
+            figures={"late_together": [], "no_single_cause": True, "cause": None, "op_ratio": ratio, **waited}),
+        fix=_SPREAD_FIX.format(who=who), what_if=what_if, plot=Plot.WAITS)
 
 
 def _op_ratio(job: Job, role: Any, rank: Any, rows: list[StepRow]) -> float | None:
