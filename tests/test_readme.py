@@ -1,20 +1,21 @@
 """Every Python block in README.md and in docs/*.md runs as written.
 
 Blocks are collected from the README and from every page under docs/ (a new page is covered as soon as it is
-there). Each block runs in a fresh interpreter in an empty folder. A block may leave things to the reader (the
-data, the training step, how many steps): the prelude for it fills exactly those, and nothing the block
-itself shows. A check after the block asserts that it did what the README says. A new block with no
+there). Each block runs as ``python block.py`` in a process of its own, in an empty folder (a warm python,
+tests/jobs/warmpython.py: forked from a server that imported torch once). A block may leave things to the
+reader (the data, the training step, how many steps): the prelude for it fills exactly those, and nothing the
+block itself shows. A check after the block asserts that it did what the README says. A new block with no
 prelude runs as it is.
 """
 
 import glob
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
 import pytest
+import warmpython
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 README = os.path.join(ROOT, "README.md")
@@ -142,7 +143,7 @@ def _block_params():
             for page, i, b in python_blocks()]
 
 
-@pytest.mark.slow  # each block runs in a fresh interpreter (torch's import alone is seconds): not the fast loop
+@pytest.mark.slow  # each block runs in a process of its own: not the fast loop
 @pytest.mark.parametrize("page, index", _block_params())
 def test_readme_block_runs(tmp_path, page, index):
     block = blocks_of(os.path.join(ROOT, page))[index]
@@ -151,6 +152,6 @@ def test_readme_block_runs(tmp_path, page, index):
     script.write_text(textwrap.dedent(pre) + "\n" + block + "\n" + textwrap.dedent(post))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTPROF_", "RANK", "WORLD_SIZE", "LOCAL_"))}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    proc = warmpython.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env=env)
     assert proc.returncode == 0, f"{page} block {index} failed:\n{block}\n--- stderr ---\n{proc.stderr[-4000:]}"

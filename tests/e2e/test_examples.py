@@ -2,10 +2,10 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+import warmpython  # python SCRIPT, forked from a server that imported torch once
 from conftest import REPO
 
 EXAMPLES = os.path.join(REPO, "examples")
@@ -13,7 +13,7 @@ EXAMPLES = os.path.join(REPO, "examples")
 
 def run(name, tmp_path, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DISTPROF_", "RANK", "WORLD_SIZE", "LOCAL_"))}
-    proc = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), str(tmp_path / "out"), *args],
+    proc = warmpython.run([sys.executable, os.path.join(EXAMPLES, name), str(tmp_path / "out"), *args],
                           capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout, tmp_path / "out"

@@ -7,8 +7,10 @@ starting several processes costs. Processes from :func:`context` are real, separ
 its own pid, torch.profiler session, gloo connections and exit), forked from a server that imported those modules
 and ran nothing else.
 
-Only for children that start as a ``multiprocessing`` target: how a process starts, exits or dies by itself (an
-uncaught exception, ``sys.exit``, a signal) is tested with a real ``python`` (tests/jobs/crash_job.py, chaos_job.py).
+Only for children that start as a ``multiprocessing`` target (its children end as multiprocessing ends them, with
+``os._exit``: no ``atexit``): a job whose end is the test's subject (an uncaught exception, ``sys.exit``, a
+signal; tests/jobs/crash_job.py, chaos_job.py) starts as ``python SCRIPT`` through :mod:`warmpython`, which ends
+it as an interpreter ends.
 This module imports no torch itself, so a job script's parent process can use it and stay light.
 """
 

@@ -15,14 +15,13 @@ read twice: the per-file extracts of the first call are kept, and every method w
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from distprof.analysis import analyze
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis.analyze import Investigation
 from distprof.analysis.parallel import Progress
 from distprof.analysis.records import StepsResult, StragglersResult, SummaryResult
-from distprof.analysis.records_diag import Finding
+from distprof.analysis.records_diag import DiagnoseResult, Finding
 from distprof.analysis.writing import check_output
 from distprof.trace.selection import Selection
 
@@ -71,9 +70,10 @@ class Analysis:
             self._findings = diagnose_mod.diagnose(self.investigation)
         return self._findings
 
-    def diagnosis(self) -> dict[str, Any]:
-        """``distprof diagnose --json``'s object: findings, what was analysed, thresholds, the shared keys."""
-        return analyze.diagnosis(self.investigation)
+    def diagnosis(self) -> DiagnoseResult:
+        """All of ``distprof diagnose`` as a record: findings, what was analysed, thresholds, the shared keys
+        (``to_json`` of it is ``distprof diagnose --json``'s object)."""
+        return analyze.diagnosis_result(self.investigation)
 
     def report(self, out: str, compare: str | None = None) -> str:
         """Write the HTML report (``distprof report``) to ``out`` and return ``out``. ``compare``: another run to

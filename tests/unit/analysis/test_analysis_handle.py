@@ -50,7 +50,7 @@ def test_the_handle_gives_the_verbs_figures():
     assert to_json(run.steps()) == analyze.steps(SAMPLED, workers=1)
     assert to_json(run.stragglers()) == analyze.stragglers(SAMPLED, workers=1, top=None)  # worst uncapped
     verb = analyze.diagnose(SAMPLED, workers=1)
-    assert [f.to_dict() for f in run.diagnose()] == verb["findings"] and run.diagnosis() == verb
+    assert [f.to_dict() for f in run.diagnose()] == verb["findings"] and to_json(run.diagnosis()) == verb
     assert run.stragglers().matched > 0 and run.steps().steps  # (the sample has both to compare)
 
 
