@@ -8,7 +8,8 @@ whole script runs in well under 2 minutes on an H100. Checks (all by default; na
 
 - ``cost`` (issue 18, items 1 and 2): a plain loop profiled on steps [10, 11] with stacks, shapes and memory:
   the manifest's ``export_s`` and the ``profiling_cost`` row (reliable, reason, figures) from
-  ``distprof.analysis.analyze.summary``.
+  ``distprof.analysis.analyze.summary``. Issue 22: the window is written by a child forked from this CUDA process
+  (no fallback warning), and the closing step is within 50 ms of an unprofiled step.
 - ``cost_big``: the same on a 12-step window (steps 10-21) of a 4-layer TransformerEncoder (d=512, AdamW), the
   size of window whose export the issue measured at 4.86 s.
 - ``ddp`` (issue 18, items 14 and 15): two ranks on one GPU, DDP over gloo with CUDA tensors, rank 1 sleeping 80 ms
@@ -57,6 +58,12 @@ def check_cost(out: str, big: bool = False) -> None:
         model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).cuda()
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         x = torch.randn(512, 2048, device="cuda")
+    import logging
+
+    said: list[str] = []
+    hear = logging.Handler()
+    hear.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("distprof").addHandler(hear)
     prof = distprof.Profiler(cfg)
     wall = []  # each step as the loop sees it, prof.step() (and the export in it) included
     with prof:
@@ -78,6 +85,12 @@ def check_cost(out: str, big: bool = False) -> None:
           f"baseline ms {[round(t * 1e3, 2) for t in rec.baseline_times_s]}, "
           f"profiled ms {[round(t * 1e3, 2) for t in rec.step_times_s]}; loop's closing step {wall[last]:.3f} s")
     expect("cost: export_s recorded", rec.export_s is not None and rec.export_s > 0, f"{rec.export_s} s")
+    # Issue 22: the window is written by a child forked from this CUDA process (background_export, the default).
+    fell_back = [m for m in said if "in this process instead" in m]
+    expect("cost: the forked child wrote the window (no fallback)", not fell_back, "; ".join(fell_back)[:300])
+    others = sorted(wall[3:last] + wall[last + 1:])
+    extra = wall[last] - others[len(others) // 2]
+    expect("cost: the closing step within 50 ms of an unprofiled step", extra <= 0.05, f"{extra * 1e3:.0f} ms more")
     expect("cost: the closing step held the loop at least export_s", rec.export_s is not None and wall[last] >= rec.export_s,
            f"step {last} took {wall[last]:.3f} s in the loop")
     expect("cost: baseline is steps 3-8 (0-2 warm-up, 9 the window's warm-up)",

@@ -20,11 +20,14 @@ from conftest import JOBS
 JOB = os.path.join(JOBS, "crash_job.py")
 
 
-def start(tmp_path, how, style="startstop", **env):
+def start(tmp_path, how, style="startstop", inline=True, **env):
+    """The job, holding each export once torch has written the trace. ``inline``: windows are written inside the
+    closing step (``torch.background_export: false``), so a signal lands in the profiler's own export; else the
+    export runs in the background while the training thread goes on."""
     out = tmp_path / "run"
     proc = warmpython.Popen([sys.executable, JOB, how, str(out), style], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOLD_EXPORT": "1", **env})
+                            env={**os.environ, "HOLD_EXPORT": "1", **({"INLINE_EXPORT": "1"} if inline else {}), **env})
     return proc, out
 
 
@@ -173,3 +176,33 @@ def proc_pid(stderr):
     """The parent's pid, from the child's log line ("... from pid N; ...")."""
     [line] = [x for x in stderr.splitlines() if "forked child" in x]
     return int(line.split(" from pid ")[1].split(";")[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_training_goes_on_beside_a_background_export_keeps_the_window(tmp_path, signum):
+    """The window 3-5 is written in the background (the default) while step 6 runs; a signal then ends the
+    training thread. The process waits for the export, publishes the whole window, and ends by the signal."""
+    proc, out = start(tmp_path, "train_on", "with", inline=False)
+    try:
+        assert {proc.stdout.readline().strip(), proc.stdout.readline().strip()} == {"exporting", "training on"}
+        proc.send_signal(signum)
+        say(proc, "go")
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signum, err[-2000:]
+    [rec] = manifest(out)
+    assert rec["steps"] == [3, 5] and rec["complete"] is True and rec.get("stopped_by") is None
+    assert step_numbers(out, rec) == [3, 4, 5]
+    assert temporaries(out) == [] and "without capturing a window" not in err
+
+
+@pytest.mark.slow
+def test_sys_exit_right_after_a_window_closed_waits_for_its_background_export(tmp_path):
+    proc = warmpython.run([sys.executable, JOB, "exit_after", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [rec] = manifest(tmp_path / "run")
+    assert rec["steps"] == [3, 5] and rec["complete"] is True
+    assert step_numbers(tmp_path / "run", rec) == [3, 4, 5] and temporaries(tmp_path / "run") == []

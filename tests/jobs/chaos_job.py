@@ -42,7 +42,12 @@ FILL_AT = int(os.environ.get("CHAOS_FILL_AT", "-1"))
 closing = {"last": None}
 
 
+TRAINING_PID = os.getpid()
+
+
 def die() -> None:
+    """SIGKILL the training process, and the child it forked to write the window if that is where we are."""
+    os.kill(TRAINING_PID, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -78,15 +83,15 @@ elif KILL_AT == "manifest":
 
     RunDir.append_manifest = append_or_die
 
-real_finish = torch_backend.TorchBackend.finish
+real_detach = torch_backend.TorchBackend.detach
 
 
-def finish(self, first, last):
+def detach(self, first, last, **kw):  # every window's close starts here (finish() too); its writing may follow elsewhere
     closing["last"] = last
-    return real_finish(self, first, last)
+    return real_detach(self, first, last, **kw)
 
 
-torch_backend.TorchBackend.finish = finish
+torch_backend.TorchBackend.detach = detach
 
 cfg = distprof.ProfilerConfig(enable=True, save_path=args.save, steps=[int(s) for s in args.steps_plan.split(",")],
                               torch={"activities": ["cpu"]})

@@ -11,7 +11,11 @@ peer_dies (under torchrun, 2 ranks: rank 1 raises at step 4 while rank 0 is stil
 tears rank 0 down with SIGTERM) |
 short (the loop ends after step 4: stop() / the end of the with block cuts the window short) |
 fork (a raw os.fork() at step 4 inside the window; the child runs the rest of the loop and leaves the with block,
-then runs the atexit handlers and ends; the parent prints "child exit N").
+then runs the atexit handlers and ends; the parent prints "child exit N") |
+train_on (the window 3-5 closes and is written in the background; step 6 prints "training on" and blocks, as a
+long step does, until a signal ends it) |
+exit_after (sys.exit(0) at step 6, right after the window 3-5 closed: its background export may still run).
+INLINE_EXPORT=1 in the environment: windows are written inside the closing step (torch.background_export: false).
 STYLE: startstop (default) | with | callback.
 
 With HOLD_EXPORT=1 in the environment, every window export stops once torch has written its temporary trace: the
@@ -56,6 +60,11 @@ def step_body(step: int) -> None:
         x = torch.randn(32, 32) @ torch.randn(32, 32)
     if dist_on and step != 4:
         torch.distributed.all_reduce(x)
+    if step == 6 and HOW == "train_on":
+        print("training on", flush=True)
+        threading.Event().wait()  # interruptible, as Python code is: the test's signal ends it
+    if step == 6 and HOW == "exit_after":
+        sys.exit(0)
     if step != 4:
         return
     if HOW == "raise" or (HOW == "peer_dies" and rank == 1):
@@ -110,7 +119,8 @@ dist_on = "RANK" in os.environ
 if dist_on:
     torch.distributed.init_process_group("gloo")
 rank = int(os.environ.get("RANK", 0))
-config = distprof.ProfilerConfig(enable=True, save_path=SAVE, steps="3-5", ranks="all", torch={"activities": ["cpu"]})
+config = distprof.ProfilerConfig(enable=True, save_path=SAVE, steps="3-5", ranks="all",
+                                 torch={"activities": ["cpu"], "background_export": not os.environ.get("INLINE_EXPORT")})
 
 if STYLE == "with":
     with distprof.Profiler(config, role="main") as prof:

@@ -25,10 +25,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from distprof.capture import shutdown
+from distprof.capture import closing, shutdown
 from distprof.capture.annotate import window_closed, window_opened
 from distprof.capture.backends import WindowContext, create_backend
 from distprof.capture.engines.capture import for_profiler
+from distprof.capture.exporter import Exporter
 from distprof.capture.faults import FaultGuard
 from distprof.capture.guard import GUARD_STOP, MemoryGuard, MemoryWatch
 from distprof.capture.ondemand import OnDemand, PollTimer
@@ -110,6 +111,7 @@ class Profiler:
         self._memory: MemoryWatch | None = None  # the memory guard, at step ends of an open window (capture/guard.py)
         self._ondemand: OnDemand | None = None  # trigger: true, requests from save_path/.requests (capture/ondemand.py)
         self._engine: Any = None  # the rollout engine this role drives (capture/engines/capture.py), if any
+        self._exporter = Exporter(self._who())  # a closed window's files, written beside training (capture/exporter.py)
 
         if not (config.enable or config.trigger) or not self._selected(mesh, local_rank):
             self._make_inert()
@@ -158,7 +160,8 @@ class Profiler:
     def step(self, export: bool = True) -> None:
         """End the current global step. Call once at the end of every step at this profiler's granularity.
 
-        When this step closes a capture window, its trace is written inside this call. With
+        When this step closes a capture window, torch stops tracing inside this call and the window's files are
+        written beside training (``torch.background_export``; false: inside this call). With
         ``export=False`` the step still ends here (``ProfilerStep#N`` closes now) but writing is
         held until :meth:`export` (or the next ``step()`` / ``stop()``): a driver ending the step
         of several worker groups ends every group's step first, then lets them write, so no
@@ -174,7 +177,8 @@ class Profiler:
             self.start()
 
     def export(self) -> bool:
-        """Write the window a ``step(export=False)`` closed; True if there was one (else a no-op)."""
+        """Write the window a ``step(export=False)`` closed; True if there was one (else a no-op). With
+        ``torch.background_export`` the writing is handed to the background here, as a window's end does."""
         if self._held is None or not self._started:
             return False
         self._guard("export", self._export_held)
@@ -222,6 +226,7 @@ class Profiler:
 
     def summary(self) -> dict[str, Any] | None:
         """Per-op self time and count of the last closed window, and device busy time (overlap counted once)."""
+        self._exporter.wait(check=False)  # the last window's, once written
         return self._last_summary
 
     def annotation_times(self, total: bool = False) -> dict[str, dict[str, float]]:
@@ -231,6 +236,8 @@ class Profiler:
 
     @property
     def windows_closed(self) -> int:
+        """Windows whose files are published (a window being written in the background is waited for)."""
+        self._exporter.wait(check=False)
         return self._windows_closed
 
     @property
@@ -342,6 +349,7 @@ class Profiler:
             clock.ended(self.global_step, self._open)
         self.global_step += 1
         g = self.global_step
+        self._exporter.check()  # a window written in the background failed: the fault path, here
         w = self._open
         if w is not None and self._window_step(w, g, hold):
             return  # held: the files are written by export(), and the next window opens then
@@ -409,6 +417,7 @@ class Profiler:
             self._stages.stop(cause)
             self._cleanup_run()
             return
+        self._exporter.wait()  # the window being written in the background first: nothing is lost, lines in order
         self._write_held()
         w = self._open
         if w is not None:
@@ -417,6 +426,7 @@ class Profiler:
             self._close(w, last=last, stopped_by=cause)
         if self._ondemand is not None:
             self._ondemand.stop(cause)
+        self._exporter.wait()  # a window just handed to the background (a held one) is written before stop() returns
         # Process-backend tools write their own files; a profiler that waits for requests may rightly capture none.
         if self._windows_closed == 0 and not self.config.is_process_backend and not self.config.trigger:
             logger.warning("distprof: %s stopped at step %d without capturing a window (plan: %s)",
@@ -442,6 +452,7 @@ class Profiler:
 
     def _begin_window(self, w: Window, backend: Any) -> None:
         """Open ``w`` on ``backend`` (a planned window, or a requested one with its own backend)."""
+        self._exporter.wait()  # the previous window's export first: windows never pile up in memory
         self._annotations = {}
         self._open = w
         self._window_t0 = time.time()
@@ -458,50 +469,10 @@ class Profiler:
         ``stopped_by``: why the window closed before its end (``stop``, ``exception``, ``exit``, a signal's
         name); such a window is never ``complete``, even when the interrupted step was its last. ``export_s``
         in the line: from ``t0`` (default now; the step that ends a window starts closing it before this call)
-        until its files are published, plus ``spent`` (closing work done in an earlier call: a held export).
+        until its files are published, plus ``spent`` (closing work done in an earlier call: a held export); a
+        window written in the background counts the closing step's part (:mod:`.closing`).
         """
-        t0 = time.perf_counter() if t0 is None else t0
-        self._open = None
-        window_closed(self)
-        t1 = time.time() if t1 is None else t1
-        od, mem = self._ondemand, self._memory
-        requested = None if od is None else od.closing()  # (request, the plan's backend)
-        numbers = None if mem is None else mem.numbers  # set while the memory guard closes this window
-        try:
-            result, failed = (self._backend.finish(w.start, last), None) if mem is None else \
-                mem.finish(self._backend, w.start, last)
-        finally:
-            if requested is not None:
-                self._backend = requested[1]
-        stopped_by = shutdown.held(stopped_by)  # a signal came during the export: it is what ends the process
-        self._last_summary = result.summary
-        staged = [(tmp, name) for name, tmp in sorted(result.files.items())]
-        if staged or (numbers is not None and requested is None):  # every window the guard closed gets its line
-            fields = dict(
-                role=self.role, rank=self.rank, world_size=self.world_size,
-                steps=[w.start, last] if last >= w.start else [w.start, w.end],  # in warm-up: the planned steps
-                complete=stopped_by is None and last >= w.end, stopped_by=stopped_by,
-                start_time=self._window_t0, end_time=t1,
-                host=host_name(), pid=os.getpid(), torch=torch_version(),
-                backend=requested[0].backend if requested is not None else self.config.backend,
-                stage=stage, annotations=self.annotation_times(), summary=result.short_summary(),
-                **self._clock.record(), guard=numbers,
-                trigger=requested[0].id if requested is not None else None,
-            )
-            # A requested window is acknowledged once its files are where they stay (from the upload thread).
-            done = None if requested is None or od is None else od.uploaded(requested[0], stopped_by)
-            publish(self._run, self._dir, staged, fields, self._who(), done, t0=t0 - spent)
-            if staged:
-                self._windows_closed += 1
-                logs.announce_where(self._who(), self._run.url(self._dir),
-                                    self._run.save_path if self._run.remote else self._run.root)
-        elif requested is not None and od is not None:
-            od.unrecorded(requested[0], w, last, stopped_by, numbers)
-        self._clock.closed(last)
-        self._next = None if mem is not None and mem.tripped else self._plan.next_window(self.global_step)
-        self._plan_timing()
-        if failed is not None:
-            raise failed  # recorded above; now the usual fault path (logged, profiling off)
+        closing.close(self, w, last, t1=t1, stopped_by=stopped_by, stage=stage, t0=t0, spent=spent)
 
     def _plan_timing(self) -> None:
         """Time the steps before the next window (planned, and an accepted request's) and the windows' own."""

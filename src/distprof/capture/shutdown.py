@@ -189,10 +189,14 @@ def _after_fork_in_child() -> None:
             prof._forked()
         except Exception:  # pragma: no cover - never let the child's start fail over the profiler
             logger.debug("distprof: switching off an inherited profiler failed", exc_info=True)
-    if forked:
+    if forked and not getattr(export_fork, "on", False):
         logger.info("distprof: forked child pid %d inherited %s from pid %d; it writes none of their windows "
                     "(the parent does)", os.getpid(), ", ".join(p._who() for p in forked), os.getppid())
 
+
+# Set (on its thread) while distprof forks a child to write a window (exporter.run_forked): that child is
+# distprof's own, and says nothing about the profilers it inherits.
+export_fork = threading.local()
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -16,7 +16,8 @@ FAULTS = [
     (TorchBackend, "begin"),
     (TorchBackend, "advance"),
     (TorchBackend, "_on_trace_ready"),  # export
-    (TorchBackend, "finish"),
+    (TorchBackend, "detach"),  # the closing step's part
+    (TorchBackend, "_write"),  # the window's files, written in the background (capture/exporter.py)
     (RunDir, "publish"),  # writing the file
     (RunDir, "append_manifest"),
     (RunDir, "write_run_json"),

@@ -256,11 +256,13 @@ def test_files_are_never_seen_half_written(tmp_path, monkeypatch):
     """Exports go to hidden temporary names; every visible trace decodes completely at every step."""
     from torch.profiler import profile
 
-    exported = []
+    log = tmp_path / "exports.txt"  # written by whichever process exports (a child forked to write the window)
     real_export = profile.export_chrome_trace
 
     def spy(self, path, *a, **k):
-        exported.append(os.path.basename(path))
+        with open(log, "a") as f:
+            f.write(os.path.basename(path) + "\n")
+        exported = log.read_text().split()
         # While torch writes, the window's final name does not exist yet: only earlier windows are visible.
         visible = [f for f in all_files(tmp_path / "run") if f.endswith(".gz") and not os.path.basename(f).startswith(".")]
         assert len(visible) == len(exported) - 1
@@ -279,6 +281,8 @@ def test_files_are_never_seen_half_written(tmp_path, monkeypatch):
                     json.load(fh)  # raises on a partial file
                 seen.append(f)
     run(Profiler(cfg(tmp_path, steps=[1, 3, 5, 7])), 9, on_step=check)
+    check(None)  # after stop(): the last window, written in the background, too
+    exported = log.read_text().split()
     assert exported and all(n.startswith(".tmp-") for n in exported)
     assert len(set(seen)) == 4
     assert not [f for f in all_files(tmp_path / "run") if os.path.basename(f).startswith(".")]

@@ -177,7 +177,8 @@ def test_stop_keeps_what_the_dead_store_did_not_take_within_its_wait(moto, tmp_p
     for _ in range(7):  # three windows close while the store is down
         trainer.train_step()
         prof.step()
-    assert upload.uploader().pending() == 3 and prof.windows_closed == 3
+    assert prof.windows_closed == 3  # waits for the windows written in the background: each handed to the upload
+    assert upload.uploader().pending() == 3
     prof.stop()
     assert upload.uploader().drain(60) and upload.uploader().pending() == 0
     [d] = [d for d, _, names in os.walk(tmp_path / "cache") if "manifest.jsonl" in names]
@@ -217,6 +218,7 @@ def test_window_in_flight_when_stop_gives_up_is_kept_locally_with_its_line(moto,
         for _ in range(4):  # window 2 closes at the end of step 2 and goes to the upload thread
             trainer.train_step()
             prof.step()
+        assert prof.windows_closed == 1  # waits for the window's writing (background): its upload is handed over
         with u._q.not_full:  # the thread has taken it off the queue: its upload is in flight, not queued
             assert u._q.not_full.wait_for(lambda: u._q._qsize() == 0, timeout=60)
         assert u.pending() == 1

@@ -13,6 +13,7 @@ ended everywhere, for a driver stepping several worker groups).
 
 from __future__ import annotations
 
+import glob
 import gzip
 import inspect
 import json
@@ -21,15 +22,16 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from distprof.capture.backends.base import WindowContext, WindowFiles
 from distprof.capture.compat import release, window_options
+from distprof.capture.exporter import Child, ChildFailed, fork_child
 from distprof.config.model import AUTO_ACTIVITIES, TorchOptions
 from distprof.config.plan import Window
-from distprof.rundir.layout import window_file_name
+from distprof.rundir.layout import temp_name, window_file_name
 from distprof.util.intervals import union_length
 
 logger = logging.getLogger(__name__)
@@ -77,8 +79,6 @@ class TorchBackend:
         self.opts = opts
         self._prof: Any = None
         self._ctx: WindowContext | None = None
-        self._exported: dict[str, str] = {}
-        self._summary: dict[str, Any] | None = None
         self._ready: Any = None  # the profile whose trace torch has stopped, not yet written
         self._resolved: list[str] = []  # the activities the open window records (resolve_activities)
         self._none: Any = None  # torch.profiler's ProfilerAction.NONE (torch is imported at the first window)
@@ -106,7 +106,7 @@ class TorchBackend:
                 f"another profiler in this process (role {_capturing._role()!r}) has a window open at the same "
                 "time; torch.profiler records one session per process. Give the two roles disjoint steps, or select "
                 "one of them (roles: [...])")
-        self._ctx, self._exported, self._summary, self._ready = ctx, {}, None, None
+        self._ctx, self._ready = ctx, None
         self._none = ProfilerAction.NONE
         opts, flags_off = window_options(self.opts)
 
@@ -172,24 +172,83 @@ class TorchBackend:
             p.step()
 
     def finish(self, first: int, last: int) -> WindowFiles:
+        return self.detach(first, last)()
+
+    def detach(self, first: int, last: int, fork: bool = False) -> Callable[[], WindowFiles]:
+        """End the window after steps ``first..last`` on this thread (torch stops tracing and hands over its
+        results) and return the writing of its files, to run once, on any thread (:mod:`..exporter`). From here
+        the backend is free for the next window.
+
+        ``fork``: a child forked now writes the files (:func:`..exporter.fork_child`: torch's writer holds the
+        GIL), and this process drops torch's results at once (the child has its copy); the returned call waits
+        for the child. If no child can be forked, the results stay with the returned call, which writes them."""
         p, self._prof = self._prof, None
         _release_session(self)
         ready = None
-        files: dict[str, str] = {}
         try:
             if p is not None:
                 p.stop()  # a window cut short: torch stops tracing here and calls on_trace_ready
             ready, self._ready = self._ready, None
-            if ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
-                self._write(ready)
-                for suffix, tmp in self._exported.items():
-                    files[window_file_name(first, last, suffix, self._context().label)] = tmp
-        finally:
-            for done in (p, ready):
+        except BaseException:
+            for done in (p, ready, self._ready):
                 if done is not None:
                     release(done)
-        self._exported = {}
-        return WindowFiles(files=files, summary=self._summary)
+            self._ready = None
+            raise
+        ctx, activities = self._context(), list(self._resolved)
+        child = None
+        if fork and ready is not None and last >= first:
+            results = ready
+            try:
+                child = fork_child(lambda: self._write(results, ctx, activities))
+            except ChildFailed as e:
+                self._warn_once(ctx, f"{e}; the window is written by a thread of this process instead (its export "
+                                     "shares the GIL with training)")
+            else:
+                for done in (p, ready):
+                    release(done)
+                p = ready = None
+
+        def write() -> WindowFiles:
+            files: dict[str, str] = {}
+            summary = None
+            try:
+                if child is not None:
+                    exported, summary, failed = self._child_result(child, ctx, first, last)
+                elif ready is not None and last >= first:  # nothing recorded (last < first): nothing to write
+                    exported, summary, failed = self._write(ready, ctx, activities)
+                else:
+                    exported, failed = {}, None
+                if failed is not None:  # the summary is a convenience; the trace is what matters: keep it
+                    logger.warning("distprof: the op summary of %s rank %d failed (key_averages: %s); its trace "
+                                   "is kept, without a summary", ctx.role, ctx.rank, failed)
+                for suffix, tmp in exported.items():
+                    files[window_file_name(first, last, suffix, ctx.label)] = tmp
+            finally:
+                for done in (p, ready):
+                    if done is not None:
+                        release(done)
+            return WindowFiles(files=files, summary=summary)
+
+        return write
+
+    def _warn_once(self, ctx: WindowContext, message: str) -> None:
+        if message.split(";")[0] not in _warned_missing:
+            _warned_missing.add(message.split(";")[0])
+            logger.warning("distprof: %s rank %d: %s", ctx.role, ctx.rank, message)
+
+    @staticmethod
+    def _child_result(child: Child, ctx: WindowContext, first: int, last: int) -> _Written:
+        """What the child wrote; a child that died took the window with it (its temporaries are removed)."""
+        try:
+            exported, summary, failed = child.result()
+            return dict(exported), summary, failed
+        except ChildFailed as e:
+            probe = ctx.tmp_path("probe")  # the rank folder's staging place, where the child wrote
+            _unlink(probe)
+            for tmp in glob.glob(os.path.join(glob.escape(os.path.dirname(probe)), temp_name(child.pid, "*"))):
+                _unlink(tmp)
+            raise OSError(f"window {first}-{last} was lost: {e} before its files were whole") from None
 
     def abort(self) -> None:
         p, ready, self._prof, self._ready = self._prof, self._ready, None, None
@@ -202,23 +261,29 @@ class TorchBackend:
         for done in (p, ready):
             if done is not None:
                 release(done)
-        for tmp in self._exported.values():
-            _unlink(tmp)
-        self._exported = {}
 
     # ---- torch callbacks ------------------------------------------------------------------------------
     def _on_trace_ready(self, prof: Any) -> None:
         self._ready = prof  # written by finish(); torch keeps the results on the object until then
 
-    def _write(self, prof: Any) -> None:
-        """Export the window into hidden temporaries of its own folder (``self._exported``), verified.
+    def _write(self, prof: Any, ctx: WindowContext, activities: list[str]) -> _Written:
+        """Export the window into hidden temporaries of its own folder, verified: (suffix -> temporary, summary,
+        why the summary failed). Runs in the child forked to write the window (:meth:`detach`): it logs nothing,
+        the caller does.
 
         torch's ``export_chrome_trace(x.gz)`` writes the whole JSON uncompressed into ``$TMPDIR`` first (a node's
         /tmp fills up), and when that write fails the gzip it makes is empty while nothing raises. So torch writes
         plain JSON beside the final file, we check it is a whole trace, then gzip it ourselves. Any failure
         deletes every temporary of this window and raises: nothing half-made is left or published.
+
+        What each part holds, measured with torch 2.13 on CPU (a 80 MB trace), on a thread beside a training
+        loop: torch's JSON writer (C++) holds the GIL for all of its 0.7 s; the gzip releases it (the training
+        thread ran on: longest pause 29 ms); the op summary (``key_averages``, Python) takes turns with it (16 s
+        alone; the longest pause it caused was 1.4 s). That is why the background export forks a child for this
+        (its own GIL). None of them touches the CUDA context: torch stopped tracing (and CUPTI handed its
+        buffers over) in :meth:`detach`; a GPU run of the child is still to be checked (benchmarks/gpu_smoke.py).
         """
-        ctx = self._context()
+        exported: dict[str, str] = {}
         made: list[str] = []
         try:
             if self.opts.export_chrome_trace:
@@ -232,23 +297,20 @@ class TorchBackend:
                     made.append(gz)
                     gzip_verified(raw, gz)
                     _unlink(raw)
-                self._exported[suffix] = gz if self.opts.gzip else raw
+                exported[suffix] = gz if self.opts.gzip else raw
             if self.opts.export_stacks:
                 tmp = ctx.tmp_path("stacks.txt")
                 made.append(tmp)
                 prof.export_stacks(tmp, self.opts.stacks_metric)
-                self._exported[".stacks.txt"] = tmp
+                exported[".stacks.txt"] = tmp
         except BaseException:
             for tmp in made:
                 _unlink(tmp)
-            self._exported = {}
             raise
         try:
-            self._summary = {**summarize(prof, self.opts.summary_top), "activities": list(self._resolved)}
-        except Exception:  # the summary is a convenience; the trace already exported is what matters: keep it
-            logger.warning("distprof: the op summary of %s rank %d failed (key_averages); its trace is kept, "
-                           "without a summary", ctx.role, ctx.rank, exc_info=True)
-            self._summary = None
+            return exported, {**summarize(prof, self.opts.summary_top), "activities": activities}, None
+        except Exception as e:
+            return exported, None, f"{type(e).__name__}: {e}"[:300]
 
     def _activities(self, torch: Any) -> list[Any]:
         from torch.profiler import ProfilerActivity
@@ -258,6 +320,7 @@ class TorchBackend:
 
 
 _PLAIN = ".pt.trace.json"
+_Written = tuple[dict[str, str], "dict[str, Any] | None", "str | None"]  # files, summary, why it has none
 _HEAD, _TAIL = 1 << 20, 4096  # bytes of a fresh trace read to check it (its start and its end)
 _EVENTS = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CHUNK = 1 << 20
