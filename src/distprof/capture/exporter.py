@@ -127,13 +127,16 @@ def fork_child(fn: Callable[[], Any]) -> Child:
     import json
     import os
     import signal
+    import warnings
 
     from distprof.capture import shutdown
 
     r, w = os.pipe()
     shutdown.export_fork.on = True  # the child's inherited profilers turn inert without a word
     try:
-        pid = os.fork()
+        with warnings.catch_warnings():  # Python 3.12+ warns of fork in a process with threads: the child
+            warnings.simplefilter("ignore", DeprecationWarning)  # runs only torch's writer, not their code
+            pid = os.fork()
     except OSError as e:
         os.close(r)
         os.close(w)
