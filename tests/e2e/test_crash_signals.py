@@ -20,14 +20,15 @@ from conftest import JOBS
 JOB = os.path.join(JOBS, "crash_job.py")
 
 
-def start(tmp_path, how, style="startstop", inline=True, **env):
+def start(tmp_path, how, style="startstop", inline=True, session=False, **env):
     """The job, holding each export once torch has written the trace. ``inline``: windows are written inside the
     closing step (``torch.background_export: false``), so a signal lands in the profiler's own export; else the
     export runs in the background while the training thread goes on."""
     out = tmp_path / "run"
     proc = warmpython.Popen([sys.executable, JOB, how, str(out), style], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HOLD_EXPORT": "1", **({"INLINE_EXPORT": "1"} if inline else {}), **env})
+                            env={**os.environ, "HOLD_EXPORT": "1", **({"INLINE_EXPORT": "1"} if inline else {}), **env},
+                            start_new_session=session)
     return proc, out
 
 
@@ -179,16 +180,21 @@ def proc_pid(stderr):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_while_training_goes_on_beside_a_background_export_keeps_the_window(tmp_path, signum):
-    """The window 3-5 is written in the background (the default) while step 6 runs; a signal then ends the
-    training thread. The process waits for the export, publishes the whole window, and ends by the signal."""
-    proc, out = start(tmp_path, "train_on", "with", inline=False)
+@pytest.mark.parametrize("signum, to", [(signal.SIGTERM, "pid"), (signal.SIGINT, "pid"), (signal.SIGTERM, "group")])
+def test_a_signal_while_training_goes_on_beside_a_background_export_keeps_the_window(tmp_path, signum, to):
+    """The window 3-5 is written in the background (the default, by a child process) while step 6 runs; a signal
+    then ends the training thread: sent to the process, or to its whole process group as torchrun and scancel do
+    (the child writing the window gets it too). The process waits for the export, publishes the whole window,
+    and ends by the signal."""
+    proc, out = start(tmp_path, "train_on", "with", inline=False, session=to == "group")
     try:
         # Two processes print (the child writing the window, the training process): their lines may interleave.
         got = proc.stdout.readline() + proc.stdout.readline()
         assert "exporting" in got and "training on" in got, got
-        proc.send_signal(signum)
+        if to == "group":
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
         say(proc, "go")
         _, err = proc.communicate(timeout=120)
     finally:

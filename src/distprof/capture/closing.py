@@ -2,7 +2,8 @@
 
 The Profiler's state machine decides *when* a window closes; this module does the closing. A window that ran to
 its planned end at a step boundary (not cut short, not a trigger's, not closed by the memory guard, not a
-discrete stage) on a backend that can hand its writing over (the torch backend's ``detach``) is closed in two
+discrete stage, not closed by ``stop()`` or the process's exit) on a backend that can hand its writing over (the
+torch backend's ``detach``) is closed in two
 parts when ``torch.background_export`` is on: the closing step ends torch's tracing and builds the manifest line,
 and the :class:`~.exporter.Exporter` writes and publishes it beside training. Every other window is written in
 the call that closes it, as a window cut short by ``stop()`` or a crash must be: the process may end next.
@@ -37,7 +38,7 @@ def close(p: Any, w: Window, last: int, t1: float | None = None, stopped_by: str
     od, mem, backend = p._ondemand, p._memory, p._backend
     requested = None if od is None else od.closing()  # (request, the plan's backend)
     numbers = None if mem is None else mem.numbers  # set while the memory guard closes this window
-    background = (requested is None and numbers is None and stopped_by is None and stage is None
+    background = (requested is None and numbers is None and stopped_by is None and stage is None and not p._stopping
                   and p.config.torch.background_export and hasattr(backend, "detach"))
     result = write = failed = None
     try:

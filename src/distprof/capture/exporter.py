@@ -38,6 +38,7 @@ class Exporter:
         self._who = who
         self._thread: threading.Thread | None = None
         self._failed: BaseException | None = None
+        self._lock = threading.Lock()  # summary() / windows_closed may wait from another thread (a Ray actor's)
 
     @property
     def busy(self) -> bool:
@@ -54,8 +55,14 @@ class Exporter:
             except BaseException as e:  # raised again on the training thread (check)
                 self._failed = e
 
-        self._thread = threading.Thread(target=run, name=f"distprof-export {self._who}", daemon=False)
-        self._thread.start()
+        t = threading.Thread(target=run, name=f"distprof-export {self._who}", daemon=False)
+        try:
+            t.start()
+        except RuntimeError:  # no new thread (the interpreter is shutting down, a thread limit): write it here
+            run()
+            return
+        with self._lock:
+            self._thread = t
 
     def wait(self, check: bool = True) -> None:
         """Block until the window being written (if any) is written; then :meth:`check` unless ``check`` is false.
@@ -64,7 +71,9 @@ class Exporter:
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
-            self._thread = None
+            with self._lock:
+                if self._thread is t:  # not one submitted meanwhile
+                    self._thread = None
         if check:
             self.check()
 
@@ -98,7 +107,10 @@ class Child:
 
         with os.fdopen(self._fd, "rb") as f:
             data = f.read()  # the GIL is released while this waits
-        _, status = os.waitpid(self.pid, 0)
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # the application reaps children itself (or ignores SIGCHLD): trust what came
+            status = 0
         try:
             got = json.loads(data) if data else {}
         except ValueError:
@@ -119,8 +131,8 @@ def fork_child(fn: Callable[[], Any]) -> Child:
     another core, over a copy-on-write view of this process's memory: torch's results are read there, and this
     process may drop its own references at once (training code that swaps parameters, FSDP2's offload, needs
     them gone). The child runs only ``fn`` (no CUDA call: torch stopped tracing before), on the thread that
-    forked it (the others do not exist there), ignores SIGINT (Ctrl-C reaches the whole process group; this
-    process waits for the export anyway), says nothing of the profilers it inherits, and ends with
+    forked it (the others do not exist there), touches none of the inherited profilers (no lock another thread
+    may have held at the fork), ignores SIGINT and SIGTERM (:func:`_become_export_child`), and ends with
     ``os._exit``: no ``atexit``, no flushing of buffers this process owns. :class:`ChildFailed` if ``fork``
     is refused (out of memory, a process limit).
     """
@@ -131,13 +143,16 @@ def fork_child(fn: Callable[[], Any]) -> Child:
 
     from distprof.capture import shutdown
 
-    r, w = os.pipe()
+    try:
+        r, w = os.pipe()
+    except OSError as e:  # out of file descriptors
+        raise ChildFailed(f"no pipe for the export's child ({e})") from None
     shutdown.export_fork.on = True  # the child's inherited profilers turn inert without a word
     try:
         with warnings.catch_warnings():  # Python 3.12+ warns of fork in a process with threads: the child
             warnings.simplefilter("ignore", DeprecationWarning)  # runs only torch's writer, not their code
             pid = os.fork()
-    except OSError as e:
+    except (OSError, RuntimeError) as e:  # out of memory, a process limit; Python 3.12+ at interpreter exit
         os.close(r)
         os.close(w)
         raise ChildFailed(f"fork failed ({e})") from None
@@ -147,8 +162,7 @@ def fork_child(fn: Callable[[], Any]) -> Child:
         code = 1
         try:
             os.close(r)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _become_export_child(signal)
             try:
                 out = {"result": fn()}
                 code = 0
@@ -161,3 +175,29 @@ def fork_child(fn: Callable[[], Any]) -> Child:
             os._exit(code)
     os.close(w)
     return Child(pid, r)
+
+
+def _become_export_child(signal: Any) -> None:
+    """The export child's first acts: it outlives no signal meant for the job (SIGTERM to the process group, as
+    torchrun and scancel send, and Ctrl-C: the training process waits for the child and publishes the window),
+    runs none of the application's Python signal handlers (a requeue handler on SIGUSR1), dies with the
+    training process (SIGKILL: nothing more to publish to), and is the first the kernel's OOM killer picks."""
+    for sig in signal.valid_signals():
+        try:
+            if callable(signal.getsignal(sig)):
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, TypeError):
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):
+        pass
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass

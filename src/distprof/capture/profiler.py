@@ -98,6 +98,7 @@ class Profiler:
         self._open: Window | None = None  # the window being captured
         self._backend: Any = None
         self._windows_closed = 0
+        self._stopping = False  # in _stop: windows closing now are written inline
         self._held: tuple[Window, int, float, float] | None = None  # a closed window whose files are not written yet
         self._window_t0 = 0.0  # when the open window began (time.time())
         self._last_summary: dict[str, Any] | None = None
@@ -152,7 +153,7 @@ class Profiler:
     def start(self) -> Profiler:
         if not self.enabled or self._started:
             return self
-        self._started, self._stopped = True, False
+        self._started, self._stopped, self._stopping = True, False, False
         shutdown.register(self)  # the open window is written however the process leaves
         self._guard("start", self._start)
         return self
@@ -418,6 +419,7 @@ class Profiler:
             self._cleanup_run()
             return
         self._exporter.wait()  # the window being written in the background first: nothing is lost, lines in order
+        self._stopping = True  # what closes from here is written in this call (closing.py): the process may end
         self._write_held()
         w = self._open
         if w is not None:

@@ -178,6 +178,8 @@ def _after_fork_in_child() -> None:
     profilers: they turn inert here, so the child never writes their windows (into the parent's rank folders),
     and SIGTERM / SIGINT end it the default way."""
     global _MAIN, _critical, _pending, _terminated_by, _busy, _extra, _exiting
+    if getattr(export_fork, "on", False):
+        return  # distprof's own export child: it runs the writer and os._exit, never the application's code
     forked = list(_started)
     _started.clear()
     _threads.clear()

@@ -82,10 +82,10 @@ class TorchOptions(StrictModel):
     summary_top: int = 20
     """How many ops the window's short summary keeps (at least 1)."""
     background_export: bool = True
-    """Write a window's files on a thread of their own: the step that closes a window only stops torch's tracing,
-    and the export (torch's JSON writer, the gzip, the op summary) and the publishing run beside training; the
-    next window waits for it, stop() and the process's end too. false writes them inside the closing step. torch's
-    JSON writer holds the GIL while it runs (docs/capture.md, "The closing step")."""
+    """Write a window's files beside training: the step that closes a window only stops torch's tracing and forks
+    a child process that writes them (torch's JSON writer holds the GIL), a thread waits for it and publishes; the
+    next window waits for it, stop() and the process's end too. false writes them inside the closing step
+    (docs/capture.md, "The closing step")."""
     post_processing_timeout_s: float | None = None
     """Seconds torch may spend post-processing a trace, passed on only where the installed torch accepts it;
     null = torch's default."""
