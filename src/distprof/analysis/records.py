@@ -93,8 +93,9 @@ class Ranked(Generic[F]):
 
 
 class Envelope(Record, kw_only=True):
-    """The keys every verb shares, alone: what a verb whose result is still its ``--json`` dict (``merge``,
-    ``report``) gives the terminal's ``problems`` (:meth:`of`). The records carry these fields themselves."""
+    """The keys every verb shares: the base of the verbs' results (keyword-only fields, so they come after a
+    result's own fields, in ``--json`` too), and alone what a verb whose result is still its ``--json`` dict
+    (``merge``, ``report``) gives the terminal's ``problems`` (:meth:`of`)."""
     scope: dict[str, Any] | UnsetType = UNSET
     errors: list[dict[str, Any]] | UnsetType = UNSET
     salvaged: list[dict[str, Any]] | UnsetType = UNSET
@@ -344,7 +345,7 @@ class SummaryRank(Record, kw_only=True):
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
 
 
-class SummaryResult(Record, kw_only=True):
+class SummaryResult(Envelope):
     """``distprof summary``: kernels, ops, phases, categories over all ranks; per rank its breakdowns."""
     kernels: list[KernelRow]
     ops: list[OpRow]
@@ -358,14 +359,6 @@ class SummaryResult(Record, kw_only=True):
     idle: IdleFigure | NotApplicable | UnsetType = UNSET
     launch: LaunchFigure | NotApplicable | UnsetType = UNSET
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
-    # the keys every verb shares (analyze's envelope)
-    scope: dict[str, Any] | UnsetType = UNSET
-    errors: list[dict[str, Any]] | UnsetType = UNSET
-    salvaged: list[dict[str, Any]] | UnsetType = UNSET
-    conflicts: list[dict[str, Any]] | UnsetType = UNSET
-    warnings: list[str] = msgspec.field(default_factory=list)
-    skipped: int | UnsetType = UNSET
-    files_read: int | UnsetType = UNSET
 
 
 # ---- steps ----------------------------------------------------------------------------------------------
@@ -405,19 +398,12 @@ class StepRow(Record, kw_only=True):
     launch_bound_ranks: list[int] | UnsetType = UNSET
 
 
-class StepsResult(Record, kw_only=True):
+class StepsResult(Envelope):
     """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; the RL step view."""
     steps: list[StepRow]
     profiling_cost: list[ProfilingCost]
     rl_steps: list[Any] = msgspec.field(default_factory=list)  # rlsteps.RLStep
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
-    scope: dict[str, Any] | UnsetType = UNSET
-    errors: list[dict[str, Any]] | UnsetType = UNSET
-    salvaged: list[dict[str, Any]] | UnsetType = UNSET
-    conflicts: list[dict[str, Any]] | UnsetType = UNSET
-    warnings: list[str] = msgspec.field(default_factory=list)
-    skipped: int | UnsetType = UNSET
-    files_read: int | UnsetType = UNSET
 
 
 # ---- stragglers -----------------------------------------------------------------------------------------
@@ -477,7 +463,7 @@ class WaitPair(Record, kw_only=True):
     sync_us: float
 
 
-class StragglersResult(Record, kw_only=True):
+class StragglersResult(Envelope):
     """``distprof stragglers``: collectives matched across ranks; who arrives last, who waits how long."""
     ranks: list[StragglerRank]
     matched: int
@@ -488,13 +474,6 @@ class StragglersResult(Record, kw_only=True):
     sources: list[str]
     unranked: list[str]
     wait_matrix: list[WaitPair]
-    scope: dict[str, Any] | UnsetType = UNSET
-    errors: list[dict[str, Any]] | UnsetType = UNSET
-    salvaged: list[dict[str, Any]] | UnsetType = UNSET
-    conflicts: list[dict[str, Any]] | UnsetType = UNSET
-    warnings: list[str] = msgspec.field(default_factory=list)
-    skipped: int | UnsetType = UNSET
-    files_read: int | UnsetType = UNSET
 
 
 # ---- per file (not printed) ---------------------------------------------------------------------------------

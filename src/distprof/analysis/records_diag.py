@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from distprof.analysis.records import Record, to_json
+from distprof.analysis.records import Envelope, Record, to_json
 
 __all__ = [
     "AB",
@@ -96,19 +96,12 @@ class Analysed(Record, kw_only=True):
     caveats: list[str]
 
 
-class DiagnoseResult(Record, kw_only=True):
+class DiagnoseResult(Envelope):
     """``distprof diagnose``: the findings ranked by the step time they cost, what was analysed, the rules'
     thresholds, and the keys every verb shares (the caveats are among its warnings)."""
     findings: list[Finding]
     analysed: Analysed
     thresholds: dict[str, Any]
-    scope: dict[str, Any] | UnsetType = UNSET
-    errors: list[dict[str, Any]] | UnsetType = UNSET
-    salvaged: list[dict[str, Any]] | UnsetType = UNSET
-    conflicts: list[dict[str, Any]] | UnsetType = UNSET
-    warnings: list[str] = msgspec.field(default_factory=list)
-    skipped: int | UnsetType = UNSET
-    files_read: int | UnsetType = UNSET
 
 
 # ---- diff ---------------------------------------------------------------------------------------------------
