@@ -17,6 +17,7 @@ from tracekit import cli, load
 import distprof
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis.check import check_run
+from distprof.capture.profiler import IDLE
 from distprof.capture.trigger import RequestStore, make_request
 from distprof.config.model import ConfigError
 from distprof.rundir.store import manifest_records
@@ -154,7 +155,7 @@ def test_ranks_and_roles_select_and_flags_reach_torch(tmp_path):
 
 def test_opting_in_without_a_request_captures_nothing_and_polls_by_the_clock(tmp_path):
     p = Profiler(cfg(tmp_path, trigger_poll_s=3600), role="train").start()
-    assert p.step == p._idle_step  # nothing planned: the idle fast path
+    assert p._fast == IDLE  # nothing planned: the idle fast path
     distprof.trigger(str(tmp_path), steps=1, align=1, lead_steps=0)
     run_to(p, 50)  # within the hour between polls: the request is not looked at, however many steps run
     assert distprof.trigger_status(str(tmp_path))["requests"][0]["acks"] == []
@@ -164,7 +165,7 @@ def test_opting_in_without_a_request_captures_nothing_and_polls_by_the_clock(tmp
     p.stop()
     assert [a["state"] for a in distprof.trigger_status(str(tmp_path))["requests"][0]["acks"]] == ["captured"]
     assert [r.steps for r in manifest_records(str(tmp_path))] == [[51, 51]]
-    assert "step" not in p.__dict__  # stopped: the idle path is gone, and the timer with it
+    assert not p._fast  # stopped: the idle path is gone, and the timer with it
     assert p._poll_timer is None
     assert sorted(os.listdir(tmp_path)) == [".requests", "run.json", "train"]
 

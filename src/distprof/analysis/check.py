@@ -36,6 +36,7 @@ from distprof.rundir.layout import (
     COLLECT_JSON,
     MANIFEST,
     PROCESS_BACKENDS,
+    RANK_FILES,
     RAY_TIMELINE,
     ROLE_JSON,
     RUN_JSON,
@@ -568,7 +569,7 @@ def _unlisted(view: RunView, tree, role: str, rank: int, listed: set[str], res: 
     rel_dir = rank_dir(role, rank)
     for n in tree.get(rel_dir, ([], []))[1]:
         rel = f"{rel_dir}/{n}"
-        if n != MANIFEST and not n.startswith(TMP_PREFIX) and rel not in listed:
+        if n not in RANK_FILES and not n.startswith(TMP_PREFIX) and rel not in listed:
             res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
 
 

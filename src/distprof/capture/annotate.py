@@ -8,6 +8,14 @@ returns a cached object whose ``__enter__`` / ``__exit__`` each test one
 module-level counter, so an inert range costs about as much as a preallocated
 no-op context manager.
 
+With step telemetry on (:mod:`.telemetry`), ``Annotation.__enter__`` / ``__exit__`` are swapped for timed ones
+while any telemetry lives: an outermost range on the training thread (the thread that started the first
+telemetry) adds its wall time to its ``Annotation.ns`` (two clock reads and an addition), which the first live
+telemetry takes at each of its steps (:func:`take_phases`); the inert methods come back when the last telemetry stops, so a job
+without telemetry pays nothing for it. Ranges on other threads are not phases: an outermost range is
+recognised by the thread it opens on, and only ranges of its own name inside it are counted (recursion), which
+keeps both methods to one or two attribute tests when nothing is timed.
+
 Exceptions from the annotated code always propagate untouched, the range is
 always closed, and the code runs exactly once. A fault inside the range
 machinery itself is logged once and never reaches the caller.
@@ -21,6 +29,7 @@ import logging
 import sys
 import threading
 import time
+from _thread import get_ident
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -34,10 +43,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 class _State:
     """Process-wide counters read on every inert call (kept as plain attributes: fastest lookups)."""
 
-    __slots__ = ("active", "lock", "nvtx", "opened", "profilers", "record_function", "warned")
+    __slots__ = ("active", "live", "lock", "nvtx", "opened", "profilers", "record_function", "same", "t0", "thread",
+                 "timing", "top", "touched", "warned")
 
     def __init__(self) -> None:
         self.active = 0  # capture windows open in this process
+        self.live = 0  # nonzero while a window is open or telemetry times ranges: decorated functions enter
+        self.timing: tuple[Any, ...] = ()  # live telemetries (capture/telemetry.py), receiving outermost ranges
+        self.thread = 0  # the training thread: the one whose outermost ranges are phases
+        self.top: Annotation | None = None  # that thread's open outermost range
+        self.same = 0  # ranges of the same name open inside it (recursion)
+        self.t0 = 0  # when it opened (perf_counter_ns)
+        self.touched: list[Annotation] = []  # ranges whose ``ns`` grew since the primary telemetry's last step
         self.opened = 0  # ranges open right now, all threads
         self.profilers: list[Any] = []  # profilers with an open window (they receive timings)
         self.record_function: Any = None
@@ -59,6 +76,8 @@ def _process_state() -> _State:
     return _STATE
 
 _tls = threading.local()
+_NONE: dict[str, int] = {}  # no phases this step (shared, never written to)
+_now = time.perf_counter_ns
 _CACHE: dict[str, Annotation] = {}
 _CACHE_LIMIT = 4096  # dynamic names (f"step{i}") must not grow the cache forever
 
@@ -76,6 +95,7 @@ def window_opened(profiler: Any) -> None:
                     _STATE.nvtx = None
         _STATE.profilers.append(profiler)
         _STATE.active += 1
+        _STATE.live = 1
 
 
 def refresh_emitters() -> None:
@@ -97,6 +117,47 @@ def window_closed(profiler: Any) -> None:
         if profiler in _STATE.profilers:
             _STATE.profilers.remove(profiler)
             _STATE.active -= 1
+            _STATE.live = 1 if (_STATE.active or _STATE.timing) else 0
+
+
+def timing_on(telemetry: Any) -> None:
+    """``telemetry`` receives the outermost ranges of the calling (training) thread: swap in the timed methods."""
+    with _STATE.lock:
+        if telemetry in _STATE.timing:
+            return
+        if not _STATE.timing:
+            _STATE.thread, _STATE.top, _STATE.same = get_ident(), None, 0
+            take_phases()
+            Annotation.__enter__ = Annotation._timed_enter  # type: ignore[method-assign]
+            Annotation.__exit__ = Annotation._timed_exit  # type: ignore[method-assign]
+        _STATE.timing = (*_STATE.timing, telemetry)
+        _STATE.live = 1
+
+
+def take_phases() -> dict[str, int]:
+    """The outermost ranges' time per name (ns) since the last call, and start again (the primary telemetry's
+    step end)."""
+    touched = _STATE.touched
+    if not touched:
+        return _NONE
+    _STATE.touched = []
+    out: dict[str, int] = {}
+    for a in touched:
+        out[a.name] = out.get(a.name, 0) + a.ns  # two uncached ranges may share a name
+        a.ns = 0
+    return out
+
+
+def timing_off(telemetry: Any) -> None:
+    """``telemetry`` stops receiving ranges; the last one gone puts the inert methods back."""
+    with _STATE.lock:
+        if telemetry not in _STATE.timing:
+            return
+        _STATE.timing = tuple(t for t in _STATE.timing if t is not telemetry)
+        if not _STATE.timing:
+            Annotation.__enter__ = Annotation._plain_enter  # type: ignore[method-assign]
+            Annotation.__exit__ = Annotation._plain_exit  # type: ignore[method-assign]
+            _STATE.live = 1 if _STATE.active else 0
 
 
 def _warn_once(what: str) -> None:
@@ -108,10 +169,11 @@ def _warn_once(what: str) -> None:
 class Annotation:
     """A named range. Get one with ``annotate(name)``."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "ns")
 
     def __init__(self, name: str):
         self.name = name
+        self.ns = 0  # outermost-range time of this name since the primary telemetry's last step (timing only)
 
     def __repr__(self) -> str:
         return f"annotate({self.name!r})"
@@ -129,12 +191,43 @@ class Annotation:
             self._close(exc_type)
         return False  # never swallow the caller's exception
 
+    _plain_enter, _plain_exit = __enter__, __exit__
+
+    def _timed_enter(self) -> Annotation:
+        """``__enter__`` while telemetry lives: the window path, then, for an outermost range on the training
+        thread, its start (a range of the same name inside it only counts its depth)."""
+        st = _STATE
+        if st.active:
+            self._open()
+        if st.top is None:
+            if get_ident() == st.thread:
+                st.top = self
+                st.t0 = _now()
+        elif st.top is self:
+            st.same += 1
+        return self
+
+    def _timed_exit(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        st = _STATE
+        if st.opened:
+            self._close(exc_type)
+        if st.top is self:
+            if st.same:
+                st.same -= 1
+            else:
+                ns = _now() - st.t0
+                st.top = None
+                if not self.ns:
+                    st.touched.append(self)
+                self.ns += ns
+        return False
+
     def __call__(self, func: F) -> F:
         if inspect.iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args, **kwargs):
-                if not _STATE.active:
+                if not _STATE.live:
                     return await func(*args, **kwargs)
                 with self:
                     return await func(*args, **kwargs)
@@ -143,7 +236,7 @@ class Annotation:
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            if not _STATE.active:
+            if not _STATE.live:
                 return func(*args, **kwargs)
             with self:
                 return func(*args, **kwargs)

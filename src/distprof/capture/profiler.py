@@ -35,6 +35,7 @@ from distprof.capture.guard import GUARD_STOP, MemoryGuard, MemoryWatch
 from distprof.capture.ondemand import OnDemand, PollTimer
 from distprof.capture.stages import Stages
 from distprof.capture.steptime import BASELINE_STEPS, SETTLING_STEPS, StepClock
+from distprof.capture.telemetry import Telemetry
 from distprof.config.mesh import RankMesh
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import Plan, Window, role_selected
@@ -113,6 +114,11 @@ class Profiler:
         self._ondemand: OnDemand | None = None  # trigger: true, requests from save_path/.requests (capture/ondemand.py)
         self._engine: Any = None  # the rollout engine this role drives (capture/engines/capture.py), if any
         self._exporter = Exporter(self._who())  # a closed window's files, written beside training (capture/exporter.py)
+        # Step telemetry (telemetry: true) on every rank of the role, capturing or not (capture/telemetry.py)
+        self._telemetry: Telemetry | None = None
+        if config.telemetry and config.save_path:
+            self._telemetry = Telemetry(config.save_path, self.role, rank, world_size, config.telemetry_options)
+        self._fast = 0  # step() is one increment: INERT or IDLE (never with telemetry); 0: the full step
 
         if not (config.enable or config.trigger) or not self._selected(mesh, local_rank):
             self._make_inert()
@@ -151,6 +157,8 @@ class Profiler:
     # ---- public API -----------------------------------------------------------------------------------
     # ---- public API -----------------------------------------------------------------------------------
     def start(self) -> Profiler:
+        if self._telemetry is not None:
+            self._telemetry.start()
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False
@@ -168,11 +176,16 @@ class Profiler:
         of several worker groups ends every group's step first, then lets them write, so no
         group's export lands inside another group's step.
         """
+        if self._fast:  # inert, or idle between requests, without telemetry: the whole step is this increment
+            self.global_step += 1
+            return
+        if self._telemetry is not None:
+            self._telemetry.step_ended(self.global_step)
         if self._started:
             self._guard("step", self._step if export else self._step_held)
             return
         self.global_step += 1
-        if not self._stopped:
+        if self.enabled and not self._stopped:
             logger.warning("distprof: %s step() called before start(); starting now at step %d", self._who(),
                            self.global_step)
             self.start()
@@ -200,6 +213,8 @@ class Profiler:
 
     def _finish(self, crashed: bool, cause: str = "stop") -> None:
         """Stop; ``crashed``: the step in progress was interrupted (keep it); ``cause`` goes in the manifest."""
+        if self._telemetry is not None:
+            self._telemetry.stop()
         if not self.enabled or not self._started:
             return
         self._started = False
@@ -275,30 +290,25 @@ class Profiler:
     # ---- inert and idle steps -------------------------------------------------------------------------------
     def _make_inert(self) -> None:
         self.enabled = False
-        # Instance attributes shadow the methods: an inert step() is one increment.
-        with _STEP_SWAP:  # the poll timer's thread swaps step too (_use_full_step)
-            self.step = self._inert_step  # type: ignore[method-assign]
-
-    def _inert_step(self, export: bool = True) -> None:
-        self.global_step += 1
-
-    def _idle_step(self, export: bool = True) -> None:
-        """step() while nothing is planned or requested: the inert one. Every trigger_poll_s the poll timer
-        puts the full step() back (_use_full_step), which looks for requests at the next step boundary."""
-        self.global_step += 1
+        with _STEP_SWAP:  # the poll timer's thread flips the flag too (_use_full_step)
+            # step() is one increment (telemetry, if kept, still times the steps: the full step does that and
+            # returns, as this profiler is neither enabled nor started).
+            self._fast = INERT if self._telemetry is None else 0
 
     def _idle_if_nothing_planned(self) -> None:
+        """Nothing planned or requested: step() is the inert one. Every trigger_poll_s the poll timer puts the
+        full step() back (_use_full_step), which looks for requests at the next step boundary."""
         od = self._ondemand
-        if (self._open is None and self._next is None and self._held is None and od is not None
-                and od.pending is None and self._started and self.enabled and self.config.trigger_poll_s > 0):
+        if (self._open is None and self._next is None and self._held is None and od is not None and od.pending is None
+                and self._started and self.enabled and self.config.trigger_poll_s > 0 and self._telemetry is None):
             with _STEP_SWAP:
-                self.step = self._idle_step  # type: ignore[method-assign]
+                self._fast = IDLE
 
     def _use_full_step(self, if_idle: bool = False) -> None:
-        """Back to the class's step(); ``if_idle``: only from the idle step (never undo an inert one)."""
+        """Back to the full step(); ``if_idle``: only from the idle step (never undo an inert one)."""
         with _STEP_SWAP:
-            if not if_idle or getattr(self.__dict__.get("step"), "__func__", None) is Profiler._idle_step:
-                self.__dict__.pop("step", None)
+            if not if_idle or self._fast == IDLE:
+                self._fast = 0
 
     def _forked(self) -> None:
         """In a forked child (capture/shutdown.py): the parent's windows are not this process's to write. Inert, without
@@ -307,7 +317,8 @@ class Profiler:
         self._started, self._stopped, self.enabled = False, True, False
         self._backend = self._open = self._next = self._held = None
         self._stages = self._ondemand = self._memory = None
-        self.__dict__["step"] = self._inert_step
+        self._telemetry = None  # the parent's stream (capture/telemetry.py turns its copy off in a child)
+        self._fast = INERT
 
     # ---- state machine ----------------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -569,5 +580,6 @@ class Profiler:
         }
 
 
-_STEP_SWAP = threading.Lock()  # held to swap a profiler's step (rare); the step itself never takes it
+_STEP_SWAP = threading.Lock()  # held to change a profiler's fast path (rare); the step itself never takes it
+IDLE, INERT = 1, 2  # Profiler._fast: step() is one increment while idle (a trigger profiler between polls) or inert
 

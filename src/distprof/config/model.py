@@ -53,7 +53,8 @@ from distprof.config.options import (
 )
 from distprof.config.plan import Plan
 from distprof.config.validation import RUN, StrictModel, check_role_name, non_negative_int, parse_steps
-from distprof.rundir.layout import PROCESS_BACKENDS
+from distprof.config.watch import DetectOptions, TelemetryOptions
+from distprof.rundir.layout import PROCESS_BACKENDS, is_url
 from distprof.util.safetext import control_char
 
 __all__ = [
@@ -149,6 +150,19 @@ class ProfilerConfig(StrictModel):
     """The most steps one capture request may record (1 to 10,000); a request for more is refused."""
     engine: EngineConfig | None = None
     """The rollout engine (vLLM, SGLang) whose own profiler this role drives at its windows; null = none."""
+    # Always-on step telemetry and the watcher (docs/telemetry.md): every rank of every role, selected for capture
+    # or not, keeps its step times without torch.profiler; the watcher finds the slow rank and asks for a capture.
+    telemetry: bool = False
+    """Keep every rank's step wall time and time per outermost ``annotate`` phase in a small rotating stream in the
+    run directory ({role}/rank{R}/telemetry.jsonl), on every rank, profiled or not. Needs save_path."""
+    telemetry_options: TelemetryOptions = Field(default_factory=TelemetryOptions)
+    """How often the telemetry stream is written and its size bound."""
+    detect: bool = False
+    """Run the watcher in the job (a process started by the lowest rank of each role that keeps telemetry): it
+    reads every rank's telemetry, records detections in detections.jsonl and, with ``trigger: true``, captures
+    the slow rank and a healthy peer and diagnoses them. Needs telemetry."""
+    detection: DetectOptions = Field(default_factory=DetectOptions)
+    """The watcher's rules, thresholds and capture limits."""
 
     # ---- field checks ---------------------------------------------------------------
     @field_validator("backend", mode="before")
@@ -342,6 +356,16 @@ class ProfilerConfig(StrictModel):
             out.append((self.save_path,
                         f"save_path is {show(self.save_path)} but trigger=True; set save_path to the directory or URL "
                         "where requests are sent and traces written (e.g. DISTPROF_SAVE_PATH=...)"))
+        if (self.telemetry or self.detect) and not self.save_path:
+            out.append((self.save_path, f"save_path is {show(self.save_path)} but telemetry=True; set save_path to "
+                                        "a local or shared directory where every rank can write its stream"))
+        if self.telemetry and self.save_path and is_url(self.save_path):
+            out.append((self.save_path, f"save_path is {show(self.save_path)} but telemetry=True appends to its stream "
+                                        "in place, which an object store cannot do; use a local or shared "
+                                        "(mounted) directory as save_path, or drop telemetry"))
+        if self.detect and not self.telemetry:
+            out.append((self.detect, "detect=True reads the ranks' telemetry, but telemetry is off; set "
+                                     "telemetry: true too (or drop detect)"))
         if self.enable and not self.save_path:
             out.append((self.save_path, f"save_path is {show(self.save_path)} but enable=True; set save_path to a "
                                         "directory or URL "

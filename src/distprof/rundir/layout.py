@@ -5,6 +5,8 @@
     {save_path}/{role}/rank{R:05d}/step{A:08d}-{B:08d}{suffix}
     {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
     {save_path}/{role}/rank{R:05d}/manifest.jsonl
+    {save_path}/{role}/rank{R:05d}/telemetry.jsonl, telemetry.1.jsonl         (telemetry: true; the older segment)
+    {save_path}/detections.jsonl                                               (detect: true; one line per detection)
     {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
     {save_path}/driver/rank00000/step{A:08d}-{B:08d}.ray_timeline.json.gz      (Ray's task timeline of a window)
 
@@ -23,13 +25,17 @@ from distprof.util.safetext import control_char
 
 __all__ = [
     "COLLECT_JSON",
+    "DETECTIONS",
     "DRIVER_ROLE",
     "MANIFEST",
     "PROCESS_BACKENDS",
+    "RANK_FILES",
     "RAY_TIMELINE",
     "ROLE_JSON",
     "RUN_FILES",
     "RUN_JSON",
+    "TELEMETRY",
+    "TELEMETRY_OLD",
     "TMP_PREFIX",
     "conflict_name",
     "control_char",
@@ -50,6 +56,10 @@ __all__ = [
 
 TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
+TELEMETRY = "telemetry.jsonl"  # a rank's step telemetry stream (distprof.capture.telemetry): the current segment
+TELEMETRY_OLD = "telemetry.1.jsonl"  # the segment before it, kept when the stream rotates
+RANK_FILES = (MANIFEST, TELEMETRY, TELEMETRY_OLD)  # a rank folder's own files: never traces, never "unlisted"
+DETECTIONS = "detections.jsonl"  # the watcher's detections, one JSON line each, at the run directory's root
 RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 # What the last distprof.integrations.ray.collect into this folder could not reach (for check).

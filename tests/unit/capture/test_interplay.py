@@ -13,6 +13,7 @@ from tracekit import cli, load
 import distprof
 from distprof import Profiler
 from distprof.analysis.check import check_run
+from distprof.capture.profiler import IDLE, INERT
 from distprof.capture.trigger import RequestStore, make_request
 from distprof.rundir.manifest import read_manifest
 from distprof.rundir.store import manifest_records
@@ -117,14 +118,14 @@ def test_held_export_of_a_requested_window(tmp_path):
 def test_a_fault_while_idle_leaves_the_profiler_inert_whatever_the_poll_timer_does(tmp_path):
     p = Profiler(cfg(tmp_path, trigger_poll_s=3600), rank=0, world_size=1).start()
     run_to(p, 3)
-    assert "step" in p.__dict__  # idle: the fast step is in place
+    assert p._fast == IDLE  # idle: the fast step is in place
     timer = p._poll_timer
     # A request that is not a TriggerRequest (a dict from a caller's code): a fault inside the profiler. (A folder
     # it cannot store the request in is no fault: that request is skipped, test_trigger_hostile.py.)
     assert p.trigger_request({"steps": 2}) is None
     assert not p.enabled
     timer.fire()  # the timer thread waking after the fault must not put the full step back
-    assert p.__dict__["step"].__func__ is Profiler._inert_step
+    assert p._fast == INERT
     run_to(p, 8)
     p.stop()
     assert p.global_step == 8 and not p.capturing and manifest_records(str(tmp_path)) == []
