@@ -68,11 +68,13 @@ def collective_timeout_s() -> float | None:
             return None
         c10d = dist.distributed_c10d
         pg = c10d._get_default_group()
-        config = c10d._world.pg_backend_config.get(pg) or "cpu:,cuda:"  # e.g. "cpu:gloo,cuda:nccl" (torch 2.13)
+        # Each device type's backend (torch 2.13: gloo's for cpu and cuda tensors, or gloo's and NCCL's); their
+        # options hold the timeout in force (torch's _set_pg_timeout updates it).
+        devices = getattr(pg, "_device_types", None) or [torch.device("cpu"), torch.device("cuda")]
         found = []
-        for device in {part.split(":")[0] for part in config.split(",")}:
+        for device in devices:
             try:
-                timeout = pg._get_backend(torch.device(device)).options._timeout
+                timeout = pg._get_backend(device).options._timeout
             except Exception:  # no backend for this device type in this group
                 continue
             found.append(timeout.total_seconds())

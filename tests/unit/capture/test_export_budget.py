@@ -22,6 +22,7 @@ from distprof import Profiler, ProfilerConfig
 from distprof.analysis.check import check_run
 from distprof.capture import budget, guard
 from distprof.capture.budget import BUDGET_STOP, ExportBudget, collective_timeout_s
+from distprof.capture.trigger import make_request
 
 HEAVY = {"activities": ["cpu"], "profile_memory": True, "record_shapes": True, "with_stack": True}
 MB = 1_000_000
@@ -72,10 +73,18 @@ def train(p, steps, heap=None, grow=0):
             p.step()
 
 
-def test_the_process_groups_timeout_is_read_and_unknown_without_one(group):
+def test_the_process_groups_timeout_is_read_and_unknown_without_one(group, monkeypatch):
     assert not dist.is_initialized() and collective_timeout_s() is None
     group(7)
     assert collective_timeout_s() == 7.0
+    dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=3))  # the timeout in force is read
+    assert collective_timeout_s() == 3.0
+
+    def moved():
+        raise AttributeError("a private API this torch lacks")
+
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_group", moved)
+    assert collective_timeout_s() is None  # unknown: the check is off, nothing raises
 
 
 def test_reading_the_timeout_never_imports_torch():
@@ -191,6 +200,25 @@ def test_the_process_groups_timeout_wins_over_the_configured_one(tmp_path, group
     p = Profiler(config(tmp_path, steps="2-9", collective_timeout_s=1)).start()
     train(p, 12, heap, grow=20 * MB)
     assert manifest(tmp_path)[0]["steps"] == [2, 9]
+
+
+def test_a_requested_window_is_checked_as_written_inline(tmp_path, group, heap):
+    group(10)  # 2.5 s allowed: 28 MB of trace a step x 85 ns (inline: a requested window) = 2.4 s, over at step 2
+    p = Profiler(config(tmp_path, trigger=True, trigger_poll_s=0, steps=None)).start()
+    trainer = Trainer()
+    with p:
+        for _ in range(3):
+            trainer.train_step()
+            p.step()
+        assert p.trigger_request(make_request(8, start_step=5))["state"] == "accepted"
+        for _ in range(12):
+            trainer.train_step()
+            heap["bytes"] += 20 * MB
+            p.step()
+    [line] = manifest(tmp_path)
+    assert line["trigger"] and line["stopped_by"] == "export_budget" and line["steps"] == [5, 6]
+    assert line["guard"]["export"] == "inline" and line["guard"]["measured"] == pytest.approx(4.76, abs=0.01)
+    assert len(line["files"]) == 1
 
 
 def test_the_budget_is_off_for_other_backends_and_by_config():
