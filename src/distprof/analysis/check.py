@@ -46,7 +46,7 @@ from distprof.rundir.layout import (
     rank_of_dir,
     sanitize_role,
 )
-from distprof.rundir.manifest import MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
+from distprof.rundir.manifest import LIMIT_STOPS, MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
 
 logger = logging.getLogger(__name__)
 
@@ -446,11 +446,11 @@ def _check_window_line(view: RunView, role: str, rank: int, w: Window, rec: Wind
             elif len(over) > 1:
                 why = "this window was captured more than once (both copies kept)"
         res.items.append(Item(role, rank, [w.start, w.end], status, f, why))
-    if not rec.files and rec.stopped_by == "memory_guard":  # closed by the guard with no file: say why
+    if not rec.files and rec.stopped_by in LIMIT_STOPS:  # closed by the guard (or budget) with no file: say why
         g = rec.guard or {}
         why = g.get("export_error") or g.get("reason") or "no file"
         res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
-            f"stopped by the memory guard after step {g.get('step', rec.last)}; no trace file: {why}")))
+            f"stopped by {LIMIT_STOPS[rec.stopped_by]} after step {g.get('step', rec.last)}; no trace file: {why}")))
     elif not rec.files and rec.engine is not None:  # a rollout engine's failed or slow flush (engines/)
         res.items.append(Item(role, rank, [w.start, w.end], "incomplete", detail=short(
             f"the engine's traces were not taken ({rec.stopped_by}): {rec.engine.get('error')}")))
@@ -472,13 +472,13 @@ def _cut_detail(rec: WindowRecord, w: Window | None, gaps: list[tuple[int, int]]
     parts = []
     if w is not None and rec.first > w.start:
         parts.append(f"resumed at step {rec.first}")
-    if rec.stopped_by == "memory_guard":
+    if (by := LIMIT_STOPS.get(rec.stopped_by or "")) is not None:  # the memory guard's or export budget's numbers
         g = rec.guard or {}
         if {"limit", "measured", "limit_value"} <= set(g):  # what the guard records: which limit, measured, limit
             numbers = f"{g['limit']}: measured {g['measured']}, limit {g['limit_value']}"
         else:
             numbers = ", ".join(f"{k} {v}" for k, v in list(g.items())[:6])
-        parts.append(f"stopped by the memory guard after step {rec.last}" + (f" ({short(numbers)})" if numbers else ""))
+        parts.append(f"stopped by {by} after step {rec.last}" + (f" ({short(numbers)})" if numbers else ""))
     elif not rec.complete:
         parts.append(f"cut short by {rec.stopped_by or 'an early stop'} after step {rec.last}")
     text = "; ".join(parts) or f"recorded steps {rec.first}-{rec.last}"

@@ -2,8 +2,8 @@
 
 The Profiler's state machine decides *when* a window closes; this module does the closing. A window that ran to
 its planned end at a step boundary (not cut short, not a trigger's, not closed by the memory guard, not a
-discrete stage, not closed by ``stop()`` or the process's exit) on a backend that can hand its writing over (the
-torch backend's ``detach``) is closed in two
+discrete stage, not closed by ``stop()`` or the process's exit), or one the export budget shortened
+(:mod:`.budget`), on a backend that can hand its writing over (the torch backend's ``detach``) is closed in two
 parts when ``torch.background_export`` is on: the closing step ends torch's tracing and builds the manifest line,
 and the :class:`~.exporter.Exporter` writes and publishes it beside training. Every other window is written in
 the call that closes it, as a window cut short by ``stop()`` or a crash must be: the process may end next.
@@ -20,12 +20,13 @@ from typing import Any
 
 from distprof.capture import shutdown
 from distprof.capture.annotate import window_closed
+from distprof.capture.budget import BUDGET_STOP
 from distprof.config.plan import Window
 from distprof.rundir.publish import publish
 from distprof.util import logs
 from distprof.util.runtime import host_name, torch_version
 
-__all__ = ["close"]
+__all__ = ["close", "in_background"]
 
 
 def close(p: Any, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
@@ -37,12 +38,10 @@ def close(p: Any, w: Window, last: int, t1: float | None = None, stopped_by: str
     t1 = time.time() if t1 is None else t1
     od, mem, backend = p._ondemand, p._memory, p._backend
     requested = None if od is None else od.closing()  # (request, the plan's backend)
-    numbers = None if mem is None else mem.numbers  # set while the memory guard closes this window
-    background = (requested is None and numbers is None and stopped_by is None and stage is None and not p._stopping
-                  and p.config.torch.background_export and hasattr(backend, "detach"))
+    numbers = None if mem is None else mem.numbers  # set while the memory guard (or the export budget) closes it
     result = write = failed = None
     try:
-        if background:
+        if requested is None and stage is None and _writes_later(p, backend, stopped_by, numbers):
             write = backend.detach(w.start, last, fork=True)  # torch stops tracing here, on the training thread
         elif mem is None:
             result = backend.finish(w.start, last)
@@ -68,10 +67,36 @@ def close(p: Any, w: Window, last: int, t1: float | None = None, stopped_by: str
     elif result is not None:
         _publish(p, w, last, result, fields, requested, numbers, t0 - spent)
     p._clock.closed(last)
-    p._next = None if mem is not None and mem.tripped else p._plan.next_window(p.global_step)
+    p._next = _next_window(p, w, stopped_by, requested)
     p._plan_timing()
     if failed is not None:
         raise failed  # recorded above; now the usual fault path (logged, profiling off)
+
+
+def _writes_later(p: Any, backend: Any, stopped_by: str | None, numbers: dict[str, Any] | None) -> bool:
+    """The window being closed (neither requested nor a stage) is written in the background: it ran to its end, or
+    the export budget shortened it (written as it would have been at its end: its estimate assumed so)."""
+    budget = stopped_by == BUDGET_STOP and numbers is not None and numbers.get("exported") is not False
+    return ((budget or (numbers is None and stopped_by is None)) and not p._stopping
+            and in_background(p, backend))
+
+
+def _next_window(p: Any, w: Window, stopped_by: str | None, requested: Any) -> Window | None:
+    """The window to open next, after ``w`` closed: none after a memory limit; after a window the export budget
+    shortened, the plan's next one (not the rest of ``w``)."""
+    mem = p._memory
+    if mem is not None and mem.tripped:
+        return None
+    after = w.end + 1 if stopped_by == BUDGET_STOP and requested is None else p.global_step
+    return p._plan.next_window(max(p.global_step, after))
+
+
+def in_background(p: Any, backend: Any) -> bool:
+    """A window of Profiler ``p`` on ``backend`` that runs to its end is written in the background (requested
+    windows and backends that cannot hand their writing over are written in the closing call)."""
+    od = p._ondemand
+    return (p.config.torch.background_export and hasattr(backend, "detach")
+            and (od is None or od.open_trigger is None))
 
 
 def _publish(p: Any, w: Window, last: int, result: Any, fields: dict[str, Any], requested: Any,

@@ -28,6 +28,9 @@ budget took 429 s and 7.3 GB of RSS to export): a window whose estimated trace i
 (``stopped_by: memory_guard``, no files, ``guard: {..., exported: false, reason}``) says so. A window the guard
 closed is always recorded in the manifest: exported, refused, closed in its warm-up (nothing recorded) or whose
 export failed (``guard.export_error``).
+
+The export budget (:mod:`.budget`, ``max_export_share``) reuses this estimate (a :class:`MemoryGuard` without
+limits) and this early close (:class:`MemoryWatch`), with ``stopped_by: export_budget``; it does not end profiling.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import time
 from typing import Any
 
 from distprof.capture.backends.base import WindowFiles
+from distprof.capture.budget import BUDGET_LIMIT, BUDGET_STOP, ExportBudget
 from distprof.config.plan import Window
 
 logger = logging.getLogger(__name__)
@@ -169,6 +173,10 @@ class MemoryGuard:
                 return self._numbers("max_trace_mb", est / 1e6, self.max_trace / 1e6, rss)
         return None
 
+    def estimate_now(self) -> float:
+        """:meth:`trace_estimate` now, reading RSS only where the estimate grows with it (no glibc)."""
+        return self.trace_estimate(self._proc.memory_info().rss if self.trace_basis == "rss" else 0)
+
     def trace_estimate(self, rss: int) -> float:
         """Estimated trace bytes of the open window: heap (else RSS) growth since it began recording."""
         return max(self._heap_or(rss) - self._heap0, 0) * self.trace_per_byte
@@ -224,52 +232,66 @@ def describe(numbers: dict[str, Any]) -> str:
 
 
 class MemoryWatch:
-    """The memory guard as one Profiler sees it: sampled at the step ends of an open window; once a limit is
-    crossed, the Profiler closes that window early through its normal path (with :attr:`numbers` in its manifest
-    line), and no more windows open in this run. Use :meth:`from_config` (None when no limit is set: no cost)."""
+    """The memory guard and the export budget (:mod:`.budget`) as one Profiler sees them: sampled at the step ends
+    of an open window. Once a memory limit is crossed, the Profiler closes that window early through its normal path
+    (with :attr:`numbers` in its manifest line), and no more windows open in this run; the export budget closes a
+    window early the same way, but later windows still open. Use :meth:`from_config` (None when no limit is set
+    and the budget is off: no cost)."""
 
-    __slots__ = ("guard", "numbers", "tripped")
+    __slots__ = ("budget", "guard", "numbers", "tripped")
 
-    def __init__(self, guard: MemoryGuard) -> None:
+    def __init__(self, guard: MemoryGuard | None, budget: ExportBudget | None = None) -> None:
         self.guard: MemoryGuard | None = guard  # None once tripped: nothing more is sampled
+        self.budget = budget  # checked in windows whose collective timeout is known
         self.tripped = False  # a limit was crossed earlier in this run: no more windows
         self.numbers: dict[str, Any] | None = None  # set while the guard closes a window (its manifest line's guard)
 
     @classmethod
     def from_config(cls, config: Any) -> MemoryWatch | None:
         guard = MemoryGuard.from_config(config)
-        return None if guard is None else cls(guard)
+        budget = ExportBudget.from_config(config, MemoryGuard)  # its estimator: a MemoryGuard without limits
+        return None if guard is None and budget is None else cls(guard, budget)
 
-    def opened(self) -> None:
-        """A window opened (after the backend's begin(): torch's own start-up memory is not the trace's)."""
+    def opened(self, backend: Any = None, background: bool = False) -> None:
+        """A window opened (after the backend's begin(): torch's own start-up memory is not the trace's) on
+        ``backend``; ``background``: it will be written beside training when it runs to its end."""
         if self.guard is not None:
             self.guard.open()
+        if self.budget is not None:
+            self.budget.opened(backend, background)
 
     def last_step(self) -> dict[str, Any] | None:
-        """The step that ends a window ended: always sampled, before its export (one step may have grown it a lot)."""
+        """The step that ends a window ended: always sampled, before its export (one step may have grown it a lot).
+        Not the budget: the window closes here anyway."""
         return None if self.guard is None else self.guard.sample()
 
     def step_ended(self, w: Window, step: int) -> dict[str, Any] | None:
         """Step ``step - 1`` of open window ``w`` ended: the crossed limit, if a sample is due and one is."""
-        guard = self.guard
-        if guard is None:
-            return None
-        crossed = guard.check(recording=step > w.start)
-        if crossed is None and step == w.start:
-            guard.rebase()  # the window's first recorded step begins
+        guard, budget, crossed = self.guard, self.budget, None
+        if guard is not None:
+            crossed = guard.check(recording=step > w.start)
+            if crossed is None and step == w.start:
+                guard.rebase()  # the window's first recorded step begins
+        if crossed is None and budget is not None and budget.active:
+            crossed = budget.step_ended(step > w.start, step == w.start)
         return crossed
 
-    def trip(self, who: str, w: Window, last: int, crossed: dict[str, Any]) -> None:
-        """A limit was crossed at the end of step ``last``: warn once, sample no more, keep the numbers for the
-        manifest line of the window the Profiler now closes (it clears :attr:`numbers` after)."""
+    def trip(self, who: str, w: Window, last: int, crossed: dict[str, Any]) -> str:
+        """A limit was crossed at the end of step ``last``: warn once, keep the numbers for the manifest line of the
+        window the Profiler now closes (it clears :attr:`numbers` after); a memory limit also ends sampling and
+        capturing. Returns the line's ``stopped_by``."""
+        self.numbers = {**crossed, "step": last}
+        if crossed.get("limit") == BUDGET_LIMIT and self.budget is not None:
+            self.budget.trip(who, w.start, w.end, last, crossed)
+            return BUDGET_STOP
         kept = f"keeping steps {w.start}-{last}" if last >= w.start else "in its warm-up: nothing recorded yet"
         if crossed.get("exported") is False and last >= w.start:
             kept = f"dropping steps {w.start}-{last} unexported; its manifest line says why"
         logger.warning("distprof: %s: %s at step %d; closing window %d-%d early (%s) and capturing no more "
                        "windows in this run", who, describe(crossed), last, w.start, w.end, kept)
         self.tripped = True
-        self.guard = None
-        self.numbers = {**crossed, "step": last}
+        self.guard = self.budget = None
+        return GUARD_STOP
 
     def finish(self, backend: Any, first: int, last: int) -> tuple[Any, Exception | None]:
         """``backend.finish`` of the window being closed: refused or guarded (:func:`finish_closed`) while the

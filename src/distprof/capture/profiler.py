@@ -31,7 +31,7 @@ from distprof.capture.backends import WindowContext, create_backend
 from distprof.capture.engines.capture import for_profiler
 from distprof.capture.exporter import Exporter
 from distprof.capture.faults import FaultGuard
-from distprof.capture.guard import GUARD_STOP, MemoryGuard, MemoryWatch
+from distprof.capture.guard import MemoryGuard, MemoryWatch
 from distprof.capture.ondemand import OnDemand, PollTimer
 from distprof.capture.stages import Stages
 from distprof.capture.steptime import BASELINE_STEPS, SETTLING_STEPS, StepClock
@@ -473,7 +473,7 @@ class Profiler:
         backend.begin(w, self.global_step, self._context())
         window_opened(self)  # after begin(): the backend has imported what the ranges emit into
         if self._memory is not None:
-            self._memory.opened()  # after begin(): torch's own start-up memory is not the trace's
+            self._memory.opened(backend, closing.in_background(self, backend))  # after begin(): see opened()
 
     def _close(self, w: Window, last: int, t1: float | None = None, stopped_by: str | None = None,
                stage: str | None = None, t0: float | None = None, spent: float = 0.0) -> None:
@@ -495,14 +495,14 @@ class Profiler:
             self._clock.plan_request(od.pending[1], self.global_step)
 
     def _trip_guard(self, w: Window, last: int, crossed: dict[str, Any], **close: Any) -> None:
-        """A memory limit was crossed at the end of step ``last``: close the window now with what it recorded,
-        warn once, and open no more windows in this run."""
+        """A memory limit (or the export budget) was crossed at the end of step ``last``: close the window now with
+        what it recorded, warn once; after a memory limit, open no more windows in this run."""
         mem = self._memory
         if mem is None:  # only the memory guard trips a window
             raise RuntimeError("a memory limit tripped a profiler without a memory guard")
-        mem.trip(self._who(), w, last, crossed)
+        stopped_by = mem.trip(self._who(), w, last, crossed)  # memory_guard or export_budget
         try:
-            self._close(w, last=last, stopped_by=GUARD_STOP, **close)
+            self._close(w, last=last, stopped_by=stopped_by, **close)
         finally:
             mem.numbers = None
 

@@ -127,7 +127,9 @@ class ProfilerConfig(StrictModel):
     # that grow memory are off by default too. When one is crossed the window closes early, keeps what it
     # recorded (manifest: complete false, stopped_by memory_guard, guard: the numbers), one warning is logged,
     # and this profiler opens no more windows. Windows that end at step boundaries only (not discrete mode's stage
-    # windows, not the process backends, whose tools hold their own buffers).
+    # windows, not the process backends, whose tools hold their own buffers). The export budget (max_export_share,
+    # distprof.capture.budget) is on by default: it fires only when closing a window would hold a large share of
+    # the job's collective timeout, where the job itself is at risk, and then shortens the window only.
     max_host_memory_gb: float | None = None
     """Limit on this process's resident memory (RSS, GB = 1e9 bytes) while a window is open; crossing it closes
     the window early and stops profiling. null = off."""
@@ -137,6 +139,15 @@ class ProfilerConfig(StrictModel):
     max_trace_mb: float | None = None
     """Limit on one window's trace size (uncompressed JSON, MB = 1e6 bytes), estimated from the C heap's growth
     since the window's first recorded step (times 1.4): a proxy that errs towards stopping early. null = off."""
+    max_export_share: float | None = 0.25
+    """The share (0 < x <= 1) of the job's collective timeout that closing a window may hold the training thread,
+    estimated at each step end of an open window from its estimated trace size (as ``max_trace_mb``) times
+    50 ns per byte (written in the background) or 300 ns (inline); when over, the window is shortened (closed at
+    once, ``stopped_by: export_budget``, one warning) and later windows still open. Backend torch only; the timeout
+    is the default process group's, else ``collective_timeout_s``, else unknown (then off). null = off."""
+    collective_timeout_s: float | None = None
+    """The job's collective timeout in seconds, for ``max_export_share`` where torch.distributed's default process
+    group is not initialized in this process (its own timeout wins when it is). null = unknown."""
     # On-demand capture (`distprof trigger RUN_DIR --steps N`, distprof.trigger()): the profiler also looks for
     # capture requests in save_path/.requests, at most every trigger_poll_s seconds (monotonic clock, checked at
     # step() ends). trigger: true turns profiling on like enable; with neither steps nor schedule, nothing is
@@ -260,6 +271,26 @@ class ProfilerConfig(StrictModel):
                 raise ValueError(f"{info.field_name} must be a number, got {show(v)}; {fix}") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise ValueError(f"{info.field_name} must be a finite number > 0, got {show(v)}; {fix}")
+        return float(v)
+
+    @field_validator("max_export_share", "collective_timeout_s", mode="before")
+    @classmethod
+    def _export_budget(cls, v: Any, info: ValidationInfo) -> Any:
+        share = info.field_name == "max_export_share"
+        fix = ("give a share of the collective timeout with 0 < x <= 1 (e.g. max_export_share: 0.25), or null to "
+               "turn the check off" if share else "give the timeout in seconds > 0 (e.g. collective_timeout_s: 600), "
+               "or null (unknown: the check then needs an initialized process group)")
+        if v is None:
+            return None
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise ValueError(f"{info.field_name} must be a number, got {show(v)}; {fix}") from None
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+                or (share and v > 1)):
+            raise ValueError(f"{info.field_name} must be {'> 0 and <= 1' if share else 'a finite number > 0'}, "
+                             f"got {show(v)}; {fix}")
         return float(v)
 
     @field_validator("roles", mode="before")

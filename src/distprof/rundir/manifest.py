@@ -16,6 +16,8 @@ import msgspec
 
 __all__ = [
     "BASELINE_STEPS",
+    "EXPORT_BUDGET",
+    "LIMIT_STOPS",
     "MANIFEST_LIMIT",
     "OOM",
     "SETTLING_STEPS",
@@ -37,6 +39,11 @@ BASELINE_STEPS = 8
 SETTLING_STEPS = 3
 OOM = "oom"
 """``stopped_by`` of the line naming a CUDA out-of-memory snapshot (``backend: cuda_memory``)."""
+EXPORT_BUDGET = "export_budget"
+"""``stopped_by`` of a window closed early because closing it later was estimated to hold the training thread
+over ``max_export_share`` of the collective timeout (capture/budget.py); ``guard`` holds the numbers."""
+LIMIT_STOPS = {"memory_guard": "the memory guard", EXPORT_BUDGET: "the export budget"}
+"""``stopped_by`` of a window a limit closed early (its numbers in ``guard``), and the limit's name in words."""
 
 _Steps = Annotated[list[Annotated[int, msgspec.Meta(ge=0, lt=2**62)]], msgspec.Meta(min_length=2, max_length=2)]
 
@@ -58,8 +65,8 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     complete: bool
     """False when the window closed before its planned end; ``stopped_by`` says why."""
     stopped_by: str | None = None
-    """stop, exception, exit, a signal's name, step_end (discrete), memory_guard, oom (a CUDA out-of-memory
-    snapshot: its own line, steps from the window's first to the step the allocation failed in) ..."""
+    """stop, exception, exit, a signal's name, step_end (discrete), memory_guard, export_budget, oom (a CUDA
+    out-of-memory snapshot: its own line, steps from the window's first to the step the allocation failed in) ..."""
     start_time: float | None = None
     """Wall clock (s since the epoch) when the window opened (warm-up included)."""
     end_time: float | None = None
@@ -86,7 +93,8 @@ class WindowRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Wall time the training thread spent closing the window: torch's stop, export, gzip check and publication
     (with a held export, ``Profiler.export()`` too). Not part of any entry of ``step_times_s``."""
     guard: dict[str, Any] | None = None
-    """``stopped_by: memory_guard``: the numbers that crossed the limit (what was measured, the limit)."""
+    """``stopped_by: memory_guard`` or ``export_budget``: the numbers that crossed the limit (``limit``, what was
+    ``measured``, its ``limit_value`` and more)."""
     local_path: str | None = None
     """The window's files stayed on ``host`` at this local folder: its upload to save_path failed."""
     upload_error: str | None = None
