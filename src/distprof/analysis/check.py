@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from distprof.analysis.checkfile import check_file, json_whole, short
+from distprof.analysis.checkfile import check_file, process_outputs, short
 from distprof.analysis.runview import RunView, ViewError
 from distprof.config.plan import FOREVER, Window
 from distprof.rundir.layout import (
@@ -41,7 +41,6 @@ from distprof.rundir.layout import (
     ROLE_JSON,
     RUN_JSON,
     TMP_PREFIX,
-    is_process_output,
     rank_dir,
     rank_of_dir,
     sanitize_role,
@@ -573,29 +572,9 @@ def _unlisted(view: RunView, tree, role: str, rank: int, listed: set[str], res: 
             res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
 
 
-_MAGIC = {".bin": (b"\x04\x22\x4d\x18", b"memray")}  # memray: lz4 frame, or its raw header
-
-
 def _check_process_outputs(view: RunView, tree, role: str, backend: str, res: CheckResult) -> None:
-    dirs, files = tree.get(role, ([], []))
-    outputs = sorted(n for n in dirs + files if is_process_output(n, backend))
-    if not outputs:
+    found = process_outputs(view, tree, role, backend)
+    if not found:
         res.items.append(Item(role, None, None, "missing",
                               detail=f"no {backend} output: did the wrapped workers end before collection?"))
-    for n in outputs:
-        rel = f"{role}/{n}"
-        status, detail = "ok", ""
-        try:
-            if n in dirs:
-                if not any(tree.get(rel, ([], []))):
-                    status, detail = "broken", "empty output directory"
-            elif not view.size(rel):
-                status, detail = "broken", "empty file"
-            elif n.endswith(".json"):
-                status, detail = json_whole(view, rel)
-            elif n.endswith(".bin"):
-                if not (view.read_small(rel, 8) or b"").startswith(_MAGIC[".bin"]):
-                    status, detail = "broken", "not a memray capture"
-        except ViewError as e:
-            status, detail = "broken", str(e).split(": ", 1)[-1]
-        res.items.append(Item(role, None, None, status, rel, detail))
+    res.items += [Item(role, None, None, status, rel, detail) for rel, status, detail in found]

@@ -9,10 +9,36 @@ from typing import Any
 import msgspec
 
 from distprof.analysis.runview import RunView, ViewError
-from distprof.rundir.layout import is_ray_timeline
+from distprof.rundir.layout import is_process_output, is_ray_timeline
 from distprof.rundir.manifest import MANIFEST_LIMIT
 
-__all__ = ["check_file", "json_whole", "short"]
+__all__ = ["check_file", "json_whole", "process_outputs", "short"]
+
+_MAGIC = {".bin": (b"\x04\x22\x4d\x18", b"memray")}  # memray: lz4 frame, or its raw header
+
+
+def process_outputs(view: RunView, tree: Any, role: str, backend: str) -> list[tuple[str, str, str]]:
+    """(path, status, detail) of each process tool's output in a role folder (none: an empty list)."""
+    dirs, files = tree.get(role, ([], []))
+    out = []
+    for n in sorted(n for n in dirs + files if is_process_output(n, backend)):
+        rel = f"{role}/{n}"
+        status, detail = "ok", ""
+        try:
+            if n in dirs:
+                if not any(tree.get(rel, ([], []))):
+                    status, detail = "broken", "empty output directory"
+            elif not view.size(rel):
+                status, detail = "broken", "empty file"
+            elif n.endswith(".json"):
+                status, detail = json_whole(view, rel)
+            elif n.endswith(".bin"):
+                if not (view.read_small(rel, 8) or b"").startswith(_MAGIC[".bin"]):
+                    status, detail = "broken", "not a memray capture"
+        except ViewError as e:
+            status, detail = "broken", str(e).split(": ", 1)[-1]
+        out.append((rel, status, detail))
+    return out
 
 
 def check_file(view: RunView, rel: str, size: int) -> tuple[str, str]:

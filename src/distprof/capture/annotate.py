@@ -10,11 +10,11 @@ no-op context manager.
 
 With step telemetry on (:mod:`.telemetry`), ``Annotation.__enter__`` / ``__exit__`` are swapped for timed ones
 while any telemetry lives: an outermost range on the training thread (the thread that started the first
-telemetry) adds its wall time to its ``Annotation.ns`` (two clock reads and an addition), which the first live
-telemetry takes at each of its steps (:func:`take_phases`); the inert methods come back when the last telemetry stops, so a job
-without telemetry pays nothing for it. Ranges on other threads are not phases: an outermost range is
-recognised by the thread it opens on, and only ranges of its own name inside it are counted (recursion), which
-keeps both methods to one or two attribute tests when nothing is timed.
+telemetry) adds its wall time to its ``Annotation.ns`` (two clock reads and an addition), which the first
+live telemetry takes at each of its steps (:func:`take_phases`); the inert methods come back when the last
+telemetry stops, so a job without telemetry pays nothing for it. Ranges on other threads are not phases: an
+outermost range is recognised by the thread it opens on, and only ranges of its own name inside it are counted
+(recursion), which keeps both methods to one or two attribute tests when nothing is timed.
 
 Exceptions from the annotated code always propagate untouched, the range is
 always closed, and the code runs exactly once. A fault inside the range
