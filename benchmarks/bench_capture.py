@@ -3,6 +3,9 @@
 1. Inert profiler: ``prof.step()`` + one ``with annotate(...)`` block per step, as a
    ratio to the cheapest Python stand-in (a preallocated no-op context manager plus
    a no-op method call). Target <= 1.5x.
+1a. Step telemetry (``telemetry: true``): the time it adds per step and per ``annotate`` block to the inert
+   loop (targets: 1 us and 300 ns; the ratio column is the added time over its bound), and its writer
+   thread's time per step.
 1b. Opted in to on-demand capture (``trigger: true``), no request pending: the same
    loop on a started profiler that looks for requests every 2 s. Same target.
 2. Enabled window: median step time inside a capture window under distprof, as a
@@ -85,6 +88,53 @@ def bench_inert(number: int, repeats: int) -> tuple[float, float, float]:
         idle_t.append(timeit.timeit(opted_in, number=1) / number)
     idle.stop()
     return min(floor_t) * 1e9, min(inert_t) * 1e9, min(idle_t) * 1e9
+
+
+def bench_telemetry(repeats: int) -> tuple[float, float, float, float, float]:
+    """Step telemetry (telemetry: true) on an inert profiler, against the same loop without it: ``step()`` alone
+    and ``step()`` + one ``annotate`` block (one phase per step). Chunks of 2,000 steps with the buffer emptied
+    between them, as the writer thread does every flush_s (a tight loop never lets 2,000 steps pile up in a real
+    job: that is 2,000 steps a second). Also the writer thread's own time per step (encoding and appending; it
+    shares the GIL, off the training thread). ns: (inert step, telemetry step, inert step+annotate, telemetry
+    step+annotate, writer per step)."""
+    import distprof
+
+    chunk = 2000
+    inert = distprof.Profiler(distprof.ProfilerConfig())
+    tel = distprof.Profiler(distprof.ProfilerConfig(telemetry=True, save_path=tempfile.mkdtemp(prefix="bench-tel-"),
+                                                    telemetry_options={"flush_s": 300}), rank=0, world_size=1)
+    annotate, noop_cm = distprof.annotate, _NoopCM()
+
+    def loop(p, with_range):
+        def f():
+            if with_range:
+                for _ in range(chunk):
+                    with annotate("actor/update"):
+                        pass
+                    p.step()
+            else:
+                for _ in range(chunk):
+                    with noop_cm:
+                        pass
+                    p.step()
+        return f
+
+    res: dict[str, list[float]] = {k: [] for k in ("inert", "tel", "inert_a", "tel_a", "writer")}
+    for _ in range(repeats * 5):  # telemetry on and off alternately (its timed ranges are process-wide)
+        tel.stop()
+        res["inert"].append(timeit.timeit(loop(inert, False), number=1) / chunk)
+        res["inert_a"].append(timeit.timeit(loop(inert, True), number=1) / chunk)
+        tel.start()
+        for key, with_range in (("tel", False), ("tel_a", True)):
+            t = tel._telemetry
+            res[key].append(timeit.timeit(loop(tel, with_range), number=1) / chunk)
+            n = len(t._buf)
+            t0 = time.perf_counter()
+            t.flush()
+            res["writer"].append((time.perf_counter() - t0) / max(n, 1))
+    tel.stop()
+    m = {k: min(v) * 1e9 for k, v in res.items()}
+    return m["inert"], m["tel"], m["inert_a"], m["tel_a"], statistics.median(res["writer"]) * 1e9
 
 
 def bench_between(number: int, repeats: int) -> tuple[float, float]:
@@ -262,6 +312,9 @@ def main() -> int:
 
     floor_ns, inert_ns, idle_ns = bench_inert(number, repeats)
     far_ns, timed_ns = bench_between(number, repeats)
+    t_inert, t_step, t_inert_a, t_step_a, t_writer = bench_telemetry(repeats)
+    per_step = t_step - t_inert
+    per_range = (t_step_a - t_step) - (t_inert_a - t_inert)
     check_ns, sample_us = bench_guard(number)
     raw_ms, our_ms, guard_ms = bench_enabled(steps, rounds)
     first_raw_ms, first_ms = bench_first_window(2 if args.quick else 6)
@@ -269,6 +322,12 @@ def main() -> int:
     rows = [
         ("inert step() + annotate block", f"{inert_ns:.0f} ns", f"floor {floor_ns:.0f} ns", inert_ns / floor_ns, 1.5),
         ("trigger: true, no request", f"{idle_ns:.0f} ns", f"floor {floor_ns:.0f} ns", idle_ns / floor_ns, 1.5),
+        # Telemetry's targets are absolute (1 us per step, 300 ns per annotate over the inert path): the ratio
+        # column is the added time over its bound.
+        ("telemetry: added per step", f"{per_step:+.0f} ns", f"inert step {t_inert:.0f} ns", per_step / 1000, 1.0),
+        ("telemetry: added per annotate", f"{per_range:+.0f} ns", f"inert block {t_inert_a - t_inert:.0f} ns",
+         per_range / 300, 1.0),
+        ("telemetry: writer thread per step", f"{t_writer:.0f} ns", "off the training thread", None, None),
         ("enabled window, median step", f"{our_ms:.3f} ms", f"raw torch.profiler {raw_ms:.3f} ms", our_ms / raw_ms, 1.03),
         ("enabled window + memory guard", f"{guard_ms:.3f} ms", f"raw torch.profiler {raw_ms:.3f} ms",
          guard_ms / raw_ms, 1.03),

@@ -57,6 +57,9 @@ def _reset_annotation_state():
 
     mod = sys.modules["distprof.capture.annotate"]
     yield
+    tel = sys.modules.get("distprof.capture.telemetry")
+    if tel is not None:  # a test's telemetry left running: its writer stops, annotate's inert methods come back
+        tel._flush_all()
     mod._STATE.active = 0
     mod._STATE.opened = 0
     mod._STATE.profilers.clear()

@@ -10,15 +10,12 @@ no-op context manager.
 
 With step telemetry on (:mod:`.telemetry`), ``Annotation.__enter__`` / ``__exit__`` are swapped for timed ones
 while any telemetry lives: an outermost range on the training thread (the thread that started the first
-telemetry) adds its wall time to its ``Annotation.ns`` (two clock reads and an addition), which the first
-live telemetry takes at each of its steps (:func:`take_phases`); the inert methods come back when the last
-telemetry stops, so a job without telemetry pays nothing for it. Ranges on other threads are not phases: an
-outermost range is recognised by the thread it opens on, and only ranges of its own name inside it are counted
-(recursion), which keeps both methods to one or two attribute tests when nothing is timed.
-
-Exceptions from the annotated code always propagate untouched, the range is
-always closed, and the code runs exactly once. A fault inside the range
-machinery itself is logged once and never reaches the caller.
+telemetry) appends itself and its wall time to ``_STATE.log`` (two clock reads, two appends), which the first
+live telemetry takes at each of its steps (:func:`take_phases`) and adds up in its writer thread; the inert
+methods come back when the last telemetry stops, so a job without telemetry pays nothing for it. Ranges on
+other threads are not phases: an outermost range is recognised by the thread it opens on, and only ranges of
+its own name inside it are counted (recursion), which keeps both methods to one or two attribute tests when
+nothing is timed.
 """
 
 from __future__ import annotations
@@ -43,8 +40,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 class _State:
     """Process-wide counters read on every inert call (kept as plain attributes: fastest lookups)."""
 
-    __slots__ = ("active", "live", "lock", "nvtx", "opened", "profilers", "record_function", "same", "t0", "thread",
-                 "timing", "top", "touched", "warned")
+    __slots__ = ("active", "live", "lock", "log", "nvtx", "opened", "profilers", "record_function", "same", "t0",
+                 "thread", "timing", "top", "warned")
 
     def __init__(self) -> None:
         self.active = 0  # capture windows open in this process
@@ -54,7 +51,9 @@ class _State:
         self.top: Annotation | None = None  # that thread's open outermost range
         self.same = 0  # ranges of the same name open inside it (recursion)
         self.t0 = 0  # when it opened (perf_counter_ns)
-        self.touched: list[Annotation] = []  # ranges whose ``ns`` grew since the primary telemetry's last step
+        # The outermost ranges closed since the primary telemetry's last step: range, ns, range, ns, ... (two
+        # appends, no tuple: the cheapest record; the telemetry's writer thread adds them up per name).
+        self.log: list[Any] = []
         self.opened = 0  # ranges open right now, all threads
         self.profilers: list[Any] = []  # profilers with an open window (they receive timings)
         self.record_function: Any = None
@@ -76,7 +75,7 @@ def _process_state() -> _State:
     return _STATE
 
 _tls = threading.local()
-_NONE: dict[str, int] = {}  # no phases this step (shared, never written to)
+_NONE: list[Any] = []  # no phases this step (shared, never written to)
 _now = time.perf_counter_ns
 _CACHE: dict[str, Annotation] = {}
 _CACHE_LIMIT = 4096  # dynamic names (f"step{i}") must not grow the cache forever
@@ -134,18 +133,34 @@ def timing_on(telemetry: Any) -> None:
         _STATE.live = 1
 
 
-def take_phases() -> dict[str, int]:
-    """The outermost ranges' time per name (ns) since the last call, and start again (the primary telemetry's
-    step end)."""
-    touched = _STATE.touched
-    if not touched:
+def take_phases() -> list[Any]:
+    """The outermost ranges closed since the last call (range, ns, range, ns, ...; :func:`phase_times` adds them
+    up), and start again: the primary telemetry's step end."""
+    log = _STATE.log
+    if not log:
         return _NONE
-    _STATE.touched = []
+    _STATE.log = []
+    return log
+
+
+def phase_times(log: list[Any]) -> dict[str, int]:
+    """ns per range name of a :func:`take_phases` record (off the training thread). A stray entry (the record
+    cut between its two appends by :func:`trim_phases`) is skipped."""
     out: dict[str, int] = {}
-    for a in touched:
-        out[a.name] = out.get(a.name, 0) + a.ns  # two uncached ranges may share a name
-        a.ns = 0
+    it = iter(log)
+    for a in it:
+        if isinstance(a, Annotation):
+            ns = next(it, None)
+            if isinstance(ns, int):
+                out[a.name] = out.get(a.name, 0) + ns
     return out
+
+
+def trim_phases(limit: int) -> None:
+    """Drop the ranges recorded since the last step when there are more than ``limit`` (a job with telemetry
+    whose profiler never ends a step must not grow memory); called from the telemetry's writer thread."""
+    if len(_STATE.log) > 2 * limit:
+        _STATE.log = []
 
 
 def timing_off(telemetry: Any) -> None:
@@ -169,11 +184,10 @@ def _warn_once(what: str) -> None:
 class Annotation:
     """A named range. Get one with ``annotate(name)``."""
 
-    __slots__ = ("name", "ns")
+    __slots__ = ("name",)
 
     def __init__(self, name: str):
         self.name = name
-        self.ns = 0  # outermost-range time of this name since the primary telemetry's last step (timing only)
 
     def __repr__(self) -> str:
         return f"annotate({self.name!r})"
@@ -217,9 +231,9 @@ class Annotation:
             else:
                 ns = _now() - st.t0
                 st.top = None
-                if not self.ns:
-                    st.touched.append(self)
-                self.ns += ns
+                log = st.log
+                log.append(self)
+                log.append(ns)
         return False
 
     def __call__(self, func: F) -> F:

@@ -61,7 +61,7 @@ class Telemetry:
                         "pid": os.getpid(), "host": host_name()}
         self.flush_s = float(options.flush_s)
         self._max_half = max(int(options.max_mb * 1e6 / 2), 1)
-        self._buf: collections.deque[tuple[int, int, int, dict[str, int]]] = collections.deque(
+        self._buf: collections.deque[tuple[int, int, int, list[Any]]] = collections.deque(
             maxlen=options.buffer_steps)
         self._last = _perf_ns()  # when the previous step ended
         self.dropped = 0
@@ -111,6 +111,7 @@ class Telemetry:
     # ---- the writer ---------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
+            annotate.trim_phases(self._buf.maxlen or 100_000)
             self.flush()
 
     def flush(self) -> None:
@@ -135,8 +136,9 @@ class Telemetry:
         parts = []
         while buf:
             step, t, dur, phases = buf.popleft()
+            ph = annotate.phase_times(phases) if phases else {}
             parts.append(_LINE.encode(_Step(step, round(wall - (perf - t) / 1e9, 6), dur // 1000,
-                                            {k: v // 1000 for k, v in phases.items()})))
+                                            {k: v // 1000 for k, v in ph.items()})))
         data = b"\n".join(parts) + b"\n"
         if self._fd is None or self._written >= self._max_half:
             self._open(rotate=self._fd is not None)
