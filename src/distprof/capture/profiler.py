@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from distprof.capture import closing, shutdown
+from distprof.capture import closing, shutdown, watchproc
 from distprof.capture.annotate import window_closed, window_opened
 from distprof.capture.backends import WindowContext, create_backend
 from distprof.capture.engines.capture import for_profiler
@@ -118,6 +118,7 @@ class Profiler:
         self._telemetry: Telemetry | None = None
         if config.telemetry and config.save_path:
             self._telemetry = Telemetry(config.save_path, self.role, rank, world_size, config.telemetry_options)
+        self._watcher: Any = None  # the in-job watcher's process (detect: true; capture/watchproc.py)
         self._fast = 0  # step() is one increment: INERT or IDLE (never with telemetry); 0: the full step
 
         if not (config.enable or config.trigger) or not self._selected(mesh, local_rank):
@@ -159,6 +160,8 @@ class Profiler:
     def start(self) -> Profiler:
         if self._telemetry is not None:
             self._telemetry.start()
+            if self._watcher is None and watchproc.launches_here(self.config, self.rank):  # detect: true
+                self._watcher = watchproc.start(str(self.config.save_path), self._who())
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False
@@ -215,6 +218,8 @@ class Profiler:
         """Stop; ``crashed``: the step in progress was interrupted (keep it); ``cause`` goes in the manifest."""
         if self._telemetry is not None:
             self._telemetry.stop()
+            watchproc.stop(self._watcher)
+            self._watcher = None
         if not self.enabled or not self._started:
             return
         self._started = False
@@ -317,7 +322,7 @@ class Profiler:
         self._started, self._stopped, self.enabled = False, True, False
         self._backend = self._open = self._next = self._held = None
         self._stages = self._ondemand = self._memory = None
-        self._telemetry = None  # the parent's stream (capture/telemetry.py turns its copy off in a child)
+        self._telemetry = self._watcher = None  # the parent's (capture/telemetry.py turns its stream off in a child)
         self._fast = INERT
 
     # ---- state machine ----------------------------------------------------------------------------------------
