@@ -9,10 +9,10 @@ Pure computation over :class:`~distprof.analysis.telemetry.RankSeries` (no I/O, 
     ``annotate`` phase is compared with the median over the role's ranks (a phase: over the ranks that ran it;
     one that fewer than 2 ranks ran is not judged). A rank is slow in a step when one of them is above
     ``slow_factor`` x that median and above ``min_phase_ms``; it fires when that holds ``slow_steps`` consecutive
-    steps. The evidence is the rank, the phase (or ``step``) with the largest excess over the median in the step
-    it fired, its time, the median, and the healthy peer (the rank closest to the median). In a synchronous job
-    every rank's *step* time is the same (all wait for the slowest in the collective); the phase that computes
-    is what differs, so phases are what finds the rank.
+    steps. The evidence is the rank, the slow phase with the largest excess over the median in the step it fired
+    (``step`` when no phase is slow, only the step time), its time, the median, and the healthy peer (the rank
+    closest to the median). In a synchronous job every rank's *step* time is the same (all wait for the slowest
+    in the collective); the phase that computes is what differs, so phases are what finds the rank.
 ``slowdown``
     Per role, the role's step time (median over its ranks) is judged once ``baseline_steps + slow_steps`` steps
     are known: it fires when the median of the last ``slow_steps`` steps is above ``slowdown_factor`` x the
@@ -71,7 +71,7 @@ class Detection:
 
     @property
     def key(self) -> tuple[str, str, int | None]:
-        """The episode it belongs to (:meth:`Detector.holding`)."""
+        """The episode it belongs to (:meth:`Detector.in_episode`)."""
         if self.rule == "bounding_role":
             return (self.rule, "*", None)
         return (self.rule, self.role, self.rank if self.rule == "slow_rank" else None)
@@ -143,10 +143,11 @@ class Detector:
             ep = self.episodes[key] = _Episode(need, int(self.o.slow_steps))
         return ep
 
-    def holding(self, key: tuple[str, str, int | None]) -> bool:
-        """The condition of the episode ``key`` still held at the last step judged."""
+    def in_episode(self, key: tuple[str, str, int | None]) -> bool:
+        """The episode ``key`` fired and has not cleared yet (its condition has not been false for ``slow_steps``
+        consecutive steps)."""
         ep = self.episodes.get(key)
-        return ep is not None and ep.held > 0
+        return ep is not None and not ep.armed
 
     def observe(self, role: str, step: int, records: Mapping[int, StepRecord]) -> list[Detection]:
         """One step of ``role``: ``records`` by rank (the ranks that reported it)."""
@@ -162,21 +163,21 @@ class Detector:
             for name, us in rec.phases.items():
                 metrics.setdefault(name, {})[rank] = float(us)
         factor = float(self.o.slow_factor)
-        worst: dict[int, tuple[float, str, float, float]] = {}  # rank -> (excess, metric, value, median)
-        medians: dict[str, float] = {}
+        # rank -> (a phase, excess, metric, value, median): a slow phase is named before the step time
+        worst: dict[int, tuple[bool, float, str, float, float]] = {}
         for name, values in metrics.items():
             if len(values) < 2:
                 continue
-            med = medians[name] = statistics.median(values.values())
+            med = statistics.median(values.values())
             for rank, v in values.items():
                 if v > factor * med and v > self.min_us:
-                    excess = v - med
-                    if rank not in worst or excess > worst[rank][0]:
-                        worst[rank] = (excess, name, v, med)
+                    cand = (name != STEP, v - med, name, v, med)
+                    if rank not in worst or cand[:2] > worst[rank][:2]:
+                        worst[rank] = cand
         out = []
         for rank in records:
             if self._episode(("slow_rank", role, rank), int(self.o.slow_steps)).update(rank in worst):
-                _, name, v, med = worst[rank]
+                _, _, name, v, med = worst[rank]
                 peer = _closest(metrics[name], med, exclude=worst)
                 what = "step time" if name == STEP else f"phase {name}"
                 out.append(Detection(
