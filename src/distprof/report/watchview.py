@@ -48,8 +48,8 @@ def _role_table(r: RoleView) -> RenderableType:
     title = Text.assemble((visible(r.role), "bold"), f"  step {r.newest_step if r.newest_step is not None else '-'}",
                           f"  median step {_ms(r.median_us)} ms")
     if r.slowest_rank is not None:
-        title.append(f"  busiest rank {r.slowest_rank} ({_ms(r.slowest_busy_us)} ms)", style="yellow")
-    t = Table(title=title, title_justify="left", box=None, pad_edge=False, show_edge=False)
+        title.append(f"  busiest rank {r.slowest_rank} ({_ms(r.slowest_busy_us)} ms a step)", style="yellow")
+    t = Table(box=None, pad_edge=False, show_edge=False)
     t.add_column("rank", justify="right", width=6)
     t.add_column("step ms", justify="right", width=9)
     t.add_column("busy ms", justify="right", width=9)
@@ -61,7 +61,7 @@ def _role_table(r: RoleView) -> RenderableType:
         last_busy = next((b for b in reversed(row.busy_us) if b is not None), None)
         flag = Text("SLOW", style="bold red") if row.slow else Text("")
         t.add_row(str(row.rank), _ms(row.last_us), _ms(last_busy), Text(_spark(row.busy_us, top)), flag)
-    parts: list[RenderableType] = [t]
+    parts: list[RenderableType] = [title, t]
     if len(r.ranks) > len(rows):
         parts.append(Text(f"  ({len(r.ranks) - len(rows)} more ranks not shown)", style="dim"))
     return Group(*parts)
