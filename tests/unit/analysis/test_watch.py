@@ -3,6 +3,7 @@ requests answered by a real trigger-enabled Profiler, the diagnosis of its windo
 the limits, `distprof watch` (--json, --once, exit 2, the recording run) and the Prometheus endpoint."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -262,3 +263,21 @@ def test_snapshot_is_plain_json(tmp_path):
     snap = Watcher(str(tmp_path), DetectOptions(), record=False).poll(final=True)
     doc = json.loads(msgspec.json.encode(snap.to_dict()))
     assert doc["roles"][0]["steps"][-1] == 59 and doc["pending"] == []
+
+
+def test_cli_capture_sends_a_trigger_request_for_the_slow_rank_and_a_peer(tmp_path):
+    synthetic(tmp_path)
+    (tmp_path / "run.json").write_text(json.dumps({"config": {"telemetry": True, "trigger": True,
+                                                              "trigger_poll_s": 0.5, "save_path": str(tmp_path)}}))
+    code, _, err = cli("watch", tmp_path, "--quiet", "--capture", "--max-seconds", "0")
+    assert code == 0, err
+    from distprof.capture.trigger import status
+
+    (req,) = status(str(tmp_path))["requests"]
+    r = req["request"]
+    assert r["roles"] == ["actor"] and SLOW_RANK in r["ranks"]  # a request's ranks are sorted
+    assert len(r["ranks"]) == 2 and r["steps"] == DetectOptions().capture_steps
+    # 60 ms steps and a job polling every 0.5 s: the lead covers two polls, more than lead_steps' 3
+    assert r["lead_steps"] == math.ceil(2 * 0.5 / 0.060) + 1
+    assert f"request {req['id']}" in err
+    assert read_detections(str(tmp_path)) == []  # waiting for the windows when the watcher stopped
