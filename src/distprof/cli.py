@@ -19,7 +19,7 @@ import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
-from distprof import analysis
+from distprof import analysis, cli_watch
 from distprof.analysis.records import UNSET, Envelope, to_json
 from distprof.cli_support import (
     BadArgument,
@@ -550,6 +550,9 @@ def trigger(
     if show_status or wait is not None:
         console.print(commands.trigger_status(got))
     raise typer.Exit(code)
+
+
+cli_watch.register(app, _guarded, console, err)  # `distprof watch` (its code: cli_watch.py)
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from distprof.rundir.walk import walk
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Published", "RunDir", "list_files", "manifest_records"]
+__all__ = ["Published", "RunDir", "append_line", "list_files", "manifest_records"]
 
 _json = msgspec.json.Encoder()
 
@@ -262,6 +262,12 @@ def _place(tmp: str, final: str) -> bool:
     """Give ``tmp`` the name ``final`` unless that name exists (then False, ``tmp`` untouched): :func:`safefile.place`
     (a hard link, atomic and never replacing a file, unlike a rename; a check, then a rename, without hard links)."""
     return place(tmp, final)
+
+
+def append_line(path: str, line: bytes) -> None:
+    """Append ``line`` (one JSON line, newline included) to ``path`` as the manifest is appended: one ``write()`` on
+    an ``O_APPEND`` descriptor opened without following a link (the watcher's detections.jsonl too)."""
+    _append_line(path, line)
 
 
 def _append_line(path: str, line: bytes) -> None:

@@ -1,0 +1,177 @@
+"""``distprof watch RUN_DIR``: the watcher (:mod:`distprof.analysis.watch`) from the command line, live in the
+terminal (:mod:`distprof.report.watchview`), as log lines (``--quiet``: what the in-job watcher runs), or as one
+snapshot (``--once``, ``--json``). Registered on the CLI's app by :func:`register` (``distprof.cli``).
+
+Exit codes as every verb: 0 (every rank's stream read; also when another watcher already records this run
+directory: this one says so and leaves), 1 (some streams could not be read), 2 (no telemetry in RUN_DIR, or bad
+arguments: one line naming the path and the fix).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from distprof.analysis.watch import Snapshot, Watcher, options_from_run
+from distprof.analysis.watch_metrics import MetricsServer, metrics_text
+from distprof.cli_support import BadArgument, print_json
+from distprof.report import watchview
+from distprof.rundir.layout import TELEMETRY
+
+__all__ = ["register"]
+
+logger = logging.getLogger("distprof.analysis.watch")
+
+
+def _trigger_send(run_dir: str) -> Callable[[str, list[int], int, int], str]:
+    """The watcher's ``send``: a trigger request for ``ranks`` of ``role`` (distprof.capture.trigger)."""
+    # Kept here: capture.trigger validates ranks with config.model (pydantic); only a capturing watcher needs it.
+    from distprof.capture.trigger import send
+
+    def request(role: str, ranks: list[int], steps: int, lead_steps: int) -> str:
+        req, _ = send(run_dir, steps=steps, ranks=ranks, roles=[role], lead_steps=lead_steps, align=1,
+                      tag=f"watch {time.time():.6f}")  # a new request each time, never an old one's windows
+        return req.id
+
+    return request
+
+
+def _trigger_answers(run_dir: str) -> Callable[[str], dict[tuple[str, int], str]]:
+    from distprof.capture.trigger import status
+
+    def answers(rid: str) -> dict[tuple[str, int], str]:
+        got = status(run_dir, rid)
+        return {(a["role"], a["rank"]): a["state"] for r in got["requests"] for a in r["acks"]}
+
+    return answers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _doc(snap: Snapshot, options: Any) -> dict[str, Any]:
+    return {**snap.to_dict(), "options": options.model_dump()}
+
+
+def _no_telemetry(run_dir: str) -> BadArgument:
+    return BadArgument(f"{run_dir}: no telemetry ({'{role}'}/rank*/{TELEMETRY}); set telemetry: true in the job's "
+                       "config (and save_path to this folder)")
+
+
+def register(app: typer.Typer, guarded: Callable[[Callable[..., Any]], Callable[..., Any]], console: Console,
+             err: Console) -> None:
+    """Add ``watch`` to ``app`` (``guarded``: the CLI's wrapper that turns errors into exit codes)."""
+
+    @app.command()
+    @guarded
+    def watch(
+        run_dir: str = typer.Argument(..., help="The job's save_path (a local or mounted run directory)."),
+        interval: float | None = typer.Option(None, "--interval", min=0.05,
+                                              help="Seconds between reads (default: the run's detection.poll_s)."),
+        once: bool = typer.Option(False, "--once", help="One snapshot, then exit (judges and shows; records "
+                                                        "nothing, captures nothing)."),
+        as_json: bool = typer.Option(False, "--json", help="One snapshot as one JSON object (implies --once)."),
+        capture: bool | None = typer.Option(None, "--capture/--no-capture", help="Capture the slow rank and a peer "
+                                            "on a detection (default: the run's detection.capture and trigger)."),
+        max_seconds: float | None = typer.Option(None, "--max-seconds", min=0.0, help="Stop after this long."),
+        parent_pid: int | None = typer.Option(None, "--parent-pid", help="Stop when this process is gone (the in-job "
+                                              "watcher passes the training process)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No live view: log lines only."),
+        prometheus: int | None = typer.Option(None, "--prometheus", min=0, max=65535, metavar="PORT",
+                                              help="Serve Prometheus text on 127.0.0.1:PORT/metrics (0: any free "
+                                                   "port; default: the run's detection.prometheus_port)."),
+    ) -> None:
+        """Watch a running job's step telemetry: the step time per rank, the slowest rank, and the rules'
+        detections; on a detection capture the slow rank and a healthy peer and diagnose them (docs/telemetry.md).
+        """
+        if not os.path.isdir(run_dir):
+            raise BadArgument(f"{run_dir}: not a folder; give the job's save_path (a run directory with telemetry)")
+        try:
+            options, cfg = options_from_run(run_dir)
+        except ValueError as e:
+            raise BadArgument(str(e)) from None
+        once = once or as_json
+        if capture is None:
+            capture = bool(options.capture and cfg.get("trigger"))
+        want_capture = capture and not once
+        w = Watcher(run_dir, options, send=_trigger_send(run_dir) if want_capture else None,
+                    answers=_trigger_answers(run_dir) if want_capture else None, capture=want_capture,
+                    record=not once, job_poll_s=float(cfg.get("trigger_poll_s") or 0.0))
+        if once:
+            snap = w.poll(final=True)
+            if not snap.roles and not snap.errors:
+                raise _no_telemetry(run_dir)
+            code = (1 if snap.roles else 2) if snap.errors else 0
+            if as_json:
+                print_json(_doc(snap, options), code)
+            console.print(watchview.view(snap))
+            raise typer.Exit(code)
+        if not w.lock():
+            err.print(Text(f"another watcher ({w.lock_holder()}) already records {run_dir}; this one exits"),
+                      soft_wrap=True)
+            raise typer.Exit(0)
+        try:
+            code = _live(w, run_dir, cfg, options, interval, max_seconds, parent_pid, quiet, prometheus, console)
+        finally:
+            w.close()
+        raise typer.Exit(code)
+
+
+def _live(w: Watcher, run_dir: str, cfg: dict[str, Any], options: Any, interval: float | None,
+          max_seconds: float | None, parent_pid: int | None, quiet: bool, prometheus: int | None,
+          console: Console) -> int:
+    """Poll until the deadline, the parent's end or Ctrl-C; the exit code of the last snapshot."""
+    if logger.getEffectiveLevel() > logging.INFO:  # the watcher's lines (detections, captures, findings) are news
+        logger.setLevel(logging.INFO)
+        logging.getLogger("distprof.analysis.watch_metrics").setLevel(logging.INFO)
+    interval = interval if interval is not None else float(options.poll_s)
+    deadline = time.monotonic() + max_seconds if max_seconds is not None else None
+    port = prometheus if prometheus is not None else options.prometheus_port
+    latest: list[Snapshot] = []
+    server = MetricsServer(port, lambda: metrics_text(latest[-1]) if latest else "").start() if port is not None \
+        else None
+    live, snap = None, None
+    if not quiet:
+        from rich.live import Live
+
+        live = Live(console=console, auto_refresh=False, transient=False)
+        live.start()
+    try:
+        while True:
+            snap = w.poll()
+            latest[:] = [snap]
+            if not snap.roles and not snap.errors and not cfg.get("telemetry"):
+                raise _no_telemetry(run_dir)
+            if live is not None:
+                live.update(watchview.view(snap), refresh=True)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if parent_pid is not None and not _alive(parent_pid):
+                logger.info("distprof: watch: process %d is gone; the watcher stops", parent_pid)
+                break
+            wait = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
+            time.sleep(wait)  # the pause between reads of the streams (nothing is waited for)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live is not None:
+            live.stop()
+        if server is not None:
+            server.stop()
+    if snap is None:
+        return 0
+    return (1 if snap.roles else 2) if snap.errors else 0
