@@ -27,7 +27,10 @@ SLEEP_S = 0.01  # every rank's data phase
 def config(out: str, **detection) -> dict:
     return {"save_path": out, "telemetry": True, "telemetry_options": {"flush_s": 0.1}, "detect": True,
             "trigger": True, "trigger_poll_s": 0, "ranks": "all", "torch": {"activities": ["cpu"]},
-            "detection": {"poll_s": 0.2, "slow_steps": 5, "capture_steps": 2, "lead_steps": 3, **detection}}
+            # slowdown_factor 4: a test machine shared with other tests slows the whole job by 2-3x at times, which
+            # the slowdown rule rightly reports; the tests here are about slow ranks (the rule's own tests use 1.3)
+            "detection": {"poll_s": 0.2, "slow_steps": 5, "capture_steps": 2, "lead_steps": 3, "slowdown_factor": 4,
+                          **detection}}
 
 
 def has_finding(out: str) -> bool:

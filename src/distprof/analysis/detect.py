@@ -7,11 +7,13 @@ Pure computation over :class:`~distprof.analysis.telemetry.RankSeries` (no I/O, 
 ``slow_rank``
     Per role and step that at least 2 ranks reported: each rank's step time and its time in each outermost
     ``annotate`` phase is compared with the median over the role's ranks (a phase: over the ranks that ran it;
-    one that fewer than 2 ranks ran is not judged). A rank is slow in a step when one of them is above
-    ``slow_factor`` x that median and above ``min_phase_ms``; it fires when that holds ``slow_steps`` consecutive
-    steps. The evidence is the rank, the slow phase with the largest excess over the median in the step it fired
-    (``step`` when no phase is slow, only the step time), its time, the median, and the healthy peer (the rank
-    closest to the median). In a synchronous job every rank's *step* time is the same (all wait for the slowest
+    one that fewer than 2 ranks ran is not judged; nor one whose name says it holds a collective, ``wait_phases``:
+    there the rank that arrived first waits longest, and phase times alone cannot tell it from a slow one). A
+    rank is slow in a step when one of them is above ``slow_factor`` x that median and above ``min_phase_ms``,
+    by at least ``min_share`` of the median step time; it fires when that holds ``slow_steps`` consecutive
+    steps. The evidence is the rank, the slow phase with the largest excess over the median in the step it
+    fired (``step`` when no phase is slow, only the step time), its time, the median, and the healthy peer (the
+    rank closest to the median). In a synchronous job every rank's *step* time is the same (all wait for the slowest
     in the collective); the phase that computes is what differs, so phases are what finds the rank.
 ``slowdown``
     Per role, the role's step time (median over its ranks) is judged once ``baseline_steps + slow_steps`` steps
@@ -163,14 +165,16 @@ class Detector:
             for name, us in rec.phases.items():
                 metrics.setdefault(name, {})[rank] = float(us)
         factor = float(self.o.slow_factor)
+        waits = tuple(getattr(self.o, "wait_phases", ()))
+        floor = max(self.min_us, float(getattr(self.o, "min_share", 0.0)) * statistics.median(metrics[STEP].values()))
         # rank -> (a phase, excess, metric, value, median): a slow phase is named before the step time
         worst: dict[int, tuple[bool, float, str, float, float]] = {}
         for name, values in metrics.items():
-            if len(values) < 2:
-                continue
+            if len(values) < 2 or (name != STEP and waits and any(w in name.lower() for w in waits)):
+                continue  # a phase holding a collective: the longest in it waited, it was not slow
             med = statistics.median(values.values())
             for rank, v in values.items():
-                if v > factor * med and v > self.min_us:
+                if v > factor * med and v > self.min_us and v - med >= floor:
                     cand = (name != STEP, v - med, name, v, med)
                     if rank not in worst or cand[:2] > worst[rank][:2]:
                         worst[rank] = cand

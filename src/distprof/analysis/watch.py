@@ -205,6 +205,9 @@ class Watcher:
     _seen: set[tuple[Any, ...]] = field(default_factory=set)
     _sent: collections.deque[float] = field(default_factory=collections.deque)
     _bytes: int = 0
+    # role -> (first, last) steps not judged: a capture the watcher asked for slows the steps it records and the
+    # export after them (the profiled ranks most); judging them would detect the watcher's own capture
+    _quiet: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tracker = Tracker(self.options)
@@ -261,7 +264,7 @@ class Watcher:
         self.telemetry.refresh(self.run_dir)
         series = list(self.telemetry.series.values())
         found = [d for d in self.tracker.update(series, final=final)
-                 if (d.rule, d.role, d.rank, d.step) not in self._seen]
+                 if (d.rule, d.role, d.rank, d.step) not in self._seen and not self._in_quiet(d)]
         groups: dict[tuple[str, str, int], list[Detection]] = {}
         for d in found:
             self._seen.add((d.rule, d.role, d.rank, d.step))
@@ -277,6 +280,12 @@ class Watcher:
             self._progress()
         self._trim(series)
         return self.snapshot()
+
+    def _in_quiet(self, d: Detection) -> bool:
+        """``d`` comes from steps around a capture the watcher asked for (slow_steps before its step)."""
+        first = d.step - int(self.options.slow_steps) + 1
+        roles = list(self._quiet) if d.rule == "bounding_role" else [d.role]
+        return any(q[0] <= d.step and first <= q[1] for r in roles if (q := self._quiet.get(r)) is not None)
 
     def _trim(self, series: list[Any]) -> None:
         """Forget steps the rules judged and the view no longer shows (a watcher runs as long as the job)."""
@@ -331,6 +340,7 @@ class Watcher:
             return
         self._sent.append(now)
         self.captures_total += 1
+        self._quiet[first.role] = (first.step + 1, 1 << 62)  # until its windows are published (_finish)
         logger.info("distprof: watch: %s: %s; capturing %s ranks %s (request %s)", first.rule, first.message,
                        first.role, ",".join(map(str, want)), rid)
         self.pending.append(_Pending(group, first.role, want, rid, time.monotonic(), now))
@@ -386,6 +396,10 @@ class Watcher:
         size = sum(f.bytes for recs in windows.values() for r in recs for f in r.files)
         self._bytes += size
         captured = sorted(windows)
+        q = self._quiet.pop(p.role, None)  # no window: nothing was slowed; else the steps after the windows are
+        if windows:  # quiet for as long as a rule needs to hold (the export runs beside them)
+            last = max(r.last for recs in windows.values() for r in recs)
+            self._quiet[p.role] = ((q[0] if q else p.detections[0].step + 1), last + 2 * int(self.options.slow_steps))
         finding, reason = None, None
         if not windows:
             reason = (f"no rank published a window for request {p.request} within {self.capture_timeout_s:g} s"

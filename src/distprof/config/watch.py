@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from distprof.config.validation import StrictModel
 
-__all__ = ["DetectOptions", "TelemetryOptions"]
+__all__ = ["WAIT_WORDS", "DetectOptions", "TelemetryOptions"]
+
+# Words in a phase's name that say it holds a collective (all_reduce, gloo or NCCL, a barrier): waiting time.
+WAIT_WORDS = ("allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter", "alltoall", "all_to_all",
+              "barrier", "collective", "comm", "sync", "wait", "nccl", "gloo")
 
 
 def _within(field: str, v: float, lo: float, hi: float, fix: str) -> float:
@@ -61,8 +65,15 @@ class DetectOptions(StrictModel):
     slow_factor x the median over the role's ranks (1.01 to 100)."""
     slow_steps: int = 5
     """How many consecutive steps a rule's condition must hold before it fires (1 to 10,000)."""
+    wait_phases: list[str] = Field(default_factory=lambda: list(WAIT_WORDS))
+    """Phases whose name contains one of these (case-insensitive) hold a collective: a rank long in one is waiting
+    for a slower peer, not slow itself, so ``slow_rank`` never names it (the waiting rank and the slow one look
+    alike in phase times alone). [] judges every phase."""
     min_phase_ms: float = 1.0
     """Phases and steps shorter than this (ms) never count as slow: noise, not a straggler (0 to 1e6)."""
+    min_share: float = 0.1
+    """``slow_rank`` counts a phase (or step) only when its excess over the median rank's is at least this share
+    of the role's median step time (0 to 1): a 0.5 ms phase taking 2 ms on a busy host is 4x, and no straggler."""
     slowdown_factor: float = 1.3
     """Rule ``slowdown``: the role's median step time rose above slowdown_factor x its own baseline (1.01 to
     100)."""
@@ -98,11 +109,22 @@ class DetectOptions(StrictModel):
                   "lead_steps": (1, 1000), "max_captures_per_hour": (0, 1000)}[info.field_name]
         return int(_within(f"detection.{info.field_name}", v, lo, hi, f"use a whole number from {lo} to {hi}"))
 
-    @field_validator("min_phase_ms", "max_capture_mb", "poll_s")
+    @field_validator("min_phase_ms", "min_share", "max_capture_mb", "poll_s")
     @classmethod
     def _positive(cls, v: float, info: Any) -> float:
-        lo, hi = {"min_phase_ms": (0, 1e6), "max_capture_mb": (0, 1e7), "poll_s": (0.05, 3600)}[info.field_name]
+        lo, hi = {"min_phase_ms": (0, 1e6), "min_share": (0, 1), "max_capture_mb": (0, 1e7),
+                  "poll_s": (0.05, 3600)}[info.field_name]
         return _within(f"detection.{info.field_name}", v, lo, hi, f"use a number from {lo:g} to {hi:g}")
+
+    @field_validator("wait_phases", mode="before")
+    @classmethod
+    def _words(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, (list, tuple)) or not all(isinstance(w, str) and w.strip() for w in v) or len(v) > 256:
+            raise ValueError(f"detection.wait_phases must be a list of at most 256 non-empty words, got {v!r:.80}; "
+                             "e.g. [allreduce, sync]")
+        return [w.strip().lower() for w in v]
 
     @field_validator("prometheus_port")
     @classmethod

@@ -129,3 +129,20 @@ def test_tracker_waits_for_every_live_rank_and_not_for_a_dead_one():
             StepRecord(r.step, r.t + 100, r.dur_us, r.phases) for r in full[s.rank].steps]
     t.update(partial)
     assert t.next_step["actor"] == 40
+
+
+def test_the_rank_waiting_longest_in_a_collective_is_not_named_nor_a_tiny_phase_made_slow_by_a_busy_host():
+    def phases(rank, step):
+        p = {"forward": 10_000, "backward": 500, "train/allreduce": 1_000}
+        if rank == 3:  # arrives first every step: waits longest in the all-reduce; no rank computes slower
+            p["train/allreduce"] = 9_000
+        if rank == 1 and step >= 30:  # a 0.5 ms phase taking 2 ms (4x) on a busy host: 1.5 ms of a 12 ms step
+            p["backward"] = 2_000
+        return p
+
+    assert detect(series("actor", range(4), range(100), phases), OPTS) == []
+    # The same job judged on every phase (wait_phases: []) and without the share floor names both: the reasons
+    # the defaults are what they are.
+    loose = DetectOptions(wait_phases=[], min_share=0)
+    named = {(d.rank, d.phase) for d in detect(series("actor", range(4), range(100), phases), loose)}
+    assert named == {(3, "train/allreduce"), (1, "backward")}

@@ -281,3 +281,20 @@ def test_cli_capture_sends_a_trigger_request_for_the_slow_rank_and_a_peer(tmp_pa
     assert r["lead_steps"] == math.ceil(2 * 0.5 / 0.060) + 1
     assert f"request {req['id']}" in err
     assert read_detections(str(tmp_path)) == []  # waiting for the windows when the watcher stopped
+
+
+def test_the_steps_of_the_watchers_own_capture_are_not_judged(tmp_path):
+    synthetic(tmp_path)
+    send = FakeSend()
+    w = Watcher(str(tmp_path), DetectOptions(), send=send, capture_timeout_s=3600)
+    w.poll()
+    assert len(send.calls) == 1 and w.pending
+    # While its windows are being captured and written, rank 0 turns slow (what profiling does to a rank): no
+    # detection, no second capture.
+    write_stream(tmp_path, "actor", 0, [(s, 60_000, {"forward": 50_000, "backward": 20_000}) for s in range(60, 70)])
+    for rank in (1, 2, 3):
+        fwd = 40_000 if rank == SLOW_RANK else 10_000
+        write_stream(tmp_path, "actor", rank, [(s, 60_000, {"forward": fwd, "backward": 20_000})
+                                               for s in range(60, 70)])
+    w.poll()
+    assert len(send.calls) == 1 and [d["rank"] for d in read_detections(str(tmp_path))] == []

@@ -59,7 +59,7 @@ def test_a_rank_turning_slow_mid_run_is_detected_captured_with_a_peer_and_diagno
     # Within the rule's steps: slow_steps (5) slow steps, plus what one look of the watcher can lag (poll_s).
     assert 30 + 5 - 1 <= line["step"] <= 30 + 5 + 30
     captured = line["captured"]
-    assert captured[0] == 2 and len(captured) == 2 and captured[1] != 2  # the slow rank and one healthy peer
+    assert 2 in captured and len(set(captured)) == 2  # the slow rank and one healthy peer
     windows = [r for r in manifest_records(out) if r.trigger]
     assert sorted({r.rank for r in windows}) == sorted(captured)
     assert all(r.steps[0] > line["step"] for r in windows)  # captured after the detection, at aligned steps
