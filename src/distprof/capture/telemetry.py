@@ -35,7 +35,7 @@ import msgspec
 
 from distprof.capture import annotate
 from distprof.rundir.layout import TELEMETRY, TELEMETRY_OLD, rank_dir
-from distprof.rundir.safefile import no_links
+from distprof.rundir.safefile import no_links, replace
 from distprof.util.runtime import host_name
 
 logger = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ class Telemetry:
             raise OSError(f"{folder} (or a folder above it, inside the run directory) is a symbolic link")
         os.makedirs(folder, exist_ok=True)
         if rotate:
-            os.replace(self._path, os.path.join(folder, TELEMETRY_OLD))
+            replace(self._path, os.path.join(folder, TELEMETRY_OLD))  # the one rename, never through a link
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         self._fd = os.open(self._path, flags, 0o644)
         self._written = os.fstat(self._fd).st_size
