@@ -30,7 +30,7 @@ from distprof.cli_support import (
     print_json,
     progress_bar,
 )
-from distprof.report import commands
+from distprof.report import commands, telemetry_view
 from distprof.report import terminal as render
 from distprof.report.termfit import FitConsole
 
@@ -257,7 +257,7 @@ def _done(result: Any, as_json: bool, draw: Callable[[], None]) -> None:
     if as_json:
         print_json(doc, code)
     rec = Envelope.of(result) if isinstance(result, dict) else result
-    if rec.files_read is UNSET or rec.files_read:
+    if rec.files_read is UNSET or rec.files_read or getattr(result, "telemetry_read", 0):  # (steps: telemetry alone)
         draw()
     render.problems(err, rec)
     raise typer.Exit(code)
@@ -322,7 +322,12 @@ def steps(
     if not d.steps and not as_json and d.files_read:
         err.print("no steps in these traces: no ProfilerStep#N ranges (torch writes them when profiler.step() is "
                   "called) and no distprof manifest window for these files", style="yellow", soft_wrap=True)
-    _done(d, as_json, lambda: render.steps(console, d, phases=phases))
+
+    def draw() -> None:
+        render.steps(console, d, phases=phases)
+        telemetry_view.telemetry(console, d)  # the run's step telemetry, when it keeps one
+
+    _done(d, as_json, draw)
 
 
 @app.command()

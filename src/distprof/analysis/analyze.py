@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, temporal, timeline
+from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, telemetry_steps, temporal, timeline
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
@@ -42,6 +42,7 @@ from distprof.analysis.records import (
     to_json,
 )
 from distprof.analysis.records_diag import DiagnoseResult, DiffResult
+from distprof.analysis.telemetry import TelemetryRun
 from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.ranks import assign_runs, file_facts, resolve, role_of, runs
@@ -134,7 +135,7 @@ class Run:
 def exit_code(result: dict[str, Any]) -> int:
     """0: every file read; 1: some files could not be read; 2: none could (see the module docstring)."""
     if result.get("errors"):
-        return 1 if result.get("files_read", 0) else 2
+        return 1 if result.get("files_read", 0) or result.get("telemetry_read", 0) else 2
     return 0
 
 
@@ -317,8 +318,30 @@ def steps_result(path: str, selection: Selection | None = None, workers: int | N
                  tasks: list[dict[str, Any]] | None = None) -> StepsResult:
     """``distprof steps`` as a record: per step and rank: duration, waits, phases, breakdowns; who holds the others
     back; the RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
-    run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
-    return _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks)
+    tele = telemetry_steps.read(path)  # step telemetry (telemetry: true) in a local run directory; else None
+    try:
+        run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
+    except TraceError as e:
+        if tele is None or not tele.series:
+            raise
+        # A run directory with telemetry and no trace (nothing captured yet): the telemetry is the answer.
+        run, listed = Run(path, selection or Selection()), getattr(e, "errors", [])
+        return _with_telemetry(_finish(run, StepsResult(steps=[], profiling_cost=[])), tele, run.selection, listed)
+    out = _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks)
+    return out if tele is None else _with_telemetry(out, tele, run.selection)
+
+
+def _with_telemetry(out: StepsResult, tele: TelemetryRun, selection: Selection,
+                    listed: list[dict[str, Any]] | None = None) -> StepsResult:
+    """``out`` with the run's step telemetry (:mod:`.telemetry_steps`); streams that cannot be read are errors
+    (after the trace listing's own ``listed``, when no trace was read)."""
+    out.telemetry, out.telemetry_timeline = telemetry_steps.combine(tele, selection)
+    out.telemetry_read = len(tele.series)
+    errors = list(out.errors or []) + list(listed or [])
+    known = {e.get("path") for e in errors}
+    errors += [p.file_dict() for p in tele.errors if p.path not in known]  # (a linked stream: the listing's too)
+    out.errors = errors
+    return out
 
 
 def steps(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,

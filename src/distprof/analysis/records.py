@@ -57,6 +57,10 @@ __all__ = [
     "StreamIdle",
     "SummaryRank",
     "SummaryResult",
+    "TelemetryBucket",
+    "TelemetryPhase",
+    "TelemetryRank",
+    "TelemetryTimeline",
     "Temporal",
     "TimeStats",
     "Wait",
@@ -398,12 +402,53 @@ class StepRow(Record, kw_only=True):
     launch_bound_ranks: list[int] | UnsetType = UNSET
 
 
+# ---- step telemetry (telemetry: true; made by analysis.telemetry_steps) ------------------------------------------
+class TelemetryPhase(Record, kw_only=True):
+    """One outermost ``annotate`` phase of a rank over its telemetry: its share of the rank's step time (summed
+    over the steps) and its median time over the steps it ran in."""
+    name: str
+    share: float
+    median_us: float
+
+
+class TelemetryRank(Record, kw_only=True):
+    """One (role, rank)'s step times over its whole telemetry stream."""
+    role: str
+    rank: int
+    steps: int
+    first_step: int
+    last_step: int
+    median_us: float
+    p90_us: float
+    max_us: float
+    slowest_step: int
+    phases: list[TelemetryPhase]
+    skipped: int = 0  # lines of the stream that could not be read
+
+
+class TelemetryBucket(Record, kw_only=True):
+    """A run of consecutive steps: each rank's median step time in it (ranks without a step there left out)."""
+    first_step: int
+    last_step: int
+    median_us: dict[int, float]
+
+
+class TelemetryTimeline(Record, kw_only=True):
+    """One role's coarse timeline: its step range cut in at most ``telemetry_steps.MAX_BUCKETS`` buckets."""
+    role: str
+    buckets: list[TelemetryBucket]
+
+
 class StepsResult(Envelope):
-    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; the RL step view."""
+    """``distprof steps``: per step and rank: duration, waits, phases, breakdowns; the RL step view; where the run
+    directory holds step telemetry, its per-rank figures and per-role timeline (unset, so left out, without)."""
     steps: list[StepRow]
     profiling_cost: list[ProfilingCost]
     rl_steps: list[Any] = msgspec.field(default_factory=list)  # rlsteps.RLStep
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
+    telemetry: list[TelemetryRank] | UnsetType = UNSET
+    telemetry_timeline: list[TelemetryTimeline] | UnsetType = UNSET
+    telemetry_read: int | UnsetType = UNSET  # telemetry streams read (the exit code counts them as files read)
 
 
 # ---- stragglers -----------------------------------------------------------------------------------------
