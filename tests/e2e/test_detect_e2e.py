@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import warmpython  # python SCRIPT, forked from a server that imported torch once
+from detect_job import config as detect_job_config
 from detect_job import run as detect_run
 
 from distprof.analysis.telemetry import read_run
@@ -142,3 +143,40 @@ def test_the_watcher_dying_does_not_touch_training(tmp_path):
     assert proc.stdout.split() == [str(-signal.SIGKILL), "300"]
     steps = read_run(out).series[("main", 0)].steps
     assert [r.step for r in steps] == list(range(300))
+
+
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time on a 2-core machine
+def test_a_ray_worker_group_goes_through_the_same_path(tmp_path):
+    """A Ray worker group (the suite's local cluster; one machine, so save_path is shared by every worker): the
+    same config, every worker keeps telemetry, rank 0's worker starts the watcher, which captures the slow worker
+    and a peer through on-demand requests the workers poll for."""
+    from conftest import shared_ray
+
+    ray = shared_ray()
+    from ray_workers import PhasedWorker
+
+    from distprof.integrations.ray import ProfiledGroup, step_all
+
+    out = str(tmp_path / "run")
+    cfg = {**detect_job_config(out), "trigger_poll_s": 0.2}
+    workers = [ray.remote(num_cpus=0.25)(PhasedWorker).remote() for _ in range(3)]
+    try:
+        group = ProfiledGroup(workers, cfg, "rollout")
+        assert sorted(group.active) == [0, 1, 2]  # telemetry: every rank, not only the ones ranks selects
+        with group:
+            step = 0
+            while step < 600 and not any(d["captured"] for d in detections(out)):
+                ray.get([w.compute.remote(r, step, 1, 20, 0.05) for r, w in enumerate(workers)])
+                step_all([group])
+                step += 1
+    finally:
+        for w in workers:
+            ray.kill(w)
+    assert watcher_ended(out)
+    (line,) = [d for d in detections(out) if d["rule"] == "slow_rank"]
+    assert (line["role"], line["rank"], line["phase"]) == ("rollout", 1, "train/compute")
+    assert 1 in line["captured"] and len(set(line["captured"])) == 2
+    windows = [r for r in manifest_records(out) if r.trigger == line["request"]]
+    assert sorted(r.rank for r in windows) == sorted(line["captured"])
+    tel = read_run(out)
+    assert sorted(tel.series) == [("rollout", r) for r in range(3)]

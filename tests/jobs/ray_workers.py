@@ -71,3 +71,15 @@ def read_or_die(path, offset, size):
     from distprof.integrations.ray.collect import _node_read  # on the node: the real one
 
     return _node_read(path, offset, size)
+
+
+class PhasedWorker(ProfiledWorker):
+    """test_detect_e2e's Ray worker: one ``train/compute`` phase a step (a sleep standing in for the work), which
+    rank ``slow_rank`` makes ``slow_s`` longer from step ``slow_from`` on."""
+
+    def compute(self, rank, step, slow_rank, slow_from, slow_s):
+        import time
+
+        with distprof.annotate("train/compute"):
+            time.sleep(0.01 + (slow_s if rank == slow_rank and step >= slow_from else 0.0))
+        return rank

@@ -126,8 +126,10 @@ class ProfiledGroup:
     """Drive the profilers of one worker group (one role) from the driver.
 
     Calls go only to the ranks the config selects, and not at all when profiling is off
-    or the role is not selected. A worker whose RPC fails is logged (once per worker) and
-    skipped from then on; the training step is never failed by the profiler.
+    or the role is not selected; with ``telemetry: true``, to every rank (each keeps its step
+    telemetry, and the watcher may ask any of them for a capture). A worker whose RPC fails is
+    logged (once per worker) and skipped from then on; the training step is never failed by
+    the profiler.
 
     A job with several groups drives them together with ``step_all(groups)`` (and
     ``start_all`` / ``stop_all`` / ``with profiling(groups):``): the methods here are the
@@ -145,7 +147,9 @@ class ProfiledGroup:
         self.where: dict[int, dict[str, Any]] = {}  # rank -> profiler_where(), kept for collect()
         self.failed: dict[int, str] = {}
         self._requested: dict[int, int] = {}  # rank -> last step of an accepted on-demand window (step_all exports)
-        on = (self.config.enable or self.config.trigger) and role_selected(self.config.roles, role)
+        capture = (self.config.enable or self.config.trigger) and role_selected(self.config.roles, role)
+        telemetry = self.config.telemetry  # every rank of every role keeps its step telemetry, captured or not
+        on = capture or telemetry
         if on:
             self.config.check_world_size(len(self.workers))
         if on and self.config.per_node is not None:
@@ -153,7 +157,7 @@ class ProfiledGroup:
                              "does "
                              "not know; select ranks with ranks: [...] or mesh coordinates instead")
         self.active = {r: w for r, w in enumerate(self.workers)
-                       if on and self.config.selects_rank(r, len(self.workers), mesh)}
+                       if telemetry or (capture and self.config.selects_rank(r, len(self.workers), mesh))}
         self._plan = self.config.plan() if self.active else None  # which steps close a window (step_all)
         if self.active:
             plain_mesh = RankMesh.of(mesh) if mesh is not None else None  # a DeviceMesh does not travel; this does
