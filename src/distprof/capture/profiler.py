@@ -55,6 +55,11 @@ __all__ = ["BASELINE_STEPS", "SETTLING_STEPS", "Profiler"]
 class Profiler:
     """One profiler per training process and granularity (role)."""
 
+    # The two attributes an inert step() touches are slots: their access does not depend on how many attributes
+    # this instance (or another Profiler in the process) put in its __dict__ (measured: an inert step() took 79 ns
+    # alone and 141 ns beside an enabled profiler while both were dict entries).
+    __slots__ = ("__dict__", "__weakref__", "_fast", "global_step")
+
     _plan: Plan  # these three are set once enabled (an inert profiler never reads them)
     _run: RunDir
     _dir: str
