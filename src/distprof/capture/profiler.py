@@ -161,7 +161,7 @@ class Profiler:
         if self._telemetry is not None:
             self._telemetry.start()
             if self._watcher is None and watchproc.launches_here(self.config, self.rank):  # detect: true
-                self._watcher = watchproc.start(str(self.config.save_path), self._who())
+                self._watcher = watchproc.start(str(self.config.save_path), self._who(), self.config)
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False
