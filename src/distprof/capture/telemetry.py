@@ -182,7 +182,16 @@ def _forked() -> None:
     for t in list(_LIVE):
         t._dead = True
         t._buf.clear()
-    _LIVE.clear()
+        # the writer thread is not in the child: its lock may be held for good, and stop() has no thread to join
+        t._lock = threading.Lock()
+        t._thread = None
+        if t._fd is not None:
+            try:
+                os.close(t._fd)  # the child's copy only
+            except OSError:
+                pass
+            t._fd = None
+    _LIVE.clear()  # annotate's own fork handler stops timing ranges for these (capture/annotate.py)
 
 
 atexit.register(_flush_all)
