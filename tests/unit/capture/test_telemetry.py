@@ -293,3 +293,24 @@ def test_a_forked_child_stops_its_inherited_profiler_even_if_the_writer_held_its
         p.stop()
     _, *steps = lines(tmp_path, rank=1)
     assert [s["step"] for s in steps] == [0]
+
+
+def test_a_profiler_dropped_without_stop_ends_its_writer_and_the_next_one_gets_the_phases(tmp_path):
+    import gc
+
+    p = Profiler(tcfg(tmp_path), rank=1, world_size=2).start()
+    p.step()
+    writer = p._telemetry._thread
+    del p
+    gc.collect()
+    writer.join(timeout=30)  # flush_s is 300: only its release ends it now
+    assert not writer.is_alive()
+    _, *steps = lines(tmp_path, rank=1)
+    assert [s["step"] for s in steps] == [0]  # what it buffered is written
+    q = Profiler(tcfg(tmp_path / "next"), rank=0, world_size=1).start()
+    with distprof.annotate("forward"):
+        pass
+    q.step()
+    q.stop()
+    _, *steps = lines(tmp_path / "next")
+    assert "forward" in steps[0]["phases"]  # not kept for the dropped profiler's telemetry
