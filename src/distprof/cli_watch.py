@@ -223,8 +223,13 @@ def _live(w: Watcher, run_dir: str, cfg: dict[str, Any], options: Any, interval:
     deadline = time.monotonic() + max_seconds if max_seconds is not None else None
     port = prometheus if prometheus is not None else options.prometheus_port
     latest: list[Snapshot] = []
-    server = MetricsServer(port, lambda: metrics_text(latest[-1]) if latest else "").start() if port is not None \
-        else None
+    server = None
+    if port is not None:
+        try:
+            server = MetricsServer(port, lambda: metrics_text(latest[-1]) if latest else "").start()
+        except OSError as e:  # a port in use: the watcher still watches (the in-job one must not die of it)
+            logger.warning("distprof: watch: cannot serve Prometheus metrics on 127.0.0.1:%d (%s); watching "
+                           "without them", port, e)
     live, snap = None, None
     if not quiet:
         from rich.live import Live

@@ -342,3 +342,31 @@ def test_stop_asks_the_in_job_watcher_for_one_last_look(tmp_path):
     assert proc.wait(timeout=120) == 0
     (d,) = read_detections(str(tmp_path))
     assert d["role"] == "actor" and d["rank"] == SLOW_RANK and d["step"] == SLOW_FROM + 2
+
+
+def test_a_prometheus_port_in_use_is_one_warning_and_the_watcher_watches(tmp_path):
+    import socket
+
+    synthetic(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = cli("watch", tmp_path, "--quiet", "--no-capture", "--max-seconds", "0", "--prometheus", port)
+    assert code == 0, err
+    assert f"127.0.0.1:{port}" in err and "without them" in err
+    assert [d["rank"] for d in read_detections(str(tmp_path))] == [SLOW_RANK]
+
+
+def test_a_metrics_client_that_sends_nothing_is_dropped(tmp_path):
+    import socket
+
+    server = MetricsServer(0, lambda: "")
+    assert server._server.RequestHandlerClass.timeout  # http.server's default: None, wait forever
+    server._server.RequestHandlerClass.timeout = 0.2  # what 10 s are in the job
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
+            assert c.recv(1) == b""  # the server closed it (a socket timeout here: it never would)
+    finally:
+        server.stop()
