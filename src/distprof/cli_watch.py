@@ -200,7 +200,11 @@ def _watch(run_dir: str, interval: float | None, once: bool, as_json: bool, capt
             print_json(_doc(snap, options), code)
         console.print(watchview.view(snap))
         raise typer.Exit(code)
-    if not w.lock():
+    try:
+        locked = w.lock()
+    except ValueError as e:
+        raise BadArgument(str(e)) from None
+    if not locked:
         err.print(Text(f"another watcher ({w.lock_holder()}) already records {run_dir}; this one exits"),
                   soft_wrap=True)
         raise typer.Exit(0)

@@ -239,14 +239,24 @@ class Watcher:
 
     # ---- the lock ------------------------------------------------------------------------------------------------
     def lock(self) -> bool:
-        """Become the run directory's recording watcher: True, or False when another watcher holds the lock."""
+        """Become the run directory's recording watcher: True, or False when another watcher holds the lock.
+        ValueError naming the file when ``.watcher.lock`` is not a regular file (a link, a FIFO)."""
         path = os.path.join(self.run_dir, LOCK)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fix = "it must be a regular file (remove it: a watcher makes a new one)"
         try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except OSError as e:  # a link (ELOOP), a folder, no permission
+            raise ValueError(f"{path}: cannot open the watcher's lock ({e.strerror}); {fix}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{path} is not a regular file; {fix}")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
+        except BaseException:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd

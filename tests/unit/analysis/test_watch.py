@@ -370,3 +370,17 @@ def test_a_metrics_client_that_sends_nothing_is_dropped(tmp_path):
             assert c.recv(1) == b""  # the server closed it (a socket timeout here: it never would)
     finally:
         server.stop()
+
+
+def test_a_lock_file_that_is_a_link_or_a_fifo_is_one_line_and_exit_2(tmp_path):
+    for kind in ("link", "fifo"):
+        run = tmp_path / kind
+        synthetic(run)
+        lock = run / ".watcher.lock"
+        if kind == "link":
+            lock.symlink_to(tmp_path / "elsewhere")
+        else:
+            os.mkfifo(lock)
+        code, _, err = cli("watch", run, "--quiet", "--max-seconds", "0")
+        assert code == 2 and str(lock) in err and "regular file" in err and "internal" not in err
+        assert not (tmp_path / "elsewhere").exists()
