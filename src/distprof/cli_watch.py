@@ -216,6 +216,27 @@ def _watch(run_dir: str, interval: float | None, once: bool, as_json: bool, capt
     raise typer.Exit(code)
 
 
+def _ends(deadline: float | None, parent_pid: int | None, term: _Term) -> bool:
+    """The live loop ends now: past the deadline, the parent gone, or SIGTERM."""
+    if deadline is not None and time.monotonic() >= deadline:
+        return True
+    if parent_pid is not None and not _alive(parent_pid):
+        logger.info("distprof: watch: process %d is gone; the watcher stops", parent_pid)
+        return True
+    return term.asked
+
+
+def _metrics_server(port: int, latest: list[Snapshot]) -> MetricsServer | None:
+    """The Prometheus endpoint on the latest snapshot; None (one warning) when the port is in use: the watcher still
+    watches (the in-job one must not die of it)."""
+    try:
+        return MetricsServer(port, lambda: metrics_text(latest[-1]) if latest else "").start()
+    except OSError as e:
+        logger.warning("distprof: watch: cannot serve Prometheus metrics on 127.0.0.1:%d (%s); watching without "
+                       "them", port, e)
+        return None
+
+
 def _live(w: Watcher, run_dir: str, cfg: dict[str, Any], options: Any, interval: float | None,
           max_seconds: float | None, parent_pid: int | None, quiet: bool, prometheus: int | None,
           console: Console, term: _Term | None = None) -> int:
@@ -227,13 +248,7 @@ def _live(w: Watcher, run_dir: str, cfg: dict[str, Any], options: Any, interval:
     deadline = time.monotonic() + max_seconds if max_seconds is not None else None
     port = prometheus if prometheus is not None else options.prometheus_port
     latest: list[Snapshot] = []
-    server = None
-    if port is not None:
-        try:
-            server = MetricsServer(port, lambda: metrics_text(latest[-1]) if latest else "").start()
-        except OSError as e:  # a port in use: the watcher still watches (the in-job one must not die of it)
-            logger.warning("distprof: watch: cannot serve Prometheus metrics on 127.0.0.1:%d (%s); watching "
-                           "without them", port, e)
+    server = _metrics_server(port, latest) if port is not None else None
     live, snap = None, None
     if not quiet:
         from rich.live import Live
@@ -249,12 +264,7 @@ def _live(w: Watcher, run_dir: str, cfg: dict[str, Any], options: Any, interval:
                 raise _no_telemetry(run_dir)
             if live is not None:
                 live.update(watchview.view(snap), refresh=True)
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            if parent_pid is not None and not _alive(parent_pid):
-                logger.info("distprof: watch: process %d is gone; the watcher stops", parent_pid)
-                break
-            if term.asked:
+            if _ends(deadline, parent_pid, term):
                 break
             wait = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
             term.sleep(wait)  # the pause between reads of the streams (nothing is waited for)
