@@ -45,8 +45,8 @@ from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CAPTURE_TIMEOUT_S", "LOCK", "RankRow", "RoleView", "Snapshot", "Watcher", "options_from_run",
-           "read_detections"]
+__all__ = ["CAPTURE_TIMEOUT_S", "LOCK", "RankRow", "RoleView", "Snapshot", "Watcher", "options_from_config",
+           "options_from_run", "read_detections"]
 
 LOCK = ".watcher.lock"
 CAPTURE_TIMEOUT_S = 600.0  # a request no rank answered within this is recorded without a finding
@@ -82,9 +82,6 @@ def _read_small(path: str, limit: int = _READ_LIMIT) -> bytes | None:
 def options_from_run(run_dir: str) -> tuple[Any, dict[str, Any]]:
     """The run's ``detection`` options (defaults where run.json has none) and its whole config ({} without
     run.json). ValueError naming the field when run.json's ``detection`` is not valid."""
-    # Kept here: config.watch is pydantic, and `distprof watch` is an analysis verb (the CLI imports this module).
-    from distprof.config.watch import DetectOptions
-
     cfg: dict[str, Any] = {}
     try:
         data = _read_small(os.path.join(run_dir, RUN_JSON))
@@ -93,16 +90,25 @@ def options_from_run(run_dir: str) -> tuple[Any, dict[str, Any]]:
     except (OSError, msgspec.DecodeError, AttributeError) as e:
         logger.warning("distprof: watch: cannot read %s (%s); using the default detection settings",
                        os.path.join(run_dir, RUN_JSON), e)
+    return options_from_config(cfg, os.path.join(run_dir, RUN_JSON)), cfg
+
+
+def options_from_config(cfg: dict[str, Any], source: str) -> Any:
+    """The ``detection`` options of a job's config (defaults where it has none); ValueError naming ``source`` and
+    the field when they are not valid."""
+    # Kept here: config.watch is pydantic, and `distprof watch` is an analysis verb (the CLI imports this module).
+    from distprof.config.watch import DetectOptions
+
     det = cfg.get("detection")
     if det is None:
-        return DetectOptions(), cfg
+        return DetectOptions()
     if not isinstance(det, dict):
-        raise ValueError(f"{os.path.join(run_dir, RUN_JSON)}: config.detection is {det!r}; it must be a mapping "
-                         "of the detection settings (docs/telemetry.md)")
+        raise ValueError(f"{source}: config.detection is {det!r:.200}; it must be a mapping of the detection "
+                         "settings (docs/telemetry.md)")
     try:
-        return DetectOptions.model_validate(det), cfg
+        return DetectOptions.model_validate(det)
     except Exception as e:  # pydantic's ValidationError names the field and the fix (config/watch.py)
-        raise ValueError(f"{os.path.join(run_dir, RUN_JSON)}: config.detection: {e}") from None
+        raise ValueError(f"{source}: config.detection: {e}") from None
 
 
 def read_detections(run_dir: str) -> list[dict[str, Any]]:
@@ -233,14 +239,24 @@ class Watcher:
 
     # ---- the lock ------------------------------------------------------------------------------------------------
     def lock(self) -> bool:
-        """Become the run directory's recording watcher: True, or False when another watcher holds the lock."""
+        """Become the run directory's recording watcher: True, or False when another watcher holds the lock.
+        ValueError naming the file when ``.watcher.lock`` is not a regular file (a link, a FIFO)."""
         path = os.path.join(self.run_dir, LOCK)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fix = "it must be a regular file (remove it: a watcher makes a new one)"
         try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except OSError as e:  # a link (ELOOP), a folder, no permission
+            raise ValueError(f"{path}: cannot open the watcher's lock ({e.strerror}); {fix}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{path} is not a regular file; {fix}")
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
+        except BaseException:
+            os.close(fd)
+            raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd

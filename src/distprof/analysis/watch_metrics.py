@@ -58,6 +58,8 @@ class MetricsServer:
         source = text
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            timeout = 10  # a client that sends nothing (or too slowly) is dropped: its thread ends
+
             def do_GET(self) -> None:  # http.server's name
                 if self.path.split("?", 1)[0] != "/metrics":
                     self.send_error(404, "only /metrics is served")

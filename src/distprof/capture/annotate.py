@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import sys
 import threading
 import time
@@ -313,6 +314,22 @@ def annotate(name: str) -> Annotation:
         return _make(name)
     except TypeError:  # unhashable: not a name
         return _make(name)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker, the export child) times no range for its parent's telemetry (whose
+    writer thread, which took and trimmed them, is not in the child: they would pile up) and gets a lock of its
+    own (another thread of the parent may have held it at the fork)."""
+    _STATE.lock = threading.Lock()
+    if _STATE.timing:
+        _STATE.timing, _STATE.top, _STATE.same, _STATE.log = (), None, 0, []
+        Annotation.__enter__ = Annotation._plain_enter  # type: ignore[method-assign]
+        Annotation.__exit__ = Annotation._plain_exit  # type: ignore[method-assign]
+        _STATE.live = 1 if _STATE.active else 0
+
+
+if hasattr(os, "register_at_fork"):  # registered before capture.shutdown's (imported after): it takes the lock
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _make(name: Any) -> Any:

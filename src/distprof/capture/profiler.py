@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -123,6 +124,8 @@ class Profiler:
         self._telemetry: Telemetry | None = None
         if config.telemetry and config.save_path:
             self._telemetry = Telemetry(config.save_path, self.role, rank, world_size, config.telemetry_options)
+            # a profiler dropped without stop(): its writer thread ends and its phases go to the next telemetry
+            weakref.finalize(self, self._telemetry.release).atexit = False  # (atexit: capture/telemetry.py)
         self._watcher: Any = None  # the in-job watcher's process (detect: true; capture/watchproc.py)
         self._fast = 0  # step() is one increment: INERT or IDLE (never with telemetry); 0: the full step
 
@@ -166,7 +169,7 @@ class Profiler:
         if self._telemetry is not None:
             self._telemetry.start()
             if self._watcher is None and watchproc.launches_here(self.config, self.rank):  # detect: true
-                self._watcher = watchproc.start(str(self.config.save_path), self._who())
+                self._watcher = watchproc.start(str(self.config.save_path), self._who(), self.config)
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False

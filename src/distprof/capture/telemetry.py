@@ -97,8 +97,8 @@ class Telemetry:
     def stop(self) -> None:
         """Write what is buffered and stop the writer (the profiler's stop, the process's end)."""
         annotate.timing_off(self)
-        self._stop.set()
         t, self._thread = self._thread, None
+        self._stop.set()
         if t is not None and t is not threading.current_thread():
             t.join(timeout=max(5.0, self.flush_s * 2))
         self.flush()
@@ -109,10 +109,17 @@ class Telemetry:
         _LIVE.discard(self)
 
     # ---- the writer ---------------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Its profiler was collected without stop(): the writer thread writes what is buffered, hands the phases
+        back and ends (never blocks: a garbage collection may run this anywhere on the training thread)."""
+        self._stop.set()
+
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
             annotate.trim_phases(self._buf.maxlen or 100_000)
             self.flush()
+        if self._thread is threading.current_thread():  # released, not stopped: stop here, off the training thread
+            self.stop()
 
     def flush(self) -> None:
         """Append the buffered steps to the stream; a failure is logged once and turns telemetry off."""
@@ -182,7 +189,16 @@ def _forked() -> None:
     for t in list(_LIVE):
         t._dead = True
         t._buf.clear()
-    _LIVE.clear()
+        # the writer thread is not in the child: its lock may be held for good, and stop() has no thread to join
+        t._lock = threading.Lock()
+        t._thread = None
+        if t._fd is not None:
+            try:
+                os.close(t._fd)  # the child's copy only
+            except OSError:
+                pass
+            t._fd = None
+    _LIVE.clear()  # annotate's own fork handler stops timing ranges for these (capture/annotate.py)
 
 
 atexit.register(_flush_all)

@@ -13,6 +13,7 @@ to end after one last look).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -33,15 +34,27 @@ def launches_here(config: Any, rank: int) -> bool:
     return rank == (min(ranks) if isinstance(ranks, list) and ranks else 0)
 
 
-def start(save_path: str, who: str) -> subprocess.Popen | None:
-    """Start the watcher on ``save_path``; None (logged once) when it cannot be started: training goes on."""
+def start(save_path: str, who: str, config: Any = None) -> subprocess.Popen | None:
+    """Start the watcher on ``save_path``; None (logged once) when it cannot be started: training goes on.
+    ``config``: the job's ProfilerConfig, whose telemetry, trigger and detection settings the watcher is given
+    (a job that only detects, without ``enable`` or ``trigger``, writes no run.json to read them from)."""
     cmd = [sys.executable, "-m", "distprof.cli", "watch", save_path, "--quiet", "--parent-pid", str(os.getpid())]
+    if config is not None:
+        cmd += ["--job-config", json.dumps({"telemetry": bool(config.telemetry), "trigger": bool(config.trigger),
+                                            "trigger_poll_s": config.trigger_poll_s,
+                                            "detection": config.detection.model_dump(mode="json")})]
+    # SIGTERM blocked in the child until its handler is in place (cli_watch._Term unblocks it; the mask is
+    # inherited through exec): a stop() soon after start() still gets its last look instead of killing the
+    # watcher while it imports. Only this thread's mask, for the time of the spawn.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, close_fds=True, start_new_session=True)
     except OSError as e:
         logger.warning("distprof: %s could not start the watcher (%s); telemetry is still written, and "
                        "`distprof watch %s` can run beside the job", who, e, save_path)
         return None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
     logger.info("distprof: %s started the watcher (pid %d) on %s", who, proc.pid, save_path)
     return proc
 

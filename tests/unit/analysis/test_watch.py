@@ -298,3 +298,89 @@ def test_the_steps_of_the_watchers_own_capture_are_not_judged(tmp_path):
                                                for s in range(60, 70)])
     w.poll()
     assert len(send.calls) == 1 and [d["rank"] for d in read_detections(str(tmp_path))] == []
+
+
+def test_in_job_watcher_waits_for_the_jobs_folder_and_takes_the_jobs_settings(tmp_path):
+    """Started by the job (--parent-pid) before its first steps are flushed: the folder is not there yet, and a job
+    that only detects (no enable, no trigger) writes no run.json; the watcher waits while its parent lives and
+    judges with the settings the job passed (--job-config), not the defaults."""
+    run = tmp_path / "run"
+    parent = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    job = json.dumps({"telemetry": True, "trigger": False, "detection": {"slow_steps": 3}})
+    watcher = subprocess.Popen([sys.executable, "-m", "distprof.cli", "watch", str(run), "--quiet", "--parent-pid",
+                                str(parent.pid), "--job-config", job, "--interval", "0.05"],
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        synthetic(run)  # the job's first flush, whenever the watcher looks
+    finally:
+        parent.communicate("")  # the job ends: the watcher takes its look and stops
+    _, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    (d,) = read_detections(str(run))
+    assert d["rank"] == SLOW_RANK and d["step"] == SLOW_FROM + 2  # slow_steps 3 from the job's settings
+
+
+def test_a_job_config_that_is_not_valid_is_one_line_and_exit_2(tmp_path):
+    synthetic(tmp_path)
+    for bad, what in (("{", "not JSON"), ("[1]", "JSON object"), ('{"detection": {"slow_factor": 0}}', "slow_factor")):
+        code, _, err = cli("watch", tmp_path, "--once", "--job-config", bad)
+        assert code == 2 and what in err and "Traceback" not in err
+
+
+def test_stop_asks_the_in_job_watcher_for_one_last_look(tmp_path):
+    """The profiler's stop() sends SIGTERM: the watcher reads what the ranks flushed on their way out and records
+    it before it ends (the job does not wait for it)."""
+    cfg = {"telemetry": True, "detect": True, "save_path": str(tmp_path),
+           "detection": {"slow_steps": 3, "poll_s": 3600}}  # one look at start, then only the last one
+    p = distprof.Profiler(cfg, role="main", rank=0, world_size=1)
+    p.start()
+    proc = p._watcher
+    assert proc is not None
+    synthetic(tmp_path)  # the other role's ranks, flushed before the job ends
+    p.step()
+    p.stop()
+    assert proc.wait(timeout=120) == 0
+    (d,) = read_detections(str(tmp_path))
+    assert d["role"] == "actor" and d["rank"] == SLOW_RANK and d["step"] == SLOW_FROM + 2
+
+
+def test_a_prometheus_port_in_use_is_one_warning_and_the_watcher_watches(tmp_path):
+    import socket
+
+    synthetic(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = cli("watch", tmp_path, "--quiet", "--no-capture", "--max-seconds", "0", "--prometheus", port)
+    assert code == 0, err
+    assert f"127.0.0.1:{port}" in err and "without them" in err
+    assert [d["rank"] for d in read_detections(str(tmp_path))] == [SLOW_RANK]
+
+
+def test_a_metrics_client_that_sends_nothing_is_dropped(tmp_path):
+    import socket
+
+    server = MetricsServer(0, lambda: "")
+    assert server._server.RequestHandlerClass.timeout  # http.server's default: None, wait forever
+    server._server.RequestHandlerClass.timeout = 0.2  # what 10 s are in the job
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
+            assert c.recv(1) == b""  # the server closed it (a socket timeout here: it never would)
+    finally:
+        server.stop()
+
+
+def test_a_lock_file_that_is_a_link_or_a_fifo_is_one_line_and_exit_2(tmp_path):
+    for kind in ("link", "fifo"):
+        run = tmp_path / kind
+        synthetic(run)
+        lock = run / ".watcher.lock"
+        if kind == "link":
+            lock.symlink_to(tmp_path / "elsewhere")
+        else:
+            os.mkfifo(lock)
+        code, _, err = cli("watch", run, "--quiet", "--max-seconds", "0")
+        assert code == 2 and str(lock) in err and "regular file" in err and "internal" not in err
+        assert not (tmp_path / "elsewhere").exists()

@@ -5,6 +5,7 @@ writer thread, the real files; the stream is read back with the analysis reader.
 import json
 import logging
 import os
+import signal
 import threading
 import time
 
@@ -234,3 +235,82 @@ def test_ranges_of_a_job_that_never_ends_a_step_do_not_grow_memory(tmp_path):
     # A record cut in two by a trim from the writer thread is skipped, never misread.
     assert annotate_mod.phase_times([5, *log, log[0]]) == {"forward": log[1]}
     p.stop()
+
+
+def in_child(fn):
+    """Run ``fn()`` in a forked child (from this, the training thread); its one-byte answer, or b"" when it hung
+    (killed after 60 s: a lock the parent's writer thread held at the fork)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            signal.alarm(60)
+            os.write(w, fn())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        return os.read(r, 1)
+    finally:
+        os.waitpid(pid, 0)
+        os.close(r)
+
+
+def test_a_forked_childs_ranges_are_not_kept_for_its_parents_telemetry(tmp_path):
+    """A DataLoader worker forked from the training thread runs annotated code: the parent's telemetry never takes
+    those ranges (its writer thread, which trims them, is not in the child); the child must not keep them."""
+    p = Profiler(tcfg(tmp_path), rank=1, world_size=2).start()  # rank 1: telemetry only (inert for capture)
+
+    def child():
+        for _ in range(5000):
+            with distprof.annotate("data/load"):
+                pass
+        plain = annotate_mod.Annotation.__enter__ is annotate_mod.Annotation._plain_enter
+        return b"1" if plain and len(annotate_mod._STATE.log) == 0 else b"0"
+
+    try:
+        assert in_child(child) == b"1"
+    finally:
+        p.stop()
+
+
+def test_a_forked_child_stops_its_inherited_profiler_even_if_the_writer_held_its_lock(tmp_path):
+    """Forked while the parent's writer thread held the stream's lock (writing to a slow filesystem): the child's
+    ``with prof:`` ends without waiting on a lock no thread of the child will release."""
+    p = Profiler(tcfg(tmp_path), rank=1, world_size=2).start()
+    p.step()
+
+    def child():
+        p.stop()
+        return b"1"
+
+    try:
+        with p._telemetry._lock:  # what the writer thread holds while it writes
+            got = in_child(child)
+        assert got == b"1"
+    finally:
+        p.stop()
+    _, *steps = lines(tmp_path, rank=1)
+    assert [s["step"] for s in steps] == [0]
+
+
+def test_a_profiler_dropped_without_stop_ends_its_writer_and_the_next_one_gets_the_phases(tmp_path):
+    import gc
+
+    p = Profiler(tcfg(tmp_path), rank=1, world_size=2).start()
+    p.step()
+    writer = p._telemetry._thread
+    del p
+    gc.collect()
+    writer.join(timeout=30)  # flush_s is 300: only its release ends it now
+    assert not writer.is_alive()
+    _, *steps = lines(tmp_path, rank=1)
+    assert [s["step"] for s in steps] == [0]  # what it buffered is written
+    q = Profiler(tcfg(tmp_path / "next"), rank=0, world_size=1).start()
+    with distprof.annotate("forward"):
+        pass
+    q.step()
+    q.stop()
+    _, *steps = lines(tmp_path / "next")
+    assert "forward" in steps[0]["phases"]  # not kept for the dropped profiler's telemetry
