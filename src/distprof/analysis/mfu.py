@@ -41,13 +41,18 @@ from distprof.trace.table import TraceTable
 from distprof.trace.vocab import Kind
 from distprof.util import intervals as iv
 
-__all__ = ["BACKWARD_RANGE", "NEEDS_SHAPES", "combine", "extract", "missing_reason"]
+__all__ = ["BACKWARD_RANGE", "NEEDS_SHAPES", "combine", "extract", "flop_op_names", "missing_reason"]
 
 BACKWARD_RANGE = "autograd::engine::evaluate_function:"
 NEEDS_SHAPES = ("record_shapes is needed: this trace's ops carry no input shapes (ProfilerConfig torch="
                 "{'record_shapes': True}), so their FLOPs cannot be computed")
 _FLOP_NAMES = frozenset(n for n, f in flops_mod.TABLE.items() if f.flops is not None)
 TOP_OPS = 20
+
+
+def flop_op_names() -> frozenset[str]:
+    """The ops whose FLOPs the table computes (matrix products, convolutions, attention)."""
+    return _FLOP_NAMES
 
 
 def _no_shapes(tb: TraceTable) -> dict[str, Any]:
