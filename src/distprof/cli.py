@@ -289,7 +289,11 @@ def summary(
     sel = _selection(ranks, roles, steps, steps_only, rank)
     s = _run(analyze.summary_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address,
              peak_tflops=peak_tflops)
-    _done(s, as_json, lambda: (render.summary(console, s), flops_view.flops(console, s)))
+    def draw() -> None:
+        render.summary(console, s)
+        flops_view.flops(console, s)
+
+    _done(s, as_json, draw)
 
 
 @app.command()
