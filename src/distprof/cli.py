@@ -30,7 +30,7 @@ from distprof.cli_support import (
     print_json,
     progress_bar,
 )
-from distprof.report import commands, flops_view, telemetry_view
+from distprof.report import commands, telemetry_view
 from distprof.report import terminal as render
 from distprof.report.termfit import FitConsole
 
@@ -289,11 +289,7 @@ def summary(
     sel = _selection(ranks, roles, steps, steps_only, rank)
     s = _run(analyze.summary_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address,
              peak_tflops=peak_tflops)
-    def draw() -> None:
-        render.summary(console, s)
-        flops_view.flops(console, s)
-
-    _done(s, as_json, draw)
+    _done(s, as_json, lambda: render.summary(console, s))
 
 
 @app.command()
