@@ -48,7 +48,7 @@ def flops(console: Console, s: SummaryResult, top: int = TOP) -> None:
             say(console, f"FLOPs and MFU, {plain(r.role)} rank {r.rank}: {r.reason}.")
     if rows:
         console.print()
-        t = FitTable(Text("FLOPs and MFU per step (model FLOPs from shapes; MFU = FLOPs / (wall x peak))"),
+        t = FitTable(Text("Model FLOPs and MFU per step (MFU = FLOPs / (wall x peak))"),
                      [Col("role", "key", once=True), Col("rank", "key"), Col("step", "key"), Col("wall"),
                       Col("TFLOP"), Col("TFLOP/s"), Col("MFU"), Col("peak", "fixed")])
         for r in rows:
@@ -58,12 +58,11 @@ def flops(console: Console, s: SummaryResult, top: int = TOP) -> None:
                       _num(r.tflops_per_s, ",.1f"), share(r.mfu), peak)
         console.print(t)
     if s.flops_ops:
-        console.print()
-        t = FitTable(Text("Top ops by kernel time: roofline points (all ranks; FLOP/B = FLOPs per byte moved)"),
-                     [Col("name", "name"), Col("count"), Col("kernel"), Col("TFLOP/s"), Col("GB/s"), Col("FLOP/B"),
+        t = FitTable(Text("Top ops by kernel time, as roofline points (all ranks; FLOP/B: per byte)"),
+                     [Col("name", "name"), Col("kernel"), Col("TFLOP/s"), Col("GB/s"), Col("FLOP/B"),
                       Col("bound", "fixed")])
         for p in s.flops_ops[:top]:
-            t.add_row(Text(plain(p.name)), f"{p.count:,}", us(p.kernel_us),
+            t.add_row(Text(plain(p.name)), us(p.kernel_us),
                       _num(p.tflops_per_s, ",.1f") if p.flops else "-", _num(p.gbps, ",.0f"),
                       _num(p.intensity, ",.0f") if p.flops else "-", p.bound or "-")
         console.print(t)
