@@ -277,13 +277,18 @@ def summary(
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json",
                                  help="Print one JSON object: kernels, ops, phases, categories, ranks, ..."),
+    peak_tflops: float | None = typer.Option(
+        None, "--peak-tflops", min=0.001,
+        help="Peak TFLOP/s for MFU, for every device and dtype (default: the table for the trace's device)."),
 ) -> None:
     """Where the time goes: device kernels, CPU ops and phases over all ranks; per rank its device and host
-    breakdown (compute, exposed communication, memory, idle), comm/compute overlap and average step."""
+    breakdown (compute, exposed communication, memory, idle), comm/compute overlap and average step; FLOPs,
+    TFLOP/s and MFU per step when the traces have shapes (record_shapes)."""
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only, rank)
-    s = _run(analyze.summary_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address)
+    s = _run(analyze.summary_result, path, selection=sel, top=top, workers=workers, ray_address=ray_address,
+             peak_tflops=peak_tflops)
     _done(s, as_json, lambda: render.summary(console, s))
 
 

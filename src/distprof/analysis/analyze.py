@@ -24,7 +24,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, telemetry_steps, temporal, timeline
+from distprof.analysis import (
+    breakdown,
+    idle,
+    launch,
+    mfu,
+    overlap,
+    rlsteps,
+    step_names,
+    telemetry_steps,
+    temporal,
+    timeline,
+)
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
@@ -79,7 +90,7 @@ __all__ = [
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
-            "timeline": timeline, "rlsteps": rlsteps}
+            "timeline": timeline, "rlsteps": rlsteps, "mfu": mfu}
 
 
 @dataclass
@@ -242,13 +253,13 @@ def _finish(run: Run, result: R) -> R:
 
 
 # What each verb's figures are made of: the per-file extracts its read runs.
-SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch")
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
 
 
-def _summary_of(run: Run, top: int | None) -> SummaryResult:
+def _summary_of(run: Run, top: int | None, peak_tflops: float | None = None) -> SummaryResult:
     out = summary_mod.combine(run.pairs("summary"), top=top)
     per_rank = {(r.role, r.rank, r.path): r for r in out.ranks}
 
@@ -268,6 +279,10 @@ def _summary_of(run: Run, top: int | None) -> SummaryResult:
     attach(overlap.combine(run.pairs("overlap")), "overlap")
     b_ranks, out.step_breakdown = breakdown.combine(run.pairs("breakdown"))
     attach(b_ranks, "step_breakdown")
+    # FLOPs and MFU (traces with shapes; a run none of whose traces has shapes keeps its --json as it was)
+    flops_parts = run.pairs("mfu")
+    if any(p.get("shapes") for _, p in flops_parts):
+        out.flops, out.flops_ops = mfu.combine(flops_parts, peak_tflops=peak_tflops)
     return _finish(run, out)
 
 
@@ -301,16 +316,21 @@ def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = 
 
 def summary_result(path: str, selection: Selection | None = None, top: int | None = None,
                    workers: int | None = None, ray_address: str | None = None,
-                   progress: Callable[[Progress], None] | None = None) -> SummaryResult:
-    """``distprof summary`` as a record: kernels, ops, phases, categories over all ranks; per rank its breakdowns
+                   progress: Callable[[Progress], None] | None = None,
+                   peak_tflops: float | None = None) -> SummaryResult:
+    """``distprof summary`` as a record: kernels, ops, phases, categories over all ranks; per rank its breakdowns;
+    FLOPs and MFU per rank and step when the traces have shapes (``peak_tflops``: the user's peak, every dtype)
     (reading only what summary needs; :func:`summary` is its ``--json`` object)."""
-    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top)
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ValueError(f"peak_tflops={peak_tflops!r}: must be a positive number of TFLOP/s (e.g. 989.4)")
+    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top, peak_tflops)
 
 
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
-            ray_address: str | None = None, progress: Callable[[Progress], None] | None = None) -> dict[str, Any]:
+            ray_address: str | None = None, progress: Callable[[Progress], None] | None = None,
+            peak_tflops: float | None = None) -> dict[str, Any]:
     """``distprof summary --json``: ``to_json`` of :func:`summary_result`."""
-    return to_json(summary_result(path, selection, top, workers, ray_address, progress))
+    return to_json(summary_result(path, selection, top, workers, ray_address, progress, peak_tflops))
 
 
 def steps_result(path: str, selection: Selection | None = None, workers: int | None = None,

@@ -23,6 +23,8 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from distprof.analysis.records_flops import FlopsRow, RooflinePoint
+
 __all__ = [
     "UNSET",
     "Collective",
@@ -363,6 +365,8 @@ class SummaryResult(Envelope):
     idle: IdleFigure | NotApplicable | UnsetType = UNSET
     launch: LaunchFigure | NotApplicable | UnsetType = UNSET
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
+    flops: list[FlopsRow] | UnsetType = UNSET  # per role, rank, step (analysis.mfu); absent for traces without shapes
+    flops_ops: list[RooflinePoint] | UnsetType = UNSET  # roofline points of the top ops
 
 
 # ---- steps ----------------------------------------------------------------------------------------------

@@ -4,7 +4,10 @@ run of events decoded in a worker (one big file on several cores) and appended i
 
 Each batch is reduced column by column with map() over attribute getters, so the per-event work runs in C;
 only the ``args`` the analyses need are decoded (correlation and External ids, stream, collective metadata),
-for device work and the runtime calls that launch it, in one decoder call per batch.
+for device work and the runtime calls that launch it, in one decoder call per batch. The input shapes of the CPU ops
+FLOPs are computed for (:data:`~distprof.trace.vocab.SHAPED_OPS`) are decoded too, while the trace has them: the
+first batch with such ops and no ``Input Dims`` (``record_shapes`` off) ends that for the stream, so a trace without
+shapes pays one decode of a few ops.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
-from itertools import compress, count, repeat
+from itertools import compress, count, islice, repeat
 from operator import attrgetter, is_
 from typing import Any
 
@@ -25,7 +28,7 @@ import numpy as np
 from distprof.trace.events import Complete, Int64, Meta
 from distprof.trace.runs import decode_run
 from distprof.trace.selection import Selection
-from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
+from distprof.trace.vocab import KIND_OF_CATEGORY, SHAPED_OPS, Kind
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +44,23 @@ class _Args(msgspec.Struct, gc=False):
     collective: str | None = msgspec.field(default=None, name="Collective name")
 
 
+class _OpArgs(msgspec.Struct, gc=False):
+    """The args of a CPU op that FLOPs and bytes are computed from (``record_shapes``)."""
+    dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
+    types: list[Any] | None = msgspec.field(default=None, name="Input type")
+    concrete: list[Any] | None = msgspec.field(default=None, name="Concrete Inputs")
+    seq: Int64 | None = msgspec.field(default=None, name="Sequence number")
+
+
 class _MetaArgs(msgspec.Struct):
     name: str | None = None
 
 
 _args_decoder = msgspec.json.Decoder(_Args)
 _args_list_decoder = msgspec.json.Decoder(list[_Args])
+_op_args_decoder = msgspec.json.Decoder(_OpArgs)
+_op_args_list_decoder = msgspec.json.Decoder(list[_OpArgs])
+_NO_OP_ARGS = _OpArgs()
 _meta_decoder = msgspec.json.Decoder(_MetaArgs)
 _NO_ARGS = _Args()
 _CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
@@ -76,6 +90,23 @@ def _decode_many(raws: list) -> list[_Args]:
         return _args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return list(map(_decode_args, raws))
+
+
+def _decode_op_args(raw: msgspec.Raw) -> _OpArgs:
+    if not raw:
+        return _NO_OP_ARGS
+    try:
+        return _op_args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NO_OP_ARGS  # shapes of the wrong shape: the op counts no FLOPs
+
+
+def _decode_ops(raws: list) -> list[_OpArgs]:
+    """Ops' shapes in one decoder call; each on its own when one is of the wrong shape."""
+    try:
+        return _op_args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return list(map(_decode_op_args, raws))
 
 
 def _or_minus_one(values: list) -> list:
@@ -115,6 +146,12 @@ class Columns:
         self.thread_names: dict[Any, str] = {}
         self.unknown: Counter = Counter()
         self.events = 0  # every event decoded (complete or not)
+        # event index -> (Input Dims, Input type, Concrete Inputs, Sequence number) of the SHAPED_OPS; has_shapes:
+        # None until a batch holds such an op, then whether they carry shapes (False: no more are decoded).
+        self.shapes: dict[int, tuple[list, list | None, list | None, int | None]] = {}
+        self.has_shapes: bool | None = None
+        self._shaped_ids: set[int] = set()  # name ids (sparse) of SHAPED_OPS names
+        self._names_checked = 0  # how many of name_ids were checked against SHAPED_OPS
 
     def __getstate__(self) -> dict:  # (the id counters stay behind: a reduced run is only ever appended)
         return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
@@ -200,6 +237,29 @@ class Columns:
         rpc = self.name_ids.get("record_param_comms")
         if rpc is not None and rpc in nids:
             self._add_rpc(xs, compress(range(len(nids)), map(rpc.__eq__, nids)), base)
+        if self.has_shapes is not False:
+            self._add_shapes(xs, nids, base)
+
+    def _add_shapes(self, xs: list, nids: list[int], base: int) -> None:
+        """The input shapes of the batch's SHAPED_OPS (one decoder call); a batch whose such ops carry none ends
+        the search (``has_shapes`` False: the trace was written without record_shapes)."""
+        if len(self.name_ids) != self._names_checked:  # names first seen in this batch
+            for nm, sid in islice(self.name_ids.items(), self._names_checked, None):
+                if nm in SHAPED_OPS:
+                    self._shaped_ids.add(sid)
+            self._names_checked = len(self.name_ids)
+        if not self._shaped_ids:
+            return
+        need = list(compress(range(len(xs)), map(self._shaped_ids.__contains__, nids)))
+        if not need:
+            return
+        found = False
+        for j, a in zip(need, _decode_ops([xs[j].args for j in need]), strict=True):
+            if a.dims is not None:
+                self.shapes[base + j] = (a.dims, a.types, a.concrete, a.seq)
+                found = True
+        if self.has_shapes is None or found:
+            self.has_shapes = found
 
     def _thread_names(self, metas: Iterable[Meta]) -> None:
         """Thread names from the batch's metadata events."""
@@ -273,6 +333,10 @@ class Columns:
         self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
         self.meta.update({base + j: m for j, m in other.meta.items()})
         self.rpc_ext.update(other.rpc_ext)
+        if other.shapes:
+            self.shapes.update({base + j: v for j, v in other.shapes.items()})
+        if other.has_shapes is not None and self.has_shapes is not True:
+            self.has_shapes = other.has_shapes
         self.thread_names.update(other.thread_names)
         self.unknown.update(other.unknown)
 

@@ -94,6 +94,11 @@ class TraceTable:
         self.scope = np.empty(0, dtype=bool)  # inside the selection's steps (all True without one)
         self.steps = np.empty((0, 3))  # rows (start, end, number), by start
         self.meta: dict[int, tuple[str | None, str | None]] = {}  # event index -> (group, collective) of comm events
+        # event index -> (Input Dims, Input type, Concrete Inputs, Sequence number) of the ops FLOPs are computed for
+        # (vocab.SHAPED_OPS), when the trace has shapes; has_shapes: None when it has none of those ops
+        self.shapes: dict[int, tuple[list, list | None, list | None, int | None]] = {}
+        self.has_shapes: bool | None = None
+        self.devices: list[str] = []  # deviceProperties names, by device id order ("NVIDIA H100 80GB HBM3")
         self.by_step = False  # the selection counts only work inside steps
 
     # ---- building ------------------------------------------------------------------------------------
@@ -134,6 +139,9 @@ class TraceTable:
         self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]
         self._classify_tracks()
         self._identity(t, cols.unknown, n)
+        self.shapes, self.has_shapes = cols.shapes, cols.has_shapes
+        self.devices = [str(p.get("name")) for p in getattr(t, "device_properties", None) or []
+                        if isinstance(p, dict) and p.get("name")]
 
     def _columns(self, cols: Columns, n: int) -> list[tuple[int, int]]:
         """Times, kinds, names, threads and the args' ids as numpy columns; returns the ProfilerStep markers as

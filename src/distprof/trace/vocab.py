@@ -20,6 +20,7 @@ __all__ = [
     "KIND_OF_CATEGORY",
     "ON_DEVICE",
     "ON_HOST",
+    "SHAPED_OPS",
     "STEP_PREFIX",
     "Kind",
     "ThreadKind",
@@ -102,6 +103,30 @@ def kind_of(category: str) -> int:
 def looks_like_device(category: str) -> bool:
     """An unknown category whose name suggests device work (the user is told it was not counted)."""
     return bool(_DEVICE_WORDS.search(category))
+
+
+# ---- ops whose input shapes the reader keeps (FLOPs and bytes from shapes) -----------------------------
+# The names of :data:`distprof.analysis.flops.TABLE` (a test keeps the two equal): the reader decodes ``Input Dims``,
+# ``Input type``, ``Concrete Inputs`` and ``Sequence number`` of these CPU ops only, and only while the trace has
+# shapes (``record_shapes``).
+_MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_scaled_mm")
+_CONV_OPS = ("convolution", "_convolution", "cudnn_convolution", "cudnn_convolution_transpose", "conv1d", "conv2d",
+             "conv3d", "convolution_backward")
+_ATTENTION_OPS = (
+    "scaled_dot_product_attention", "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward",
+    "_efficient_attention_forward", "_cudnn_attention_forward", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "_flash_attention_backward",
+    "_efficient_attention_backward", "_cudnn_attention_backward")
+_MEMORY_OPS = (
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "exp", "log", "sqrt", "rsqrt", "pow", "tanh",
+    "tanh_backward", "sigmoid", "sigmoid_backward", "relu", "relu_", "threshold_backward", "gelu", "gelu_backward",
+    "silu", "silu_backward", "where", "masked_fill", "copy_", "native_layer_norm", "native_layer_norm_backward",
+    "layer_norm", "_fused_rms_norm", "rms_norm", "native_batch_norm", "_softmax", "_softmax_backward_data",
+    "_log_softmax", "_log_softmax_backward_data", "native_dropout", "native_dropout_backward", "embedding",
+    "sum", "mean")
+SHAPED_OPS = frozenset("aten::" + n for n in _MATMUL_OPS + _CONV_OPS + _ATTENTION_OPS + _MEMORY_OPS)
 
 
 # ---- steps ---------------------------------------------------------------------------------------------

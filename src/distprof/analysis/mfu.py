@@ -1,0 +1,348 @@
+"""Achieved TFLOP/s and MFU per role, rank, step and phase, and a roofline point per op: the FLOPs of the trace's
+ops (computed from their recorded shapes, :mod:`.flops`) attributed to the kernels they launched.
+
+The formula (docs/analysis.md, "FLOPs and MFU", repeats it)::
+
+    MFU = sum over the counted ops of a step of  FLOPs(op) / peak(device, dtype(op))   /   wall time of the step
+
+which is FLOPs / (wall x peak) when one dtype does the work. TFLOP/s = FLOPs / wall. FLOPs are **model FLOPs**: the
+innermost op of :data:`.flops.TABLE` wherever table ops nest (``aten::linear`` -> ``aten::addmm``: addmm), counted
+once; a forward op that runs again inside the backward pass (activation checkpointing recomputes it: an op with an
+autograd ``Sequence number`` inside an ``autograd::engine::evaluate_function:`` range of its thread) is left out of
+``flops`` and reported as ``recompute_flops``. A step's wall time is breakdown's: from its ``ProfilerStep`` start to
+the later of its end and the end of the device work it launched; a trace without steps is one row over all it traced.
+Peaks: :mod:`.peaks` (``--peak-tflops`` overrides). A phase's figures are the FLOPs of the ops that started inside
+it (its innermost annotation, on any thread: backward's thread runs inside the main thread's ``backward`` phase) over
+the time it was open in that step.
+
+Attribution: each device event launched (same correlation id) by a runtime call made inside a counted op, on the
+op's thread, is that op's; ``kernel_us`` is their device time. Counted ops never nest, so each launch has at most
+one. A bytes-only op (elementwise, normalisation) is counted when it holds no table op and is not inside a counted
+FLOP op (whose kernels are its own).
+
+When the trace has no shapes (``record_shapes`` off), there is nothing to compute: the rank's row carries
+``reason``; a run none of whose traces has shapes has no ``flops`` key at all (``summary --json`` as before), and
+:func:`missing_reason` says why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from distprof.analysis import flops as flops_mod
+from distprof.analysis.peaks import lookup
+from distprof.analysis.records_flops import FlopsPhase, FlopsRow, RooflinePoint
+from distprof.trace.ranks import group
+from distprof.trace.table import TraceTable
+from distprof.trace.vocab import Kind
+from distprof.util import intervals as iv
+
+__all__ = ["BACKWARD_RANGE", "NEEDS_SHAPES", "combine", "extract", "flop_op_names", "missing_reason"]
+
+BACKWARD_RANGE = "autograd::engine::evaluate_function:"
+NEEDS_SHAPES = ("record_shapes is needed: this trace's ops carry no input shapes (ProfilerConfig torch="
+                "{'record_shapes': True}), so their FLOPs cannot be computed")
+_FLOP_NAMES = frozenset(n for n, f in flops_mod.TABLE.items() if f.flops is not None)
+TOP_OPS = 20
+
+
+def flop_op_names() -> frozenset[str]:
+    """The ops whose FLOPs the table computes (matrix products, convolutions, attention)."""
+    return _FLOP_NAMES
+
+
+def _no_shapes(tb: TraceTable) -> dict[str, Any]:
+    ops = tb.kind == Kind.CPU_OP
+    flop_name = np.array([nm in _FLOP_NAMES for nm in tb.names] or [False], dtype=bool)
+    n = int(flop_name[tb.name[ops & tb.scope]].sum()) if ops.any() else 0
+    return {"shapes": False, "flop_ops": n, "devices": tb.devices}
+
+
+def extract(tb: TraceTable) -> dict[str, Any]:
+    """Per file: FLOPs, bytes and kernel time of the counted ops by step, phase and dtype; top ops by shape."""
+    idx = np.array(sorted(j for j in tb.shapes if tb.kind[j] == Kind.CPU_OP and tb.scope[j]), dtype=np.int64)
+    if not tb.shapes or idx.size == 0:
+        return _no_shapes(tb)
+    ops = _costed(tb, idx)
+    if ops is None:
+        return _no_shapes(tb)
+    ev, fl, by, is_flop, dtypes, seq, sig = ops
+    counted = _counted(tb, ev, is_flop)
+    ev, fl, by, is_flop, seq = ev[counted], fl[counted], by[counted], is_flop[counted], seq[counted]
+    dtypes = [d for d, c in zip(dtypes, counted.tolist(), strict=True) if c]
+    sig = [s for s, c in zip(sig, counted.tolist(), strict=True) if c]
+    recompute = _recomputed(tb, ev, seq)
+    kernel_us = _kernel_time(tb, ev)
+    phase = _phases(tb, ev)
+    steps, step_of = _step_walls(tb), tb.step[ev]
+    rows: dict[Any, dict[str, Any]] = {}
+    for num, wall, lo, hi in steps.values():
+        rows[num] = {"wall_us": wall, "lo": lo, "hi": hi, "flops": defaultdict(float), "recompute_flops": 0.0,
+                     "bytes": 0.0, "kernel_us": 0.0, "phases": defaultdict(lambda: defaultdict(float))}
+    top: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for j in range(ev.size):
+        key = (tb.names[tb.name[ev[j]]], dtypes[j], sig[j])
+        t = top[key]
+        t[0] += 1
+        t[1] += fl[j]
+        t[2] += by[j]
+        t[3] += kernel_us[j]
+        s_idx = int(step_of[j]) if tb.steps.shape[0] else -1
+        row = rows.get(steps[s_idx][0]) if s_idx in steps else None
+        if row is None:
+            continue
+        row["bytes"] += by[j]
+        if recompute[j]:
+            row["recompute_flops"] += fl[j]
+            continue
+        if is_flop[j]:
+            row["flops"][dtypes[j] or ""] += fl[j]
+            row["kernel_us"] += kernel_us[j]
+            if phase[j]:
+                row["phases"][phase[j]][dtypes[j] or ""] += fl[j]
+    for row in rows.values():
+        row["phase_wall"] = {p: _phase_wall(tb, p, row["lo"], row["hi"]) for p in row["phases"]}
+        row["flops"] = dict(row["flops"])
+        row["phases"] = {p: dict(v) for p, v in row["phases"].items()}
+        del row["lo"], row["hi"]
+    return {"shapes": True, "steps": rows, "top": dict(top), "devices": tb.devices}
+
+
+def _costed(tb: TraceTable, idx: np.ndarray) -> tuple | None:
+    """The table ops at ``idx`` whose shapes fit their formula: (events, FLOPs, bytes, has a FLOP formula, dtypes,
+    Sequence numbers (-1: none), shape signatures)."""
+    ev, fl, by, isf, dts, seqs, sigs = [], [], [], [], [], [], []
+    for j in idx.tolist():
+        name = tb.names[tb.name[j]]
+        dims, types, concrete, seq = tb.shapes[j]
+        c = flops_mod.cost(name, dims, types, concrete)
+        if c is None:
+            continue
+        ev.append(j)
+        fl.append(c[0])
+        by.append(c[1])
+        isf.append(flops_mod.TABLE[name].flops is not None)
+        dts.append(c[2])
+        seqs.append(seq if type(seq) is int else -1)
+        sigs.append("x".join(str(d).replace(" ", "") for d in dims if isinstance(d, list) and d))
+    if not ev:
+        return None
+    return (np.array(ev, dtype=np.int64), np.array(fl), np.array(by), np.array(isf, dtype=bool), dts,
+            np.array(seqs, dtype=np.int64), sigs)
+
+
+def _counted(tb: TraceTable, ev: np.ndarray, is_flop: np.ndarray) -> np.ndarray:
+    """Which of the table ops ``ev`` are counted: a FLOP op holding no other FLOP op (the innermost); a bytes-only op
+    holding no table op and not inside a counted FLOP op. Nesting is judged per thread."""
+    n = ev.size
+    order = np.lexsort((-tb.dur[ev], tb.ts[ev], tb.track[ev]))
+    ts, end, tr, isf = tb.ts[ev][order], tb.end[ev][order], tb.track[ev][order], is_flop[order]
+    nxt = np.arange(1, n + 1)
+    has_next = nxt < n
+    nx = np.minimum(nxt, n - 1)
+    holds_any = has_next & (tr[nx] == tr) & (ts[nx] < end)
+    fpos = np.flatnonzero(isf)
+    holds_flop = np.zeros(n, dtype=bool)
+    if fpos.size:
+        k = np.searchsorted(fpos, np.arange(n), side="right")
+        ok = k < fpos.size
+        f = fpos[np.minimum(k, fpos.size - 1)]
+        holds_flop = ok & (tr[f] == tr) & (ts[f] < end)
+    counted_flop = isf & ~holds_flop
+    cf = np.flatnonzero(counted_flop)
+    inside = np.zeros(n, dtype=bool)
+    if cf.size:
+        k = np.searchsorted(cf, np.arange(n), side="right") - 1
+        ok = k >= 0
+        c = cf[np.maximum(k, 0)]
+        inside = ok & (c != np.arange(n)) & (tr[c] == tr) & (end[c] >= end)
+    out = np.zeros(n, dtype=bool)
+    out[order] = counted_flop | (~isf & ~holds_any & ~inside)
+    return out
+
+
+def _recomputed(tb: TraceTable, ev: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Forward ops run again in backward: an autograd Sequence number, inside a backward range of their thread."""
+    out = np.zeros(ev.size, dtype=bool)
+    cand = np.flatnonzero(seq >= 0)
+    if not cand.size:
+        return out
+    bw_name = np.array([nm.startswith(BACKWARD_RANGE) for nm in tb.names] or [False], dtype=bool)
+    bw = np.flatnonzero((tb.kind == Kind.CPU_OP) & bw_name[tb.name])
+    if not bw.size:
+        return out
+    for track in np.unique(tb.track[ev[cand]]).tolist():
+        rng = bw[tb.track[bw] == track]
+        if not rng.size:
+            continue
+        rng = rng[np.argsort(tb.ts[rng], kind="stable")]
+        reach = np.maximum.accumulate(tb.end[rng])  # the furthest end of the ranges begun so far
+        mine = cand[tb.track[ev[cand]] == track]
+        k = np.searchsorted(tb.ts[rng], tb.ts[ev[mine]], side="right") - 1
+        ok = k >= 0
+        out[mine[ok]] = reach[k[ok]] >= tb.end[ev[mine[ok]]]
+    return out
+
+
+def _kernel_time(tb: TraceTable, ev: np.ndarray) -> np.ndarray:
+    """Per counted op: the device time of the device events launched from inside it (its thread)."""
+    out = np.zeros(ev.size)
+    launcher = tb.launcher()
+    dev = np.flatnonzero(((tb.kind == Kind.KERNEL) | (tb.kind == Kind.MEMCPY) | (tb.kind == Kind.MEMSET))
+                         & (launcher >= 0))
+    if not dev.size:
+        return out
+    rt = launcher[dev]
+    for track in np.unique(tb.track[ev]).tolist():
+        mine = np.flatnonzero(tb.track[ev] == track)
+        mine = mine[np.argsort(tb.ts[ev[mine]], kind="stable")]
+        here = tb.track[rt] == track
+        if not here.any():
+            continue
+        at = tb.ts[rt[here]]
+        k = np.searchsorted(tb.ts[ev[mine]], at, side="right") - 1
+        ok = k >= 0
+        ok[ok] &= at[ok] < tb.end[ev[mine[k[ok]]]]
+        out += np.bincount(mine[k[ok]], weights=tb.dur[dev[here][ok]], minlength=ev.size)
+    return out
+
+
+def _phases(tb: TraceTable, ev: np.ndarray) -> list[str | None]:
+    """Per op: its innermost annotation (phase) by start time, on any thread; None outside every phase."""
+    ann = np.flatnonzero((tb.kind == Kind.ANNOTATION) & ~tb.comm)
+    out: list[str | None] = [None] * ev.size
+    if not ann.size:
+        return out
+    order = np.argsort(tb.ts[ev], kind="stable")
+    starts = tb.ts[ev][order]
+    code = np.full(ev.size, -1, dtype=np.int64)
+    for a in ann[np.argsort(-tb.dur[ann], kind="stable")].tolist():  # longest first: inner ones overwrite
+        lo, hi = np.searchsorted(starts, [tb.ts[a], tb.end[a]], side="left")
+        code[order[lo:hi]] = tb.name[a]
+    return [tb.names[c] if c >= 0 else None for c in code.tolist()]
+
+
+def _phase_wall(tb: TraceTable, phase: str, lo: float, hi: float) -> float:
+    """How long ``phase`` was open between ``lo`` and ``hi`` (its ranges on any thread counted once)."""
+    nid = tb.names.index(phase)
+    m = (tb.kind == Kind.ANNOTATION) & (tb.name == nid)
+    return iv.length(iv.intersect(iv.merge(tb.ts[m], tb.end[m]), (np.array([lo]), np.array([hi]))))
+
+
+def _step_walls(tb: TraceTable) -> dict[int, tuple[int | None, float, float, float]]:
+    """Step index -> (step number, wall µs, start, end); a trace without steps: {-1: (None, its traced time, ...)}."""
+    out: dict[int, tuple[int | None, float, float, float]] = {}
+    for i, num in enumerate(tb.steps[:, 2].tolist()):
+        if len(tb.step_index().get(i, ())):
+            lo, hi = float(tb.steps[i, 0]), float(tb.steps[i, 1])
+            span = tb.sets(i).device_span
+            if span[0].size:
+                hi = max(hi, float(span[1][-1]))
+            out[i] = (int(num), hi - lo, lo, hi)
+    if not out and not tb.steps.shape[0]:
+        s = tb.sets()
+        ends = [x for x in (s.host_span, s.device_span) if x[0].size]
+        if ends:
+            lo = min(float(x[0][0]) for x in ends)
+            hi = max(float(x[1][-1]) for x in ends)
+            out[-1] = (None, hi - lo, lo, hi)
+    return out
+
+
+# ---- the driver -------------------------------------------------------------------------------------------
+def missing_reason(parts: Iterable[dict[str, Any]]) -> str | None:
+    """Why a run has no FLOPs: :data:`NEEDS_SHAPES` when some trace has matrix or attention ops without shapes;
+    None when a trace has shapes or none has such ops."""
+    parts = list(parts)
+    if any(p.get("shapes") for p in parts):
+        return None
+    return NEEDS_SHAPES if any(p.get("flop_ops") for p in parts) else None
+
+
+def _mfu(flops: dict[str, float], wall_us: float, device: str | None, user: float | None
+         ) -> tuple[float | None, float | None, float | None, str | None, str]:
+    """(TFLOP/s, MFU, peak TFLOP/s of the main dtype, main dtype, device name) of FLOPs by dtype over ``wall_us``."""
+    total = sum(flops.values())
+    dtype = max(flops, key=lambda d: flops[d]) if flops else None
+    main = lookup(device, dtype, user)
+    name = main.device if main is not None else (device or "unknown")
+    peak = main.tflops if main is not None else None
+    if wall_us <= 0:
+        return None, None, peak, dtype or None, name
+    at_peak: float | None = 0.0  # seconds the FLOPs would take at the peaks (None: a dtype without a peak)
+    for d, f in flops.items():
+        p = lookup(device, d, user)
+        if not f:
+            continue
+        if p is None or not p.tflops or at_peak is None:
+            at_peak = None
+            break
+        at_peak += f / (p.tflops * 1e12)
+    mfu = None if at_peak is None else at_peak / (wall_us * 1e-6)
+    return total / wall_us * 1e-6, mfu, peak, dtype or None, name
+
+
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], peak_tflops: float | None = None,
+            top: int = TOP_OPS) -> tuple[list[FlopsRow], list[RooflinePoint]]:
+    """Per role, rank and step: FLOPs, TFLOP/s and MFU; over all ranks: the top ops (by kernel time) as roofline
+    points. ``peak_tflops``: the user's peak, for every device and dtype."""
+    rows: list[FlopsRow] = []
+    top_ops: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    first_device = None
+    for info, parts in group(files):
+        device = next((p["devices"][0] for p in parts if p.get("devices")), None)
+        first_device = first_device or device
+        with_shapes = [p for p in parts if p.get("shapes")]
+        if not with_shapes:
+            if any(p.get("flop_ops") for p in parts):
+                rows.append(FlopsRow(role=info.role, rank=info.rank, step=None, flops=None, tflops_per_s=None,
+                                     mfu=None, peak_tflops=None, dtype=None, device=device, reason=NEEDS_SHAPES))
+            continue
+        for p in with_shapes:
+            for key, v in p["top"].items():
+                acc = top_ops[key]
+                for j, x in enumerate(v):
+                    acc[j] += x
+        steps: dict[Any, dict[str, Any]] = {}
+        for p in with_shapes:
+            steps.update(p["steps"])  # a rank's files hold different steps
+        for num in sorted(steps, key=lambda s: (s is None, s if s is not None else 0)):
+            rows.append(_row(info, num, steps[num], device, peak_tflops))
+    return rows, _roofline(top_ops, first_device, peak_tflops, top)
+
+
+def _row(info: Any, num: int | None, s: dict[str, Any], device: str | None, user: float | None) -> FlopsRow:
+    tflops, mfu, peak, dtype, name = _mfu(s["flops"], s["wall_us"], device, user)
+    phases = {}
+    for ph, by_dtype in sorted(s["phases"].items()):
+        wall = s["phase_wall"].get(ph, 0.0)
+        t, m = _mfu(by_dtype, wall, device, user)[:2]
+        phases[ph] = FlopsPhase(flops=sum(by_dtype.values()), wall_us=wall, tflops_per_s=t, mfu=m)
+    return FlopsRow(role=info.role, rank=info.rank, step=num, flops=sum(s["flops"].values()), tflops_per_s=tflops,
+                    mfu=mfu, peak_tflops=peak, dtype=dtype, wall_us=s["wall_us"], kernel_us=s["kernel_us"],
+                    recompute_flops=s["recompute_flops"], bytes=s["bytes"], device=name,
+                    peak_source=None if peak is None else ("user" if user is not None else "table"), phases=phases)
+
+
+def _roofline(top_ops: dict[tuple, list[float]], device: str | None, user: float | None, top: int
+              ) -> list[RooflinePoint]:
+    out = []
+    for (name, dtype, shapes), (count, fl, by, kus) in sorted(top_ops.items(), key=lambda kv: (-kv[1][3], kv[0][0])):
+        p = lookup(device, dtype, user)
+        peak, tbps = (p.tflops, p.tbps) if p is not None else (None, None)
+        intensity = fl / by if by else None
+        bound = None
+        if peak and tbps and intensity is not None:
+            bound = "compute" if intensity >= peak * 1e12 / (tbps * 1e12) else "memory"
+        out.append(RooflinePoint(
+            name=name, dtype=dtype, shapes=shapes, count=int(count), flops=fl, bytes=by, kernel_us=kus,
+            tflops_per_s=fl / kus * 1e-6 if kus else None, gbps=by / kus * 1e-3 if kus else None,
+            intensity=intensity, device=p.device if p is not None else device, peak_tflops=peak, peak_tbps=tbps,
+            bound=bound))
+        if len(out) >= top:
+            break
+    return out
