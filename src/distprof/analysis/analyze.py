@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from distprof.analysis import breakdown, idle, launch, overlap, rlsteps, step_names, telemetry_steps, temporal, timeline
+from distprof.analysis import collectives as collectives_mod
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
@@ -79,7 +80,7 @@ __all__ = [
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
-            "timeline": timeline, "rlsteps": rlsteps}
+            "timeline": timeline, "rlsteps": rlsteps, "collectives": collectives_mod}
 
 
 @dataclass
@@ -242,7 +243,7 @@ def _finish(run: Run, result: R) -> R:
 
 
 # What each verb's figures are made of: the per-file extracts its read runs.
-SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch")
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "collectives")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
@@ -268,6 +269,9 @@ def _summary_of(run: Run, top: int | None) -> SummaryResult:
     attach(overlap.combine(run.pairs("overlap")), "overlap")
     b_ranks, out.step_breakdown = breakdown.combine(run.pairs("breakdown"))
     attach(b_ranks, "step_breakdown")
+    coll = collectives_mod.combine(run.pairs("collectives"))
+    if coll:  # the key only where the traces hold collectives
+        out.collectives = coll
     return _finish(run, out)
 
 

@@ -23,6 +23,8 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from distprof.analysis.records_comm import CollectiveRow
+
 __all__ = [
     "UNSET",
     "Collective",
@@ -363,6 +365,7 @@ class SummaryResult(Envelope):
     idle: IdleFigure | NotApplicable | UnsetType = UNSET
     launch: LaunchFigure | NotApplicable | UnsetType = UNSET
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
+    collectives: list[CollectiveRow] | UnsetType = UNSET  # the collective report (analysis.collectives)
 
 
 # ---- steps ----------------------------------------------------------------------------------------------
