@@ -17,8 +17,8 @@ A (role, group, name) row sums S and the transfer times over its instances (so `
 ``min_dur_us``, each instance weighted by its time), takes the median skew, and names the rank that arrived last
 most often with its share. A role with one traced rank (HTA's NCCL trace is rank 0 of 2) has no skew or last rank;
 each of its collectives is an instance on its own. Host-side collectives (gloo c10d ops) have no transfer time (the
-op's duration is its call, not the transfer) and so no bandwidth. Traces without recorded sizes (torch before
-about 2.1 writes none; the DLRM set) have no bytes or bandwidth: the row's ``note`` says so, never a zero.
+op's duration is its call, not the transfer) and so no bandwidth. Traces without recorded sizes (older torch
+versions write none; the DLRM set) have no bytes or bandwidth: the row's ``note`` says so, never a zero.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ torch's ``record_param_comms`` op (``torch/csrc/distributed/c10d/ParamCommsUtils
 NCCL kernel it launches, carry in ``args``: ``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype``
 (a ``c10::ScalarType`` name: ``Float``, ``BFloat16`` ...), ``Group size``, ``Process Group Name``,
 ``Process Group Description``, ``Process Group Ranks`` (a string ``"[0, 1]"``) and, where the version writes it,
-``Seq``. Old traces (torch 1.x / 2.0, the DLRM set) carry none of it: :func:`comm_args` then gives None.
+``Seq``. Older traces (the DLRM set of 2023) carry none of it: :func:`comm_args` then gives None.
 
 Every value is checked here, once: a trace is untrusted input, so a size that is not a non-negative integer, or
 ranks that are not a list of integers, are dropped (None), never raised on.
