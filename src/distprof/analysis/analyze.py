@@ -36,6 +36,7 @@ from distprof.analysis import (
     temporal,
     timeline,
 )
+from distprof.analysis import collectives as collectives_mod
 from distprof.analysis import diagnose as diagnose_mod
 from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
@@ -90,7 +91,8 @@ __all__ = [
 
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
-            "timeline": timeline, "rlsteps": rlsteps, "mfu": mfu}
+            "timeline": timeline, "rlsteps": rlsteps, "mfu": mfu,
+            "collectives": collectives_mod}
 
 
 @dataclass
@@ -253,7 +255,7 @@ def _finish(run: Run, result: R) -> R:
 
 
 # What each verb's figures are made of: the per-file extracts its read runs.
-SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu")
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
@@ -283,6 +285,9 @@ def _summary_of(run: Run, top: int | None, peak_tflops: float | None = None) -> 
     flops_parts = run.pairs("mfu")
     if any(p.get("shapes") for _, p in flops_parts):
         out.flops, out.flops_ops = mfu.combine(flops_parts, peak_tflops=peak_tflops)
+    coll = collectives_mod.combine(run.pairs("collectives"))
+    if coll:  # the key only where the traces hold collectives
+        out.collectives = coll
     return _finish(run, out)
 
 

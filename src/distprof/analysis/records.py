@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from distprof.analysis.records_comm import CollectiveRow
 from distprof.analysis.records_flops import FlopsRow, RooflinePoint
 
 __all__ = [
@@ -367,6 +368,7 @@ class SummaryResult(Envelope):
     step_breakdown: StepBreakdown | UnsetType | None = UNSET
     flops: list[FlopsRow] | UnsetType = UNSET  # per role, rank, step (analysis.mfu); absent for traces without shapes
     flops_ops: list[RooflinePoint] | UnsetType = UNSET  # roofline points of the top ops
+    collectives: list[CollectiveRow] | UnsetType = UNSET  # the collective report (analysis.collectives)
 
 
 # ---- steps ----------------------------------------------------------------------------------------------

@@ -56,11 +56,13 @@ from distprof.trace.table import TraceTable
 from distprof.trace.vocab import ON_DEVICE, Kind, collective_source, is_collective_op, is_sync
 from distprof.util import intervals as iv
 
-__all__ = ["blocked_until", "combine", "extract", "queues"]
+__all__ = ["blocked_until", "combine", "extract", "last_arrival", "matched_count", "queues"]
 
 
 def extract(tb: TraceTable) -> dict[str, Any]:
-    """This rank's collectives in time order: ``(group, kind, start_us, end_us, step)``, absolute µs.
+    """This rank's collectives in time order: ``(group, kind, start_us, end_us, step, j)``, absolute µs; ``j`` is the
+    index in ``tb`` of the event whose recorded metadata describes it (the kernel; on the host the
+    ``record_param_comms`` op inside the c10d op, else the c10d op), for :mod:`.collectives`.
 
     ``end_us`` is NaN for host-side c10d ops, whose duration is the call, not the collective (gloo
     runs it on another thread), so it bounds nothing.
@@ -84,7 +86,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         syncs = list(zip((a + off).tolist(), (b + off).tolist(), strict=True))
         for j in gpu[np.argsort(tb.ts[gpu], kind="stable")].tolist():
             g, kind = tb.collective_label(j)
-            out.append((g, kind, float(tb.ts[j]) + off, float(tb.end[j]) + off, step_of(j)))
+            out.append((g, kind, float(tb.ts[j]) + off, float(tb.end[j]) + off, step_of(j), j))
     else:
         source = "cpu"
         ops = np.flatnonzero((k == Kind.CPU_OP) & tb.scope)
@@ -99,14 +101,16 @@ def extract(tb: TraceTable) -> dict[str, Any]:
         for j in sorted(coll, key=lambda j: tb.ts[j]):
             inner = rpc.get(int(tb.track[j]), [])
             p = bisect.bisect_left(inner, (float(tb.ts[j]), -1))
+            at = j
             if p < len(inner) and inner[p][0] < tb.end[j]:
-                group, c = tb.meta[inner[p][1]]
+                at = inner[p][1]
+                group, c = tb.meta[at]
                 _, kind = tb.collective_label(j)
                 kind = c.lower().replace("_", "") if c else kind
                 g = group if group is not None else "default"
             else:
                 g, kind = tb.collective_label(j)
-            out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j)))
+            out.append((g, kind, float(tb.ts[j]) + off, math.nan, step_of(j), at))
     return {"source": source, "collectives": out, "syncs": syncs}
 
 
@@ -133,6 +137,17 @@ def queues(ranks: dict[int, list]) -> list[tuple[tuple, dict[int, list]]]:
         for c in colls:
             out[(_key(c[4]), c[0], c[1])][r].append(c)
     return sorted(out.items(), key=lambda kv: repr(kv[0]))
+
+
+def matched_count(lists: dict[int, list], n_ranks: int) -> int:
+    """How many of one (step, group, kind) queue's collectives are matched (:func:`queues`): the first k of every
+    rank's list, k the shortest list's length; none when one of the role's ``n_ranks`` ranks has none."""
+    return min(len(v) for v in lists.values()) if len(lists) == n_ranks else 0
+
+
+def last_arrival(rows: dict[int, tuple]) -> int:
+    """The rank that arrives last at one matched collective (rank -> its :func:`extract` row); a tie: the highest."""
+    return max(rows, key=lambda r: (rows[r][2], r))
 
 
 def blocked_until(c: tuple, last: float) -> float:
@@ -187,10 +202,9 @@ def _match_role(m: _Matched, role: str, ranks: dict[int, list], ends: dict[tuple
         if len(lists) < len(ranks) or len(set(counts.values())) > 1:
             m.mismatched.append(Mismatch(role=role or None, step=_step_json(step), group=group, kind=kind,
                                          counts={str(r): n for r, n in sorted(counts.items())}))
-        n = min(counts.values()) if len(lists) == len(ranks) else 0
-        for i in range(n):
+        for i in range(matched_count(lists, len(ranks))):
             arrivals = {r: lists[r][i][2] for r in lists}
-            last_rank = max(arrivals, key=lambda r: (arrivals[r], r))
+            last_rank = last_arrival({r: lists[r][i] for r in lists})
             last = arrivals[last_rank]
             inst = Collective(role=role or None, group=group, kind=kind, index=i, step=_step_json(step),
                               last_rank=last_rank)

@@ -35,6 +35,7 @@ from distprof.analysis.records import (
     SummaryResult,
 )
 from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
+from distprof.report import termcoll
 from distprof.report.flops_view import flops as flops_tables
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.util.safetext import visible
@@ -174,6 +175,7 @@ def summary(console: Console, s: SummaryResult) -> None:
     _idle_table(console, s)
     _launch_table(console, s)
     _breakdown(console, s.step_breakdown)
+    termcoll.collectives(console, s.collectives or [])
     profiling_cost(console, s.profiling_cost)
     flops_tables(console, s)  # FLOPs, TFLOP/s, MFU and roofline points (traces with shapes), or why there are none
 

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from distprof.trace.commargs import CommArgs, comm_args
 from distprof.trace.events import Complete, Int64, Meta
 from distprof.trace.runs import decode_run
 from distprof.trace.selection import Selection
@@ -42,6 +43,14 @@ class _Args(msgspec.Struct, gc=False):
     stream: Int64 | str | None = None
     pg: str | int | None = msgspec.field(default=None, name="Process Group Name")
     collective: str | None = msgspec.field(default=None, name="Collective name")
+    # Sizes and group of a collective (trace.commargs checks them): any JSON value, so an odd one costs only itself.
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    group_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
+    group_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    seq: Any = msgspec.field(default=None, name="Seq")
 
 
 class _OpArgs(msgspec.Struct, gc=False):
@@ -67,6 +76,7 @@ _CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts
 _IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
 _ARGS = attrgetter("args")
 _CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
+_SIZES = attrgetter("in_nelems", "out_nelems", "dtype", "group_size", "group_ranks", "group_desc", "seq")
 
 # Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
 _NEEDS_ARGS = [False] * 16
@@ -143,6 +153,8 @@ class Columns:
         self.streams: dict[Any, int] = {}
         self.meta: dict[int, tuple[Any, Any]] = {}  # event index -> (group, collective) of comm events
         self.rpc_ext: dict[int, tuple[Any, Any]] = {}  # record_param_comms External id -> (group, collective)
+        self.sizes: dict[int, CommArgs] = {}  # event index -> the recorded sizes of comm events that have them
+        self.rpc_sizes: dict[int, CommArgs] = {}  # record_param_comms External id -> its recorded sizes
         self.thread_names: dict[Any, str] = {}
         self.unknown: Counter = Counter()
         self.events = 0  # every event decoded (complete or not)
@@ -286,9 +298,12 @@ class Columns:
         self.arg_stream.extend(self._stream_ids(sts))
         pgs, colls = list(map(_PG, al)), list(map(_COLL, al))
         if pgs.count(None) != len(pgs) or colls.count(None) != len(colls):
-            for j, g, c in zip(need, pgs, colls, strict=True):
+            for j, g, c, a in zip(need, pgs, colls, al, strict=True):
                 if g is not None or c is not None:
                     self.meta[base + j] = (g, c)
+                    sizes = comm_args(*_SIZES(a))
+                    if sizes is not None:
+                        self.sizes[base + j] = sizes
 
     def _stream_ids(self, sts: list) -> list[int]:
         """The numbers of streams ``sts`` (new ones get one, first seen first)."""
@@ -307,8 +322,13 @@ class Columns:
             a = _decode_args(xs[j].args)
             if a.pg is not None or a.collective is not None:
                 self.meta[base + j] = (a.pg, a.collective)
+                sizes = comm_args(*_SIZES(a))
+                if sizes is not None:
+                    self.sizes[base + j] = sizes
                 if a.external_id is not None:
                     self.rpc_ext[a.external_id] = (a.pg, a.collective)
+                    if sizes is not None:
+                        self.rpc_sizes[a.external_id] = sizes
 
     def extend(self, other: Columns) -> None:
         """Append the columns of the events that follow this stream's (reduced on their own): ids renumbered."""
@@ -337,6 +357,8 @@ class Columns:
             self.shapes.update({base + j: v for j, v in other.shapes.items()})
         if other.has_shapes is not None and self.has_shapes is not True:
             self.has_shapes = other.has_shapes
+        self.sizes.update({base + j: m for j, m in other.sizes.items()})
+        self.rpc_sizes.update(other.rpc_sizes)
         self.thread_names.update(other.thread_names)
         self.unknown.update(other.unknown)
 

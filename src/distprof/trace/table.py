@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distprof.trace.columns import Columns, dense, final_streams
+from distprof.trace.commargs import CommArgs
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import (
     ON_DEVICE,
@@ -99,6 +100,7 @@ class TraceTable:
         self.shapes: dict[int, tuple[list, list | None, list | None, int | None]] = {}
         self.has_shapes: bool | None = None
         self.devices: list[str] = []  # deviceProperties names, by device id order ("NVIDIA H100 80GB HBM3")
+        self.comm_args: dict[int, CommArgs] = {}  # event index -> recorded sizes and group (trace.commargs)
         self.by_step = False  # the selection counts only work inside steps
 
     # ---- building ------------------------------------------------------------------------------------
@@ -134,6 +136,9 @@ class TraceTable:
         self.names = list(cols.name_ids)
         step_rows = self._columns(cols, n)
         self._communication(cols.meta, cols.rpc_ext, n)
+        # Recorded sizes: an event's own, else (a kernel) those of the record_param_comms op that launched it.
+        self.comm_args = {**{j: cols.rpc_sizes[int(self.ext[j])] for j in self.meta
+                             if self.kind[j] == Kind.KERNEL and int(self.ext[j]) in cols.rpc_sizes}, **cols.sizes}
         self._steps(t, sel, step_rows, n)
         # Threads: names from metadata, kinds from the name or from what the thread runs.
         self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]
