@@ -16,6 +16,8 @@ whole script runs in well under 2 minutes on an H100. Checks (all by default; na
   in ``train/data`` every step (the job behind ``distprof-h100/ddp-gloo-cuda-slow-rank1``), profiled on steps 10-12:
   diagnose must name rank 1 and ``train/data``, must not call it launch-bound, and every analysis must count the
   gloo collectives as communication.
+- ``flops`` (issue 23): FLOPs from shapes, achieved TFLOP/s and MFU on a bf16 MLP whose FLOPs per step are known
+  analytically (``summary``'s ``flops`` rows must equal them exactly).
 - ``oom`` (issue 18, item 12): a real CUDA out-of-memory error under ``backend: cuda_memory`` (allocate until
   the device is full, catch it, go on): the snapshot's manifest line and what ``check_run`` says of each file.
 """
@@ -110,6 +112,49 @@ def check_cost(out: str, big: bool = False) -> None:
     expect("cost: a figure exactly when reliable", (row["inflation"] is not None) == row["reliable"])
     expect("cost: export_s carried into profiling_cost", row["export_s"] == rec.export_s)
     expect("cost: device kernels in the trace", bool(s["kernels"]), f"{len(s['kernels'])} kernel names")
+
+
+def check_flops(out: str) -> None:
+    """Issue 23: FLOPs from shapes and MFU on a bf16 MLP whose FLOPs are known: L bias-free d x d layers on a
+    (B, d) batch, the input not requiring grad: per step the forward's L GEMMs, the weight gradients' L and the
+    input gradients' L - 1 (none for the first layer), each 2 B d^2 FLOPs."""
+    import torch
+
+    import distprof
+    from distprof.analysis import analyze
+
+    run = os.path.join(out, "flops")
+    B, d, L = 4096, 4096, 8
+    want = 2 * B * d * d * (3 * L - 1)
+    model = torch.nn.Sequential(*[torch.nn.Linear(d, d, bias=False) for _ in range(L)]).cuda().to(torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(B, d, device="cuda", dtype=torch.bfloat16)
+    cfg = distprof.ProfilerConfig(enable=True, save_path=run, steps="10-11", torch={"record_shapes": True})
+    wall = []
+    with distprof.Profiler(cfg) as prof:
+        for _ in range(13):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with distprof.annotate("train/step"):
+                model(x).float().square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            torch.cuda.synchronize()
+            wall.append(time.perf_counter() - t0)
+            prof.step()
+    s = analyze.summary(run)
+    rows = [r for r in s.get("flops", []) if r.get("step") in (10, 11)]
+    expect("flops: a row per recorded step", [r["step"] for r in rows] == [10, 11], str(s.get("flops"))[:300])
+    for r in rows:
+        expect(f"flops: step {r['step']} FLOPs from shapes = 2 B d^2 (3L - 1)", r["flops"] == want,
+               f"{r['flops']:.4e} against {want:.4e}")
+        expect(f"flops: step {r['step']} dtype bf16, a peak from the table", r["dtype"] == "bf16" and
+               bool(r["peak_tflops"]), f"{r['dtype']}, {r['peak_tflops']} TFLOP/s on {r.get('device')}")
+        mfu = r["mfu"]
+        expect(f"flops: step {r['step']} MFU between 0 and 1", mfu is not None and 0 < mfu < 1,
+               f"{r['tflops_per_s']:.1f} TFLOP/s, MFU {mfu:.1%}" if mfu is not None else "none")
+    unprof = sorted(wall[3:9])[3]
+    print(f"     analytic: {want / unprof / 1e12:.1f} TFLOP/s on an unprofiled step ({unprof * 1e3:.2f} ms)")
 
 
 def _ddp_worker(rank: int, init_file: str, run: str) -> None:
@@ -212,7 +257,8 @@ def check_oom(out: str) -> None:
            any(i.status == "ok" and "out-of-memory snapshot" in i.detail for i in res.items))
 
 
-CHECKS = {"cost": check_cost, "cost_big": lambda out: check_cost(out, big=True), "ddp": check_ddp, "oom": check_oom}
+CHECKS = {"cost": check_cost, "cost_big": lambda out: check_cost(out, big=True), "ddp": check_ddp, "oom": check_oom,
+          "flops": check_flops}
 
 
 def main() -> int:
