@@ -14,22 +14,13 @@ from rich.text import Text
 from distprof.analysis.mfu import NEEDS_SHAPES, flop_op_names
 from distprof.analysis.records import SummaryResult
 from distprof.report.termfit import Col, FitTable, say
+from distprof.report.units import share, us
 from distprof.util.safetext import visible as plain
 
 __all__ = ["flops"]
 
 TOP = 8
 
-
-def us(v: float | None) -> str:
-    """A duration as :func:`distprof.report.terminal.us` writes it (terminal.py draws these tables: no import back)."""
-    if v is None:
-        return "-"
-    return f"{v / 1e6:,.2f} s" if abs(v) >= 1e6 else f"{v / 1000:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} us"
-
-
-def share(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
 
 
 def _num(v: float | None, fmt: str) -> str:

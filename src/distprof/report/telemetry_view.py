@@ -13,7 +13,8 @@ from rich.text import Text
 
 from distprof.analysis.records import StepsResult, TelemetryRank, TelemetryTimeline
 from distprof.report.termfit import Col, FitTable, say
-from distprof.report.terminal import plain, us
+from distprof.report.terminal import plain
+from distprof.report.units import us
 
 __all__ = ["BARS", "sparkline", "telemetry"]
 

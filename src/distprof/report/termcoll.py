@@ -10,6 +10,7 @@ from rich.text import Text
 
 from distprof.analysis.records_comm import CollectiveRow
 from distprof.report.termfit import BLANK, Col, FitTable, say
+from distprof.report.units import us
 from distprof.util.safetext import visible
 
 __all__ = ["collectives", "last_arrivals", "size"]
@@ -24,11 +25,6 @@ def size(v: int | float | None) -> str:
             return f"{v / scale:,.2f} {unit}"
     return f"{v:,.0f} B"
 
-
-def _us(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v / 1e6:,.2f} s" if abs(v) >= 1e6 else f"{v / 1000:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} us"
 
 
 def _gbps(v: float | None) -> str:
@@ -66,7 +62,7 @@ def collectives(console: Console, rows: list[CollectiveRow]) -> None:
         group = r.group + (f" ({r.group_desc})" if r.group_desc else "")
         last = "-" if r.last_rank is None or r.last_share is None else f"{r.last_rank} ({r.last_share:.0%})"
         t.add_row(Text(visible(r.role or "")), Text(visible(group)), Text(visible(r.name)), f"{r.count:,}",
-                  size(r.bytes), _us(r.min_dur_us), _us(r.skew_us), _gbps(r.algbw_gbps), _gbps(r.busbw_gbps), last)
+                  size(r.bytes), us(r.min_dur_us), us(r.skew_us), _gbps(r.algbw_gbps), _gbps(r.busbw_gbps), last)
     console.print(t)
     for line in last_arrivals(rows):
         say(console, line)

@@ -38,6 +38,7 @@ from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
 from distprof.report import termcoll
 from distprof.report.flops_view import flops as flops_tables
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
+from distprof.report.units import share, us
 from distprof.util.safetext import visible
 
 T = TypeVar("T")
@@ -60,15 +61,6 @@ __all__ = [
     "us",
 ]
 
-
-def us(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v / 1e6:,.2f} s" if abs(v) >= 1e6 else f"{v / 1000:,.2f} ms" if abs(v) >= 1000 else f"{v:,.1f} us"
-
-
-def share(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
 
 
 def _got(v: T | UnsetType) -> T:
