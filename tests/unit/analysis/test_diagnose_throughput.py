@@ -97,3 +97,72 @@ def test_no_shapes_or_little_matrix_work_is_not_judged():
     inv = analyze.investigate(DLRM, workers=1)
     assert inv.summary.flops and max(r.mfu for r in inv.summary.flops) < 0.001
     assert "low_mfu" not in _ids(inv)
+
+
+# ---- slow_collective ------------------------------------------------------------------------------------------
+HTA_NCCL = os.path.join(TRACES, "hta", "nccl_data.json.gz")
+
+
+@pytest.fixture(scope="module")
+def nccl():
+    return analyze.investigate(HTA_NCCL, workers=1)
+
+
+def _slow(inv):
+    return [f for f in diagnose(inv) if f.id == "slow_collective"]
+
+
+def test_one_traced_rank_or_no_sizes_is_not_judged(nccl):
+    # HTA's NCCL trace is rank 0 of 2: its all-reduce lasts as long as rank 0 waits for rank 1
+    assert [c.ranks for c in nccl.summary.collectives] == [1, 1] and not _slow(nccl)
+    # the DLRM set records no message sizes: no bytes, no bandwidth, no finding
+    inv = analyze.investigate(DLRM, workers=1)
+    assert all(c.bytes is None for c in inv.summary.collectives) and not _slow(inv)
+
+
+def test_allreduce_far_below_nvlink(nccl):
+    inv = copy.deepcopy(nccl)
+    for c in inv.summary.collectives:
+        c.ranks = 2  # as if both ranks were traced
+    (f,) = _slow(inv)
+    c = inv.summary.collectives[0]
+    assert c.name == "allreduce" and c.busbw_gbps == pytest.approx(6.558, rel=1e-3)
+    # A100-PG509-200 (an SXM4 board), 2 ranks: one node, NVLink 3 at 300 GB/s per direction; busbw = algbw for n=2
+    assert f.evidence.figures["link_gbps"] == 300.0 and f.evidence.figures["assumed_span"] == "one node"
+    expected = 15 * 30.0 + c.bytes / 300e9 * 1e6
+    assert f.cost_us == pytest.approx(c.min_dur_us - expected)
+    assert "6.56 GB/s" in f.claim and "NVLink 3" in f.claim and "one node" in f.claim
+    assert f.evidence.names == ["allreduce", "default_pg"] and f.evidence.steps == [4, 5, 6]
+    assert f.what_if.upper_bound and "NCCL_DEBUG=INFO" in f.fix
+    # the broadcast (424 bytes per call) is latency: 6 calls of 18 µs are under 4 x (30 µs + its bytes at 300 GB/s)
+    # a healthy all-reduce: 26 MB in 120 µs (219 GB/s) is not slow
+    c.min_dur_us, c.busbw_gbps = 15 * 120.0, c.bytes / (15 * 120.0) * 1e-3
+    assert not _slow(inv)
+
+
+def test_skew_that_dominates_the_transfer(nccl):
+    from distprof.analysis.diagnose.collective import slow_collective
+    from distprof.analysis.diagnose.common import Job
+
+    inv = copy.deepcopy(nccl)
+    c = inv.summary.collectives[0]
+    c.ranks, c.min_dur_us, c.dur_median_us = 2, 15 * 120.0, 120.0
+    c.busbw_gbps = c.bytes / c.min_dur_us * 1e-3
+    c.skew_us, c.skew_mean_us, c.last_rank, c.last_share = 5000.0, 6000.0, 1, 0.9
+    (f,) = _slow(inv)
+    assert f.evidence.figures["form"] == "skew" and f.cost_us == pytest.approx(15 * 6000.0)
+    assert "5 ms apart" in f.claim and "rank 1 arrives last in 90%" in f.claim and f.evidence.ranks[0] == 1
+    job = Job(inv)
+    job.straggler_roles.add(c.role)  # a straggler finding costs that waiting already
+    assert slow_collective(job) == []
+
+
+def test_link_reference_and_its_assumption():
+    from distprof.analysis.links import reference
+
+    assert reference("NVIDIA H100 80GB HBM3", 8)[0].gbps == 450.0
+    assert reference("NVIDIA H100 80GB HBM3", 16) == (reference("NVIDIA H100 80GB HBM3", 16)[0], "several nodes")
+    assert reference("NVIDIA H100 80GB HBM3", 16)[0].gbps == 50.0  # NDR, one NIC per GPU
+    assert reference("NVIDIA H100 PCIe", 4)[0].name == "PCIe gen5 x16"
+    assert reference("NVIDIA A100-SXM4-80GB", None)[1] == "several nodes"  # unknown size: the lower link
+    assert reference("AMD Instinct MI300X", 8) is None and reference(None, 8) is None

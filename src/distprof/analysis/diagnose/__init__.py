@@ -107,6 +107,9 @@ thresholds.
 - ``low_mfu`` (device, traces with shapes): per role, the ranks whose MFU over their steps is below
   :data:`LOW_MFU`, with its cause (launch-bound, exposed communication, memory-bound ops, small GEMMs, in that
   order) and the step time lost against the same FLOPs at that MFU: :mod:`.mfu`.
+- ``slow_collective`` (device collectives with recorded sizes, two or more traced ranks): a collective whose bus
+  bandwidth is far below the link's (:mod:`distprof.analysis.links`; the link assumed from the job's size), or
+  whose start skew dominates its transfer: :mod:`.collective`.
 
 On CPU-only traces the device rules do not apply (no device figures): ``straggler``, ``bounding_role``,
 ``data_loading`` and ``outlier_steps`` do.
@@ -117,6 +120,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from distprof.analysis.diagnose.collective import slow_collective
 from distprof.analysis.diagnose.common import (
     DATA_LOADING_SHARE,
     EXPOSED_COMM_SHARE,
@@ -184,7 +188,7 @@ __all__ = [
 # The straggler runs first: later rules leave its excess out (Job.straggler_cut), so no cause is costed twice.
 RULES: tuple[Callable[[Job], list[Finding]], ...] = (
     straggler, bounding_role, exposed_communication, launch_bound, host_bound, host_sync, data_loading, memcpy,
-    pageable_memcpy, outlier_steps, low_mfu)
+    pageable_memcpy, outlier_steps, low_mfu, slow_collective)
 
 
 def diagnose(inv: Investigation) -> list[Finding]:

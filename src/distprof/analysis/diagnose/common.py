@@ -44,6 +44,10 @@ LOW_MFU_FLOP_KERNEL_SHARE = 0.25  # judged only where the counted FLOP ops' kern
 LOW_MFU_MEMORY_SHARE = 0.5  # cause: memory-bound top ops (below the ridge) take this share of the top ops' kernel time
 LOW_MFU_SMALL_GEMM_US = 10.0  # a GEMM is small when its FLOPs per call take under this many µs at the peak
 LOW_MFU_SMALL_GEMM_SHARE = 0.5  # cause: small GEMMs take this share of the top GEMMs' kernel time
+SLOW_COLLECTIVE_SHARE = 0.25  # busbw below this share of the link's, and the time over 1/this of the link's time
+SLOW_COLLECTIVE_LATENCY_US = 30.0  # per call, what the link's time allows for NCCL's latency
+SLOW_COLLECTIVE_SKEW_RATIO = 1.0  # skew form: the median start skew over the median transfer time
+SLOW_COLLECTIVE_MIN_SHARE = 0.01  # its cost over the role's step time
 SECONDARY_SHARE = 0.25  # further root-cause names listed when at least this share of the first's excess
 
 THRESHOLDS = {
@@ -68,6 +72,9 @@ THRESHOLDS = {
     "low_mfu": {"mfu": LOW_MFU, "flop_kernel_share_of_compute": LOW_MFU_FLOP_KERNEL_SHARE,
                 "memory_bound_share": LOW_MFU_MEMORY_SHARE, "small_gemm_us_at_peak": LOW_MFU_SMALL_GEMM_US,
                 "small_gemm_share": LOW_MFU_SMALL_GEMM_SHARE},
+    "slow_collective": {"busbw_share_of_link": SLOW_COLLECTIVE_SHARE, "latency_us_per_call": SLOW_COLLECTIVE_LATENCY_US,
+                        "skew_ratio_to_transfer": SLOW_COLLECTIVE_SKEW_RATIO,
+                        "cost_share_of_step": SLOW_COLLECTIVE_MIN_SHARE},
 }
 
 

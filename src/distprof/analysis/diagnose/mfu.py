@@ -207,7 +207,7 @@ def low_mfu(job: Job) -> list[Finding]:
         flops = sum(f["flops"] for f in low.values())
         mfu = sum(f["mfu"] * f["wall_us"] for f in low.values()) / wall
         first = min(low.values(), key=lambda f: f["mfu"])
-        wi = path_what_if(rows, cuts, f"the same FLOPs at {fmt_pct(LOW_MFU)} MFU")
+        wi = path_what_if(rows, cuts, f"the same FLOPs ran at {fmt_pct(LOW_MFU)} MFU")
         because = causes[cause]["text"] if cause else "no launch, communication, memory-bound or small-GEMM cause shows"
         also = [causes[c]["text"] for c in list(causes)[1:]]
         claim = (f"MFU is {fmt_pct(mfu)} on {ranks_text(sorted(low, key=str))} ({flops / wall * 1e-6:.3g} TFLOP/s "
