@@ -31,6 +31,14 @@ class Investigation:
         keys = ("scope", "errors", "salvaged", "conflicts", "warnings", "skipped", "files_read")
         return {k: getattr(self.steps, k) for k in keys}
 
+    def device_names(self) -> list[str]:
+        """The devices the files' traces name (``deviceProperties``), once each, in file order."""
+        names: dict[str, None] = {}
+        for r in getattr(self.run, "files", []):
+            for d in (r.parts.get("mfu") or {}).get("devices") or []:
+                names[str(d)] = None
+        return list(names)
+
     @property
     def has_timelines(self) -> bool:
         """Whether the files were read with the ``timeline`` extract (``investigate(..., parts=("timeline",))``),

@@ -104,6 +104,13 @@ thresholds.
   :data:`OUTLIER_RATIO` times the rank's median step. What-if: the step took the median time (on the
   path: a rank that only waited in that step saves nothing). The phase that grew most is named.
 
+- ``low_mfu`` (device, traces with shapes): per role, the ranks whose MFU over their steps is below
+  :data:`LOW_MFU`, with its cause (launch-bound, exposed communication, memory-bound ops, small GEMMs, in that
+  order) and the step time lost against the same FLOPs at that MFU: :mod:`.mfu`.
+- ``slow_collective`` (device collectives with recorded sizes, two or more traced ranks): a collective whose bus
+  bandwidth is far below the link's (:mod:`distprof.analysis.links`; the link assumed from the job's size), or
+  whose start skew dominates its transfer: :mod:`.collective`.
+
 On CPU-only traces the device rules do not apply (no device figures): ``straggler``, ``bounding_role``,
 ``data_loading`` and ``outlier_steps`` do.
 """
@@ -113,6 +120,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from distprof.analysis.diagnose.collective import slow_collective
 from distprof.analysis.diagnose.common import (
     DATA_LOADING_SHARE,
     EXPOSED_COMM_SHARE,
@@ -142,6 +150,7 @@ from distprof.analysis.diagnose.common import (
 from distprof.analysis.diagnose.copies import memcpy, pageable_memcpy
 from distprof.analysis.diagnose.device import exposed_communication, host_bound, host_sync, launch_bound
 from distprof.analysis.diagnose.host import data_loading, outlier_steps
+from distprof.analysis.diagnose.mfu import low_mfu
 from distprof.analysis.diagnose.roles import bounding_role
 from distprof.analysis.diagnose.straggler import straggler
 from distprof.analysis.investigation import Investigation
@@ -179,7 +188,7 @@ __all__ = [
 # The straggler runs first: later rules leave its excess out (Job.straggler_cut), so no cause is costed twice.
 RULES: tuple[Callable[[Job], list[Finding]], ...] = (
     straggler, bounding_role, exposed_communication, launch_bound, host_bound, host_sync, data_loading, memcpy,
-    pageable_memcpy, outlier_steps)
+    pageable_memcpy, outlier_steps, low_mfu, slow_collective)
 
 
 def diagnose(inv: Investigation) -> list[Finding]:

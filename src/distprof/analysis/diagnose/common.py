@@ -39,6 +39,15 @@ MEMCPY_SHARE = 0.1  # memcpy with nothing else on the device, over step time
 PAGEABLE_SHARE = 0.01  # copies to or from pageable host memory over step time
 OUTLIER_RATIO = 1.5  # a step over this many times the rank's median step
 OUTLIER_MIN_STEPS = 3  # steps a rank needs for a median to mean something
+LOW_MFU = 0.3  # a rank's MFU over its recorded steps below this is low (dense peak, :mod:`..peaks`)
+LOW_MFU_FLOP_KERNEL_SHARE = 0.25  # judged only where the counted FLOP ops' kernels are this share of device compute
+LOW_MFU_MEMORY_SHARE = 0.5  # cause: memory-bound top ops (below the ridge) take this share of the top ops' kernel time
+LOW_MFU_SMALL_GEMM_US = 10.0  # a GEMM is small when its FLOPs per call take under this many µs at the peak
+LOW_MFU_SMALL_GEMM_SHARE = 0.5  # cause: small GEMMs take this share of the top GEMMs' kernel time
+SLOW_COLLECTIVE_SHARE = 0.25  # busbw below this share of the link's, and the time over 1/this of the link's time
+SLOW_COLLECTIVE_LATENCY_US = 30.0  # per call, what the link's time allows for NCCL's latency
+SLOW_COLLECTIVE_SKEW_RATIO = 1.0  # skew form: the median start skew over the median transfer time
+SLOW_COLLECTIVE_MIN_SHARE = 0.01  # its cost over the role's step time
 SECONDARY_SHARE = 0.25  # further root-cause names listed when at least this share of the first's excess
 
 THRESHOLDS = {
@@ -60,6 +69,12 @@ THRESHOLDS = {
     "memcpy": {"share_of_step": MEMCPY_SHARE},
     "pageable_memcpy": {"share_of_step": PAGEABLE_SHARE},
     "outlier_steps": {"ratio_to_rank_median_step": OUTLIER_RATIO, "min_steps": OUTLIER_MIN_STEPS},
+    "low_mfu": {"mfu": LOW_MFU, "flop_kernel_share_of_compute": LOW_MFU_FLOP_KERNEL_SHARE,
+                "memory_bound_share": LOW_MFU_MEMORY_SHARE, "small_gemm_us_at_peak": LOW_MFU_SMALL_GEMM_US,
+                "small_gemm_share": LOW_MFU_SMALL_GEMM_SHARE},
+    "slow_collective": {"busbw_share_of_link": SLOW_COLLECTIVE_SHARE, "latency_us_per_call": SLOW_COLLECTIVE_LATENCY_US,
+                        "skew_ratio_to_transfer": SLOW_COLLECTIVE_SKEW_RATIO,
+                        "cost_share_of_step": SLOW_COLLECTIVE_MIN_SHARE},
 }
 
 
