@@ -75,6 +75,22 @@ __all__ = [
 _parse_steps = parse_steps  # the name capture/trigger.py imports today; new code imports parse_steps
 
 
+def _positive_or_none(field: str, v: Any, fix: str, at_most: float | None = None) -> float | None:
+    """A limit setting: null (off), or a finite number > 0 (and <= ``at_most``), also given as text."""
+    if v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise ValueError(f"{field} must be a number, got {show(v)}; {fix}") from None
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
+            or (at_most is not None and v > at_most)):
+        bound = "a finite number > 0" if at_most is None else f"> 0 and <= {at_most:g}"
+        raise ValueError(f"{field} must be {bound}, got {show(v)}; {fix}")
+    return float(v)
+
+
 class ProfilerConfig(StrictModel):
     """Everything a Profiler needs. See the README's configuration table."""
 
@@ -262,16 +278,7 @@ class ProfilerConfig(StrictModel):
         unit = "MB" if info.field_name == "max_trace_mb" else "GB"
         fix = (f"give a number of {unit} > 0 (e.g. {info.field_name}: {500 if unit == 'MB' else 8}), "
                "or null to turn it off")
-        if v is None:
-            return None
-        if isinstance(v, str):
-            try:
-                v = float(v.strip())
-            except ValueError:
-                raise ValueError(f"{info.field_name} must be a number, got {show(v)}; {fix}") from None
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{info.field_name} must be a finite number > 0, got {show(v)}; {fix}")
-        return float(v)
+        return _positive_or_none(str(info.field_name), v, fix)
 
     @field_validator("max_export_share", "collective_timeout_s", mode="before")
     @classmethod
@@ -280,18 +287,7 @@ class ProfilerConfig(StrictModel):
         fix = ("give a share of the collective timeout with 0 < x <= 1 (e.g. max_export_share: 0.25), or null to "
                "turn the check off" if share else "give the timeout in seconds > 0 (e.g. collective_timeout_s: 600), "
                "or null (unknown: the check then needs an initialized process group)")
-        if v is None:
-            return None
-        if isinstance(v, str):
-            try:
-                v = float(v.strip())
-            except ValueError:
-                raise ValueError(f"{info.field_name} must be a number, got {show(v)}; {fix}") from None
-        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0
-                or (share and v > 1)):
-            raise ValueError(f"{info.field_name} must be {'> 0 and <= 1' if share else 'a finite number > 0'}, "
-                             f"got {show(v)}; {fix}")
-        return float(v)
+        return _positive_or_none(str(info.field_name), v, fix, at_most=1.0 if share else None)
 
     @field_validator("roles", mode="before")
     @classmethod
