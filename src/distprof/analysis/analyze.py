@@ -28,6 +28,8 @@ from distprof.analysis import (
     breakdown,
     idle,
     launch,
+    memory,
+    memtrace,
     mfu,
     overlap,
     rlsteps,
@@ -81,6 +83,7 @@ __all__ = [
     "investigate",
     "nothing_read",
     "read",
+    "read_with_snapshots",
     "steps",
     "steps_result",
     "stragglers",
@@ -92,7 +95,7 @@ __all__ = [
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
             "timeline": timeline, "rlsteps": rlsteps, "mfu": mfu,
-            "collectives": collectives_mod}
+            "collectives": collectives_mod, "memory": memtrace}
 
 
 @dataclass
@@ -255,7 +258,7 @@ def _finish(run: Run, result: R) -> R:
 
 
 # What each verb's figures are made of: the per-file extracts its read runs.
-SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives")
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives", "memory")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
@@ -288,7 +291,28 @@ def _summary_of(run: Run, top: int | None, peak_tflops: float | None = None) -> 
     coll = collectives_mod.combine(run.pairs("collectives"))
     if coll:  # the key only where the traces hold collectives
         out.collectives = coll
-    return _finish(run, out)
+    # Memory answers: profile_memory traces' [memory] events and the path's allocator snapshots (read here)
+    snaps = memory.find_snapshots(run.path, run.selection, run.errors)
+    errors = len(run.errors)
+    mem = memory.rows(memtrace.combine(run.pairs("memory")), snaps, run.errors)
+    if mem:  # the key only where the traces or snapshots allow
+        out.memory = mem
+    out = _finish(run, out)
+    out.files_read = (out.files_read or 0) + len(snaps) - (len(run.errors) - errors)
+    return out
+
+
+def read_with_snapshots(path: str, names: Iterable[str], selection: Selection | None = None,
+                        workers: int | None = None, ray_address: str | None = None,
+                        progress: Callable[[Progress], None] | None = None) -> Run:
+    """:func:`read`, except that a local path holding memory snapshots and no trace is a run with no trace files
+    (``summary`` and ``diagnose`` then answer from the snapshots alone)."""
+    try:
+        return read(path, names, selection, workers, ray_address, progress)
+    except TraceError:
+        if not memory.find_snapshots(path, selection):
+            raise
+        return Run(path, selection or Selection())
 
 
 def _stragglers_of(run: Run, top: int | None) -> StragglersResult:
@@ -328,7 +352,8 @@ def summary_result(path: str, selection: Selection | None = None, top: int | Non
     (reading only what summary needs; :func:`summary` is its ``--json`` object)."""
     if peak_tflops is not None and not peak_tflops > 0:
         raise ValueError(f"peak_tflops={peak_tflops!r}: must be a positive number of TFLOP/s (e.g. 989.4)")
-    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top, peak_tflops)
+    return _summary_of(read_with_snapshots(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top,
+                       peak_tflops)
 
 
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
@@ -410,8 +435,8 @@ def investigate(path: str, selection: Selection | None = None, top: int | None =
                 parts: tuple[str, ...] = ()) -> Investigation:
     """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer; ``parts``: more
     per-file extracts (names of ``ANALYSES``, e.g. ``"timeline"`` for the report) kept in ``run.files``."""
-    run = read(path, INVESTIGATE_PARTS + tuple(p for p in parts if p not in INVESTIGATE_PARTS), selection, workers,
-               ray_address, progress)
+    run = read_with_snapshots(path, INVESTIGATE_PARTS + tuple(p for p in parts if p not in INVESTIGATE_PARTS),
+                              selection, workers, ray_address, progress)
     return investigation(run, top)
 
 

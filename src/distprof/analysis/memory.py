@@ -304,7 +304,8 @@ def find_snapshots(path: str, selection: Selection | None = None, problems: list
     else:
         return []
     return [f for f in sorted(found, key=lambda f: f.path)
-            if (f.rank is None or sel.rank_ok(f.rank)) and (f.role is None or sel.role_ok(f.role))]
+            if (f.rank is None or sel.rank_ok(f.rank)) and (f.role is None or sel.role_ok(f.role))
+            and sel.window_ok(f.steps)]
 
 
 def _windows(d: str, names: list[str], problems: list[Problem] | None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from distprof.analysis.records import (
 from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
 from distprof.report import termcoll
 from distprof.report.flops_view import flops as flops_tables
+from distprof.report.memview import memory as memory_tables
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.report.units import share, us
 from distprof.util.safetext import visible
@@ -170,6 +171,7 @@ def summary(console: Console, s: SummaryResult) -> None:
     termcoll.collectives(console, s.collectives or [])
     profiling_cost(console, s.profiling_cost)
     flops_tables(console, s)  # FLOPs, TFLOP/s, MFU and roofline points (traces with shapes), or why there are none
+    memory_tables(console, s)  # peak, its moment, live blocks, OOM (snapshots, profile_memory traces)
 
 
 def _top_tables(console: Console, s: SummaryResult) -> None:

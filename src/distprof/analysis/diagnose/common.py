@@ -89,8 +89,9 @@ class Plot:
     OPS = "ops"  # top CPU ops
     IDLE = "idle"  # device idle by cause per rank, launch statistics
     RL_STEPS = "rl-steps"  # timeline of the worst and the median RL step: a lane per role and rank (rlsteps)
+    MEMORY = "memory"  # memory over time per rank (analysis.memory; report.memview)
     DIFF = "diff"  # run-to-run diff (report --compare)
-    ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, RL_STEPS, DIFF)
+    ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, RL_STEPS, MEMORY, DIFF)
 
 
 # ---- the path model ---------------------------------------------------------------------------------------
