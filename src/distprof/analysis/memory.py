@@ -31,6 +31,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,8 @@ from distprof.analysis import memsnap
 from distprof.analysis.memsnap import ALLOC, FREE, OOM, SEG_ALLOC, SEG_FREE, DeviceHistory, SnapshotError
 from distprof.analysis.records_mem import MemoryAt, MemoryOom, MemoryRow, MemoryStep, MemoryTop
 from distprof.rundir.layout import MANIFEST, is_url, rank_of_dir
-from distprof.rundir.manifest import MANIFEST_LIMIT, OOM as OOM_STOP, read_manifest
+from distprof.rundir.manifest import MANIFEST_LIMIT, read_manifest
+from distprof.rundir.manifest import OOM as OOM_STOP
 from distprof.rundir.walk import walk
 from distprof.trace.selection import Selection
 from distprof.util.problem import Problem
@@ -116,7 +118,7 @@ def series_points(times: np.ndarray, alloc: np.ndarray, reserved: np.ndarray, n:
         idx = np.arange(times.size)
     else:
         edges = np.linspace(0, times.size, n + 1).astype(np.int64)
-        idx = np.array([lo + int(np.argmax(alloc[lo:hi])) for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+        idx = np.array([lo + int(np.argmax(alloc[lo:hi])) for lo, hi in pairwise(edges)
                         if hi > lo], dtype=np.int64)
     return {"time_us": [round(float(t), 3) for t in times[idx]], "allocated": [int(v) for v in alloc[idx]],
             "reserved": [int(v) for v in reserved[idx]]}
@@ -190,13 +192,30 @@ def from_snapshot(h: DeviceHistory, steps: list[int] | None = None, oom_file: bo
     i_oom = next((i for i, e in enumerate(ents) if e.action == OOM), None)
     ctx = _Context(h.annotations)
     single = steps[0] if steps and steps[0] == steps[-1] else None
+    at_peak, peak_ctx, oom = _replay(ents, i_peak, i_oom, ctx, alloc, res, steps[-1] if oom_file and steps else single,
+                                     top)
+    if i_peak < 0:  # the peak is the history's start: the blocks live at the end are the best account of it
+        start = _Context(h.annotations)
+        if n:
+            start.advance(float(times[0]))
+        peak_ctx = (start.step, start.phase)
+        at_peak = [(b.size, frame_of(b.frames), None) for b in h.blocks]
+    step = peak_ctx[0] if peak_ctx[0] is not None else single
+    out = {"peak_allocated_bytes": peak, "peak_reserved_bytes": peak_res,
+           "at": MemoryAt(step=step, phase=peak_ctx[1], time_us=float(times[i_peak]) if i_peak >= 0 else None),
+           "top": group_live(at_peak, peak, top), "device": h.device, "device_type": "cuda",
+           "steps": step_values(times, alloc, init_alloc, ctx.starts), "oom": oom,
+           "series": series_points(times, alloc, res) if n else None, "skipped_entries": h.skipped}
+    return out
+
+
+def _replay(ents: list, i_peak: int, i_oom: int | None, ctx: _Context, alloc: np.ndarray, res: np.ndarray,
+            oom_step: int | None, top: int) -> tuple[list, tuple[int | None, str | None], MemoryOom | None]:
+    """The history replayed once: the live blocks and the context at the peak, the OOM's answer."""
     live: dict[int, tuple[int, str, str | None]] = {}
     at_peak: list[tuple[int, str | None, str | None]] = []
     peak_ctx: tuple[int | None, str | None] = (None, None)
     oom: MemoryOom | None = None
-    if i_peak < 0:
-        ctx.advance(times[0] if n else 0.0)
-        peak_ctx = (ctx.step, ctx.phase)
     for i, e in enumerate(ents):
         ctx.advance(e.time_us)
         if e.action == ALLOC:
@@ -207,17 +226,9 @@ def from_snapshot(h: DeviceHistory, steps: list[int] | None = None, oom_file: bo
             at_peak = list(live.values())
             peak_ctx = (ctx.step, ctx.phase)
         if i == i_oom:
-            oom = _oom(e, live, int(alloc[i]), int(res[i]), ctx, steps[-1] if oom_file and steps else single, top)
+            oom = _oom(e, live, int(alloc[i]), int(res[i]), ctx, oom_step, top)
     ctx.advance(float("inf"))
-    step = peak_ctx[0] if peak_ctx[0] is not None else single
-    if i_peak < 0:  # the peak is the history's start: the blocks live at the end are the best account of it
-        at_peak = [(b.size, frame_of(b.frames), None) for b in h.blocks]
-    out = {"peak_allocated_bytes": peak, "peak_reserved_bytes": peak_res,
-           "at": MemoryAt(step=step, phase=peak_ctx[1], time_us=float(times[i_peak]) if i_peak >= 0 else None),
-           "top": group_live(at_peak, peak, top), "device": h.device, "device_type": "cuda",
-           "steps": step_values(times, alloc, init_alloc, ctx.starts), "oom": oom,
-           "series": series_points(times, alloc, res) if n else None, "skipped_entries": h.skipped}
-    return out
+    return at_peak, peak_ctx, oom
 
 
 def _oom(e: Any, live: dict[int, tuple[int, str, str | None]], allocated: int, reserved: int, ctx: _Context,
@@ -285,27 +296,35 @@ def find_snapshots(path: str, selection: Selection | None = None, problems: list
         found = [SnapshotFile(root, rank_from_name(root), None, None, os.path.basename(root).startswith("oom-"))] \
             if root.endswith(memsnap.SUFFIX) else []
     elif os.path.isdir(root):
-        found = []
-        for folder in walk(root, links="skip", skip=lambda n: n.startswith(".")):
-            files = [e for e in folder.entries if e.kind == "file" and e.name.endswith(memsnap.SUFFIX)]
-            if not files:
-                continue
-            windows = _windows(folder.path, folder.names, problems)
-            rank = rank_of_dir(folder.path) if MANIFEST in folder.names else None
-            for ent in files:
-                rec = windows.get(ent.name)
-                m = _WINDOW.match(ent.name)
-                steps = list(rec.steps) if rec is not None else ([int(m.group(1)), int(m.group(2))] if m else None)
-                found.append(SnapshotFile(ent.path, rec.rank if rec is not None else
-                                          (rank if rank is not None else rank_from_name(ent.path)),
-                                          rec.role if rec is not None else None, steps,
-                                          (rec is not None and rec.stopped_by == OOM_STOP)
-                                          or ent.name.startswith("oom-")))
+        found = _in_folders(root, problems)
     else:
         return []
     return [f for f in sorted(found, key=lambda f: f.path)
             if (f.rank is None or sel.rank_ok(f.rank)) and (f.role is None or sel.role_ok(f.role))
             and sel.window_ok(f.steps)]
+
+
+def _in_folders(root: str, problems: list[Problem] | None) -> list[SnapshotFile]:
+    from distprof.trace.listing import rank_from_name  # (see find_snapshots)
+
+    found = []
+    for folder in walk(root, links="skip", skip=lambda n: n.startswith(".")):
+        files = [e for e in folder.entries if e.kind == "file" and e.name.endswith(memsnap.SUFFIX)]
+        if not files:
+            continue
+        windows = _windows(folder.path, folder.names, problems)
+        rank = rank_of_dir(folder.path) if MANIFEST in folder.names else None
+        for ent in files:
+            rec = windows.get(ent.name)
+            m = _WINDOW.match(ent.name)
+            steps = list(rec.steps) if rec is not None else ([int(m.group(1)), int(m.group(2))] if m else None)
+            if rec is not None:
+                found.append(SnapshotFile(ent.path, rec.rank, rec.role, steps, rec.stopped_by == OOM_STOP
+                                          or ent.name.startswith("oom-")))
+            else:
+                found.append(SnapshotFile(ent.path, rank if rank is not None else rank_from_name(ent.path), None,
+                                          steps, ent.name.startswith("oom-")))
+    return found
 
 
 def _windows(d: str, names: list[str], problems: list[Problem] | None) -> dict[str, Any]:

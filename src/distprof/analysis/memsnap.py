@@ -138,7 +138,8 @@ def _int(v: Any) -> int | None:
 def _entry(e: Any) -> Entry | None:
     if not isinstance(e, dict):
         return None
-    action = _ACTIONS.get(e.get("action")) if isinstance(e.get("action"), str) else None
+    name = e.get("action")
+    action = _ACTIONS.get(name) if isinstance(name, str) else None
     size = _int(e.get("size"))
     if action is None or size is None or size < 0:
         return None
@@ -164,7 +165,27 @@ def parse(obj: Any, path: str = "<snapshot>") -> list[DeviceHistory]:
     def dev(d: int) -> DeviceHistory:
         return devices.setdefault(d, DeviceHistory(d))
 
-    for d, trace in enumerate(obj.get("device_traces", [])):
+    _traces(obj.get("device_traces", []), dev)
+    for seg in obj.get("segments", []):
+        if isinstance(seg, dict):
+            d = _int(seg.get("device"))
+            _segment(seg, dev(d if d is not None and d >= 0 else 0))
+    notes = obj.get("external_annotations")
+    for a in notes if isinstance(notes, list) else []:
+        if not isinstance(a, dict):
+            continue
+        t, stage, name, d = a.get("time_us"), a.get("stage"), a.get("name"), _int(a.get("device"))
+        if isinstance(t, (int, float)) and type(t) is not bool and t == t and stage in ("START", "END") \
+                and isinstance(name, str):
+            for h in (list(devices.values()) if d is None else [dev(d)]):
+                h.annotations.append((float(t), stage, name[:200]))
+    for h in devices.values():
+        h.annotations.sort(key=lambda a: a[0])
+    return [devices[d] for d in sorted(devices)]
+
+
+def _traces(traces: list, dev: Any) -> None:
+    for d, trace in enumerate(traces):
         if not isinstance(trace, list):
             dev(d).skipped += 1
             continue
@@ -178,35 +199,22 @@ def parse(obj: Any, path: str = "<snapshot>") -> list[DeviceHistory]:
             else:
                 h.entries.append(x)
         h.entries.sort(key=lambda x: x.time_us)  # (stable: torch writes them in order already)
-    for seg in obj.get("segments", []):
-        if not isinstance(seg, dict):
+
+
+def _segment(seg: dict, h: DeviceHistory) -> None:
+    total = _int(seg.get("total_size"))
+    if total is not None and total >= 0:
+        h.reserved_end += total
+    blocks = seg.get("blocks")
+    for b in blocks if isinstance(blocks, list) else []:
+        if not isinstance(b, dict) or b.get("state") not in _LIVE_STATES:
             continue
-        d = _int(seg.get("device"))
-        h = dev(d if d is not None and d >= 0 else 0)
-        total = _int(seg.get("total_size"))
-        if total is not None and total >= 0:
-            h.reserved_end += total
-        blocks = seg.get("blocks")
-        for b in blocks if isinstance(blocks, list) else []:
-            if not isinstance(b, dict) or b.get("state") not in _LIVE_STATES:
-                continue
-            size, addr = _int(b.get("size")), _int(b.get("address"))
-            if size is None or size < 0:
-                h.skipped += 1
-                continue
-            frames = b.get("frames")
-            h.blocks.append(Block(addr if addr is not None else -1, size, frames if isinstance(frames, list) else []))
-    notes = obj.get("external_annotations")
-    for a in notes if isinstance(notes, list) else []:
-        if not isinstance(a, dict):
+        size, addr = _int(b.get("size")), _int(b.get("address"))
+        if size is None or size < 0:
+            h.skipped += 1
             continue
-        t, stage, name, d = a.get("time_us"), a.get("stage"), a.get("name"), _int(a.get("device"))
-        if type(t) in (int, float) and t == t and stage in ("START", "END") and isinstance(name, str):
-            for h in (devices.values() if d is None else [dev(d)]):
-                h.annotations.append((float(t), stage, name[:200]))
-    for h in devices.values():
-        h.annotations.sort(key=lambda a: a[0])
-    return [devices[d] for d in sorted(devices)]
+        frames = b.get("frames")
+        h.blocks.append(Block(addr if addr is not None else -1, size, frames if isinstance(frames, list) else []))
 
 
 def read(path: str, max_bytes: int = MAX_SNAPSHOT_BYTES) -> list[DeviceHistory]:

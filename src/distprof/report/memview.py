@@ -91,7 +91,7 @@ def memory_section(rows: Sequence[MemoryRow] | None) -> Section:
     for r in rows[:32]:
         who = f"{_who(r)} ({r.source})"
         f.add_trace(_trace(r, "allocated", f"{who} allocated"))
-        if any(r.series.get("reserved", [])):
+        if any((r.series or {}).get("reserved", [])):
             f.add_trace(_trace(r, "reserved", f"{who} reserved", "dash"))
     s.figures.append(f)
     return s

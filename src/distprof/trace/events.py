@@ -1,8 +1,8 @@
 """The events a trace is decoded into: msgspec structs with ``gc=False``, and the decoders built once.
 
 - :class:`Event`: every field of the Trace Event Format (``open_trace(path)``, merge);
-- :class:`LeanEvent` and its phases (:class:`Complete`, :class:`Meta`, :class:`Instant`, :class:`Unread`), the tagged union
-  :data:`Lean`: what a :class:`~distprof.trace.table.TraceTable` reads (``open_trace(path, lean=True)``);
+- :class:`LeanEvent` and its phases (:class:`Complete`, :class:`Meta`, :class:`Instant`, :class:`Unread`), the tagged
+  union :data:`Lean`: what a :class:`~distprof.trace.table.TraceTable` reads (``open_trace(path, lean=True)``);
 - :class:`Head`: the document's keys other than ``traceEvents`` that reading uses.
 
 Times are bounded (:data:`Time`, :data:`Duration`) and ids fit int64 (:data:`Int64`): an event outside

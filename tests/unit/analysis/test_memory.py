@@ -12,7 +12,7 @@ from distprof.analysis import memory, memsnap
 from distprof.analysis.memory import BEFORE, from_snapshot, oom_lines
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "jobs"))
-from memsnap_standin import Builder, frame, write  # noqa: E402
+from memsnap_standin import Builder, frame, write
 
 TORCH = frame("/venv/lib/python3.11/site-packages/torch/nn/functional.py", 2000, "linear")
 F1 = [TORCH, frame("/app/model.py", 42, "forward"), frame("/app/train.py", 9, "main")]
@@ -55,7 +55,8 @@ def test_peak_moment_top_and_steps_by_hand():
     assert r["peak_reserved_bytes"] == 4096
     assert (r["at"].step, r["at"].phase) == (2, "backward")
     tops = {(t.frame, t.phase): (t.bytes, t.blocks) for t in r["top"]}
-    assert tops == {("app/model.py:42 forward", "forward"): (400, 2), ("app/loss.py:7 backward_hook", "backward"): (50, 1)}
+    assert tops == {("app/model.py:42 forward", "forward"): (400, 2),
+                    ("app/loss.py:7 backward_hook", "backward"): (50, 1)}
     assert [(s.step, s.allocated_bytes) for s in r["steps"]] == [(1, 0), (2, 100), (3, 400)]
     assert max(r["series"]["allocated"]) == 450
 

@@ -19,7 +19,7 @@ from distprof.rundir.layout import MANIFEST, rank_dir, window_file_name
 from distprof.rundir.manifest import FileEntry, WindowRecord, encode_record
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "jobs"))
-from memsnap_standin import Builder, frame, write  # noqa: E402
+from memsnap_standin import Builder, frame, write
 
 MB = 1_000_000
 

@@ -14,7 +14,7 @@ from distprof.analysis import memsnap
 from distprof.analysis.memory import from_snapshot
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "jobs"))
-from memsnap_standin import Builder, frame  # noqa: E402
+from memsnap_standin import Builder, frame
 
 
 def _good() -> bytes:

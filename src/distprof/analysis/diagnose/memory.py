@@ -14,6 +14,7 @@ reported whenever they fire, after the findings that cost time.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from distprof.analysis.diagnose.common import Finding, Job, Plot
@@ -53,7 +54,7 @@ def memory_leak(job: Job) -> list[Finding]:
             continue
         vals = [v for _, v in pts]
         grown = vals[-1] - vals[0]
-        if any(b < a for a, b in zip(vals, vals[1:])) or grown < LEAK_MIN_BYTES or grown < LEAK_MIN_SHARE * vals[0]:
+        if any(b < a for a, b in pairwise(vals)) or grown < LEAK_MIN_BYTES or grown < LEAK_MIN_SHARE * vals[0]:
             continue
         span = pts[-1][0] - pts[0][0]
         per_step = grown / span if span > 0 else float(grown)
