@@ -172,3 +172,20 @@ def test_history_before_the_window_is_its_own_group(tmp_path):
     (row,) = analyze.summary_result(str(tmp_path)).memory
     assert row.peak_allocated_bytes == 80 * MB
     assert [(t.frame, t.bytes) for t in row.top] == [(BEFORE, 70 * MB), ("job/train.py:30 step", 10 * MB)]
+
+
+def test_memory_events_read_the_same_split_across_workers(traces):
+    """One file decoded in runs by worker processes keeps every [memory] event, in file order."""
+    import numpy as np
+
+    from distprof.analysis.parallel import SplitPool
+    from distprof.trace.reader import TraceStream
+    from distprof.trace.table import TraceTable
+
+    path = str(traces / "leak" / "rank0.pt.trace.json")
+    whole = TraceTable.read(TraceStream(path, lean=True, batch_bytes=4 << 10))
+    with SplitPool(2) as pool:
+        t = TraceStream(path, lean=True, batch_bytes=4 << 10)
+        split = TraceTable.read(t, pool=pool)
+    assert t._deferred >= 2 and whole.mem.shape[0] > 30
+    assert np.array_equal(whole.mem, split.mem) and np.array_equal(whole.mem_ts, split.mem_ts)
