@@ -452,7 +452,8 @@ def diagnosis_result(inv: Investigation) -> DiagnoseResult:
     seen = diagnose_mod.analysed(inv)
     env = inv.envelope()
     return DiagnoseResult(findings=diagnose_mod.diagnose(inv), analysed=seen, thresholds=diagnose_mod.THRESHOLDS,
-                          **{**env, "warnings": env["warnings"] + seen.caveats})
+                          **{**env, "warnings": env["warnings"] + seen.caveats,
+                             "files_read": inv.summary.files_read})  # (memory snapshots read count too)
 
 
 def diagnosis(inv: Investigation) -> dict[str, Any]:

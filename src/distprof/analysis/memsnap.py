@@ -96,7 +96,7 @@ def loads(data: bytes, path: str = "<bytes>") -> Any:
         raise _error(path, f"not a memory snapshot ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
     """One allocator trace entry, as the answers use it."""
     action: int
@@ -107,7 +107,7 @@ class Entry:
     device_free: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     """A block live when the snapshot was taken."""
     addr: int

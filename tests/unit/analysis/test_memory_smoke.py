@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "jobs"))
-from memsnap_standin import Builder, frame, write  # noqa: E402
+from memsnap_standin import Builder, frame, write
 
 SMOKE = Path(__file__).resolve().parents[3] / "benchmarks" / "gpu_smoke.py"
 

@@ -139,8 +139,12 @@ def test_snapshot_run_summary_and_diagnose(snap_run):
     assert (oom.oom.at.step, oom.oom.at.phase) == (6, "forward")
     assert oom.oom.lines[0].startswith("at the OOM (step 6, in forward), 300.0 MB allocated")
     assert s.files_read == 2 and s.errors == []
-    ids = [f.id for f in analyze.diagnose_result(str(snap_run)).findings]
-    assert ids.count("memory_leak") == 2 and ids.count("oom") == 1  # (both files hold the growing history)
+    d = analyze.diagnose_result(str(snap_run))
+    ids = [f.id for f in d.findings]
+    assert ids.count("memory_leak") == 1 and ids.count("oom") == 1  # (one per rank, over both files' steps)
+    assert d.files_read == 2 and d.thresholds["memory_leak"]["min_growth_bytes"] == 16 << 20
+    r = CliRunner().invoke(app, ["diagnose", str(snap_run)])
+    assert r.exit_code == 0 and "oom  costs" in r.output and "the request was 5.0 GB" in r.output.replace("\n", " ")
     doc = analyze.summary(str(snap_run))
     assert set(doc["memory"][0]) >= {"role", "rank", "peak_allocated_bytes", "peak_reserved_bytes", "at", "top"}
     assert set(doc["memory"][0]["at"]) >= {"step", "phase"}

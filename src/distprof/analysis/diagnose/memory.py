@@ -2,7 +2,8 @@
 ``oom``. See :mod:`distprof.analysis.diagnose`. Neither costs step time (``cost_us`` 0: memory is not time); they are
 reported whenever they fire, after the findings that cost time.
 
-- ``memory_leak``: a rank's allocated memory at step boundaries (each step's start) grows across at least
+- ``memory_leak`` (one finding per rank, source and device, over all its files' step values): a rank's allocated
+  memory at step boundaries (each step's start) grows across at least
   :data:`LEAK_MIN_STEPS` boundaries, never falling from one boundary to the next, by at least
   :data:`LEAK_MIN_BYTES` in all and at least :data:`LEAK_MIN_SHARE` of what was allocated at the first boundary.
   A job whose memory settles (optimizer state made at the first step, then flat) does not fire: only a rise at every
@@ -46,10 +47,22 @@ def _names(r: MemoryRow) -> list[str]:
     return [t.frame or t.phase or "" for t in r.top if t.frame != BEFORE and (t.frame or t.phase)][:3]
 
 
+def _per_rank(rows: list[MemoryRow]) -> list[tuple[MemoryRow, list[tuple[int, int]]]]:
+    """One entry per rank, source and device: the row with the highest peak, and the step values of all its rows
+    (several windows' snapshots of one rank overlap; a later file's value for a step wins)."""
+    groups: dict[tuple, list[MemoryRow]] = {}
+    for r in rows:
+        groups.setdefault((r.role, r.rank if r.rank is not None else r.path, r.source, r.device), []).append(r)
+    out = []
+    for rs in groups.values():
+        steps = {s.step: s.allocated_bytes for r in rs for s in r.steps}
+        out.append((max(rs, key=lambda r: r.peak_allocated_bytes), sorted(steps.items())))
+    return out
+
+
 def memory_leak(job: Job) -> list[Finding]:
     out = []
-    for r in _rows(job):
-        pts = sorted((s.step, s.allocated_bytes) for s in r.steps)
+    for r, pts in _per_rank(_rows(job)):
         if len(pts) < LEAK_MIN_STEPS:
             continue
         vals = [v for _, v in pts]
@@ -93,7 +106,7 @@ def oom(job: Job) -> list[Finding]:
                "cut what the phase holding the most keeps live: smaller micro-batches, activation checkpointing, "
                "optimizer state sharded (FSDP / ZeRO), or, when reserved far exceeds allocated, "
                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation")
-        out.append(Finding(id="oom", claim=f"{_who(r)}: " + " ".join(o.lines), cost_us=0.0, cost_share=None,
+        out.append(Finding(id="oom", claim=f"{_who(r)}: " + ". ".join(o.lines), cost_us=0.0, cost_share=None,
                            evidence=FindingEvidence(role=r.role, ranks=[r.rank] if r.rank is not None else [r.path],
                                                     steps=[o.at.step] if o.at.step is not None else [],
                                                     names=[n for n in [o.frame, *o.by_phase] if n][:4],
