@@ -133,6 +133,7 @@ class Run:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
     tasks: list[dict[str, Any]] = field(default_factory=list)  # busy intervals from Ray's task timelines (rlsteps)
+    workers: int | None = None  # the processes reading files (memory snapshots are read after the traces)
 
     def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
         return [(r.info, r.parts[name]) for r in self.files]
@@ -188,7 +189,7 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
         raise nothing_read(f"{path}: no readable trace ({why})" if why
                            else f"{path}: no trace files (*.json, *.json.gz) found",
                            problems)
-    run = Run(path, selection)
+    run = Run(path, selection, workers=workers)
     run.errors += problems
     run.tasks = _timeline_tasks(timelines)
     files = []
@@ -294,7 +295,7 @@ def _summary_of(run: Run, top: int | None, peak_tflops: float | None = None) -> 
     # Memory answers: profile_memory traces' [memory] events and the path's allocator snapshots (read here)
     snaps = memory.find_snapshots(run.path, run.selection, run.errors)
     errors = len(run.errors)
-    mem = memory.rows(memtrace.combine(run.pairs("memory")), snaps, run.errors)
+    mem = memory.rows(memtrace.combine(run.pairs("memory")), snaps, run.errors, run.workers)
     if mem:  # the key only where the traces or snapshots allow
         out.memory = mem
     out = _finish(run, out)
@@ -312,7 +313,7 @@ def read_with_snapshots(path: str, names: Iterable[str], selection: Selection | 
     except TraceError:
         if not memory.find_snapshots(path, selection):
             raise
-        return Run(path, selection or Selection())
+        return Run(path, selection or Selection(), workers=workers)
 
 
 def _stragglers_of(run: Run, top: int | None) -> StragglersResult:

@@ -38,12 +38,14 @@ import numpy as np
 
 from distprof.analysis import memsnap
 from distprof.analysis.memsnap import ALLOC, FREE, OOM, SEG_ALLOC, SEG_FREE, DeviceHistory, SnapshotError
+from distprof.analysis.parallel import map_files
 from distprof.analysis.records_mem import MemoryAt, MemoryOom, MemoryRow, MemoryStep, MemoryTop
 from distprof.rundir.layout import MANIFEST, is_url, rank_of_dir
 from distprof.rundir.manifest import MANIFEST_LIMIT, read_manifest
 from distprof.rundir.manifest import OOM as OOM_STOP
 from distprof.rundir.walk import walk
 from distprof.trace.selection import Selection
+from distprof.trace.source import TraceError
 from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
@@ -340,29 +342,40 @@ def _windows(d: str, names: list[str], problems: list[Problem] | None) -> dict[s
     return {entry.path.rsplit("/", 1)[-1]: rec for rec in recs for entry in rec.files}
 
 
-def snapshot_rows(files: list[SnapshotFile], problems: list[Problem]) -> list[MemoryRow]:
-    """The rows of every snapshot file (one per device with a history or live blocks); files that cannot be read
-    are appended to ``problems``."""
+def file_rows(f: SnapshotFile, on_read: Any = None) -> list[MemoryRow]:
+    """One snapshot file's rows (one per device with a history or live blocks); a file that cannot be read raises
+    a TraceError of its one line (runs in a worker: :func:`~.parallel.map_files` makes it the file's problem)."""
+    try:
+        devices = memsnap.read(f.path)
+    except SnapshotError as e:
+        raise TraceError(str(e)) from None
     out = []
-    for f in files:
-        try:
-            devices = memsnap.read(f.path)
-        except SnapshotError as e:
-            problems.append(e.problem())
+    for h in devices:
+        if not h.entries and not h.blocks:
             continue
-        for h in devices:
-            if not h.entries and not h.blocks:
-                continue
-            fields = from_snapshot(h, f.steps, f.oom)
-            skipped = fields.pop("skipped_entries")
-            if skipped:
-                logger.warning("%s: %d allocator trace entries of the wrong shape skipped", f.path, skipped)
-            out.append(MemoryRow(role=f.role, rank=f.rank, path=f.path, source="snapshot", window=f.steps, **fields))
+        fields = from_snapshot(h, f.steps, f.oom)
+        skipped = fields.pop("skipped_entries")
+        if skipped:
+            logger.warning("%s: %d allocator trace entries of the wrong shape skipped", f.path, skipped)
+        out.append(MemoryRow(role=f.role, rank=f.rank, path=f.path, source="snapshot", window=f.steps, **fields))
     return out
 
 
-def rows(trace_rows: list[MemoryRow], files: list[SnapshotFile], problems: list[Problem]) -> list[MemoryRow]:
+def snapshot_rows(files: list[SnapshotFile], problems: list[Problem], workers: int | None = None) -> list[MemoryRow]:
+    """The rows of every snapshot file, read in parallel (``workers`` processes; each holds about 3x its file at
+    peak); files that cannot be read are appended to ``problems``."""
+    out: list[MemoryRow] = []
+    for r in map_files(file_rows, files, workers=workers):  # type: ignore[arg-type]  # (any object with .path)
+        if isinstance(r, Problem):
+            problems.append(r)
+        else:
+            out += r
+    return out
+
+
+def rows(trace_rows: list[MemoryRow], files: list[SnapshotFile], problems: list[Problem],
+         workers: int | None = None) -> list[MemoryRow]:
     """``summary``'s ``memory``: the traces' rows and the snapshots', by role, rank and path."""
-    out = trace_rows + snapshot_rows(files, problems)
+    out = trace_rows + snapshot_rows(files, problems, workers)
     out.sort(key=lambda r: (str(r.role or ""), r.rank if r.rank is not None else -1, r.source, r.path))
     return out
