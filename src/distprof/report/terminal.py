@@ -162,6 +162,9 @@ def summary(console: Console, s: SummaryResult) -> None:
     note = scope_note(s)
     if note is not None:
         say(console, note)
+    if not s.ranks and s.memory:  # memory snapshots alone (no trace): their answers are all there is
+        memory_tables(console, s)
+        return
     _top_tables(console, s)
     _device_ranks(console, s.ranks)
     _host_ranks(console, s.ranks)
