@@ -8,10 +8,12 @@ wrong with the file is a :class:`SnapshotError`, one line naming the file (the v
 or 2 when nothing could be read).
 
 Why the C unpickler and not a streaming walk (``pickletools.genops`` building one trace entry at a time): on a
-synthetic 206 MB snapshot (``benchmarks/bench_memsnap.py``; docs/analysis.md, "Memory", has the figures), merely
-iterating the opcodes with genops, before building anything, took 7x as long as the C unpickler's whole load, and a
-walk that also emulates the memo (torch's pickles share frame dicts and key strings through it) would keep most of
-what the load keeps. The load's peak memory is bounded by the file-size limit (about 5x the file on that snapshot).
+synthetic 200 MB snapshot (``benchmarks/bench_memsnap.py``; docs/analysis.md, "Memory", has the figures), merely
+iterating the opcodes with genops, before building anything, took 12x as long as the C unpickler's whole load
+(59 s against 4.9 s), and a walk that gives the answers must also emulate the memo (torch's pickles share frame
+dicts and key strings through it). The price is memory: the load peaks at about 8x the file (+1.57 GB for 200 MB),
+so the file-size limit (:data:`MAX_SNAPSHOT_BYTES`, 2 GiB) is what bounds it; the trace lists are consumed as they
+are converted, so parsing adds nothing to that peak.
 
 The format is torch's (``tests/jobs/memsnap_standin.py`` cites the sources): :func:`parse` turns the loaded object
 into :class:`DeviceHistory` records, checking every field it uses; an entry of the wrong shape is skipped and
@@ -34,7 +36,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MAX_SNAPSHOT_BYTES", "SUFFIX", "DeviceHistory", "SnapshotError", "load", "parse", "read"]
 
 SUFFIX = ".memory.pickle"
-MAX_SNAPSHOT_BYTES = 8 << 30  # a bigger file is refused before it is read (its load would need ~5x in memory)
+MAX_SNAPSHOT_BYTES = 2 << 30  # a bigger file is refused before it is read (its load needs about 8x in memory)
 
 # Allocator actions and what they change: allocated (alloc / free_completed) or reserved (segment_*).
 ALLOC, FREE, SEG_ALLOC, SEG_FREE, OOM, OTHER = range(6)
@@ -155,7 +157,8 @@ def _entry(e: Any) -> Entry | None:
 
 
 def parse(obj: Any, path: str = "<snapshot>") -> list[DeviceHistory]:
-    """The devices of a loaded snapshot (those with a trace or a segment), checked field by field."""
+    """The devices of a loaded snapshot (those with a trace or a segment), checked field by field. The
+    ``device_traces`` lists are consumed (emptied) as their entries are converted."""
     if not isinstance(obj, dict) or not isinstance(obj.get("segments", []), list) or \
             not isinstance(obj.get("device_traces", []), list) or \
             ("segments" not in obj and "device_traces" not in obj):
@@ -192,8 +195,9 @@ def _traces(traces: list, dev: Any) -> None:
         if not trace:
             continue
         h = dev(d)
-        for e in trace:
-            x = _entry(e)
+        trace.reverse()
+        while trace:  # consumed as it is converted: each entry's dict is freed once its Entry exists (peak memory)
+            x = _entry(trace.pop())
             if x is None:
                 h.skipped += 1
             else:

@@ -29,26 +29,26 @@ CUDA, CPU = 1, 0
 _DEVICE_TYPE = {CUDA: "cuda", CPU: "cpu"}
 
 
-class _Phases:
-    """The annotation ranges of a table (steps left out), to ask which is innermost at a moment."""
-
-    def __init__(self, tb: TraceTable) -> None:
-        idx = np.flatnonzero(tb.kind == Kind.ANNOTATION)
-        order = np.argsort(tb.ts[idx], kind="stable")
-        self.idx = idx[order]
-        self.ts, self.end = tb.ts[self.idx], tb.end[self.idx]
-        self.tb = tb
-
-    def at(self, t: float) -> str | None:
-        """The innermost (latest-starting) annotation open at ``t``."""
-        k = int(np.searchsorted(self.ts, t, side="right"))
-        if k == 0:
-            return None
-        open_ = np.flatnonzero(self.end[:k] >= t)
-        if open_.size == 0:
-            return None
-        j = self.idx[open_[-1]]
-        return self.tb.names[self.tb.name[j]]
+def phases_at(tb: TraceTable, times: np.ndarray) -> list[str | None]:
+    """For each of the ascending ``times``, the innermost (latest-starting) annotation open then (steps are not
+    annotations here), on any thread: one sweep, O(events + annotations). A range popped for having ended before
+    one moment is ended for every later one, so the stack's top, once ended ranges are popped, is the latest-starting
+    open range."""
+    idx = np.flatnonzero(tb.kind == Kind.ANNOTATION)
+    idx = idx[np.argsort(tb.ts[idx], kind="stable")]
+    starts, ends = tb.ts[idx].tolist(), tb.end[idx].tolist()
+    names = [tb.names[n] for n in tb.name[idx].tolist()]
+    out: list[str | None] = []
+    stack: list[int] = []
+    i, m = 0, len(starts)
+    for t in times.tolist():
+        while i < m and starts[i] <= t:
+            stack.append(i)
+            i += 1
+        while stack and ends[stack[-1]] < t:
+            stack.pop()
+        out.append(names[stack[-1]] if stack else None)
+    return out
 
 
 def _step_at(tb: TraceTable, t: float) -> int | None:
@@ -84,18 +84,17 @@ def extract(tb: TraceTable) -> dict[str, Any] | None:
     alloc, res, nbytes, addr = m[:, 0], m[:, 1], m[:, 2], m[:, 3]
     initial = int(alloc[0] - nbytes[0])  # before the first event
     i_peak = int(np.argmax(alloc))
-    phases = _Phases(tb)
+    phase = phases_at(tb, times[:i_peak + 1])
     live: dict[int, tuple[int, str | None, str | None]] = {}
-    for i in range(i_peak + 1):
-        b = int(nbytes[i])
+    for i, (b, a) in enumerate(zip(nbytes[:i_peak + 1].tolist(), addr[:i_peak + 1].tolist(), strict=True)):
         if b > 0:
-            live[int(addr[i])] = (b, None, phases.at(float(times[i])))
+            live[a] = (b, None, phase[i])
         elif b < 0:
-            live.pop(int(addr[i]), None)
+            live.pop(a, None)
     t_peak = float(times[i_peak])
     starts = [(int(num), float(start)) for start, _end, num in tb.steps.tolist()]
     row = {"peak_allocated_bytes": int(alloc[i_peak]), "peak_reserved_bytes": int(res.max()),
-           "at": MemoryAt(step=_step_at(tb, t_peak), phase=phases.at(t_peak), time_us=round(t_peak, 3)),
+           "at": MemoryAt(step=_step_at(tb, t_peak), phase=phase[i_peak], time_us=round(t_peak, 3)),
            "top": memory.group_live(live.values(), int(alloc[i_peak])), "device": dev[1],
            "device_type": _DEVICE_TYPE.get(dev[0], str(dev[0])),
            "steps": memory.step_values(times, alloc, initial, sorted(starts, key=lambda s: s[1])),

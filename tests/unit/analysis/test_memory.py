@@ -150,3 +150,19 @@ def test_load_refuses_globals_and_junk(tmp_path):
     write(str(p), Builder().snapshot())
     with pytest.raises(memsnap.SnapshotError, match="over the 10-byte limit"):
         memsnap.load(str(p), max_bytes=10)
+
+
+def test_phases_at_is_the_innermost_open_annotation_by_hand():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from distprof.analysis.memtrace import phases_at
+    from distprof.trace.vocab import Kind
+
+    # outer [0, 100], inner [10, 20], later [30, 40] (inside outer), a kernel [5, 50] that is no annotation
+    ts, end = np.array([0.0, 10.0, 30.0, 5.0]), np.array([100.0, 20.0, 40.0, 50.0])
+    kind = np.array([Kind.ANNOTATION, Kind.ANNOTATION, Kind.ANNOTATION, Kind.KERNEL], dtype=np.int8)
+    tb = SimpleNamespace(kind=kind, ts=ts, end=end, name=np.array([0, 1, 2, 3]), names=["outer", "inner", "later", "k"])
+    got = phases_at(tb, np.array([-1.0, 0.0, 15.0, 20.0, 25.0, 35.0, 45.0, 100.0, 101.0]))
+    assert got == [None, "outer", "inner", "inner", "outer", "later", "outer", "outer", None]
