@@ -362,7 +362,7 @@ def file_rows(f: SnapshotFile, on_read: Any = None) -> list[MemoryRow]:
 
 
 def snapshot_rows(files: list[SnapshotFile], problems: list[Problem], workers: int | None = None) -> list[MemoryRow]:
-    """The rows of every snapshot file, read in parallel (``workers`` processes; each holds about 3x its file at
+    """The rows of every snapshot file, read in parallel (``workers`` processes; each holds about 8x its file at
     peak); files that cannot be read are appended to ``problems``."""
     out: list[MemoryRow] = []
     for r in map_files(file_rows, files, workers=workers):  # type: ignore[arg-type]  # (any object with .path)
