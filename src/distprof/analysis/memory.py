@@ -44,6 +44,7 @@ from distprof.rundir.layout import MANIFEST, is_url, rank_of_dir
 from distprof.rundir.manifest import MANIFEST_LIMIT, read_manifest
 from distprof.rundir.manifest import OOM as OOM_STOP
 from distprof.rundir.walk import walk
+from distprof.trace.listing import rank_from_name
 from distprof.trace.selection import Selection
 from distprof.trace.source import TraceError
 from distprof.util.problem import Problem
@@ -288,8 +289,6 @@ def find_snapshots(path: str, selection: Selection | None = None, problems: list
                    ) -> list[SnapshotFile]:
     """``*.memory.pickle`` files under a local ``path`` (a file or a folder; a URL: none), each with its rank, role,
     window steps and whether an OOM wrote it (the manifest's ``stopped_by: oom``, or an ``oom-`` name)."""
-    from distprof.trace.listing import rank_from_name  # (trace sits beside analysis: no cycle, no heavy import)
-
     sel = selection or Selection()
     if is_url(path):
         return []
@@ -307,8 +306,6 @@ def find_snapshots(path: str, selection: Selection | None = None, problems: list
 
 
 def _in_folders(root: str, problems: list[Problem] | None) -> list[SnapshotFile]:
-    from distprof.trace.listing import rank_from_name  # (see find_snapshots)
-
     found = []
     for folder in walk(root, links="skip", skip=lambda n: n.startswith(".")):
         files = [e for e in folder.entries if e.kind == "file" and e.name.endswith(memsnap.SUFFIX)]

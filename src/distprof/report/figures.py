@@ -33,7 +33,7 @@ from distprof.analysis.records import (
     WaitPair,
 )
 from distprof.analysis.records_diag import DiffResult, DiffRow
-from distprof.report import memview, rltimeline, tops
+from distprof.report import memplot, rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
 from distprof.report.base import fig as _fig
@@ -561,7 +561,7 @@ def sections(inv: Investigation, diff: DiffResult | None = None, a: str = "", b:
     out = [step_time(inv.steps), phases(inv.steps, inv.files),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
            tops.kernels(inv), tops.ops(inv), idle(inv.summary), rltimeline.rl_timeline(inv.steps),
-           memview.memory_section(inv.summary.memory or None)]
+           memplot.memory_section(inv.summary.memory or None)]
     if diff is not None:
         out.append(diff_section(diff, a, b))
     return out
