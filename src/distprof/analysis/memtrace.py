@@ -4,9 +4,10 @@ The formulas are :mod:`.memory`'s. Per file (:func:`extract`, in a worker) the a
 only this file, and what goes back to the driver is small (the top groups, the step values, a thinned curve).
 
 The device: the CUDA device (``Device Type`` 1) with the most events, else the host (0: CPU allocations, all a
-CPU-only trace has; its ``Total Reserved`` is 0). A step is a ``ProfilerStep#N`` range; a phase the innermost other
-annotation (``distprof.annotate``, ``record_function``) open at the moment, on any thread. Blocks live at the peak are
-grouped by the phase open when each was allocated (a trace has no stacks).
+CPU-only trace has; its ``Total Reserved`` is 0). With a step selection (``--steps``, ``--steps-only``) only the
+events inside the chosen steps count. A step is a ``ProfilerStep#N`` range; a phase the innermost other annotation
+(``distprof.annotate``, ``record_function``) open at the moment, on any thread. Blocks live at the peak are grouped
+by the phase open when each was allocated (a trace has no stacks).
 """
 
 from __future__ import annotations
@@ -78,6 +79,16 @@ def extract(tb: TraceTable) -> dict[str, Any] | None:
     if dev is None:
         return None
     sel = (tb.mem[:, 4] == dev[0]) & (tb.mem[:, 5] == dev[1])
+    steps = tb.steps
+    if tb.by_step:  # the selection counts only the chosen steps: the events inside them
+        chosen = np.unique(tb.step[tb.scope & (tb.step >= 0)])
+        steps = tb.steps[chosen]
+        inside = np.zeros(sel.size, dtype=bool)
+        for start, end in steps[:, :2].tolist():
+            inside |= (tb.mem_ts >= start) & (tb.mem_ts <= end)
+        sel &= inside
+        if not sel.any():
+            return None
     times, m = tb.mem_ts[sel], tb.mem[sel]
     order = np.argsort(times, kind="stable")
     times, m = times[order], m[order]
@@ -92,7 +103,7 @@ def extract(tb: TraceTable) -> dict[str, Any] | None:
         elif b < 0:
             live.pop(a, None)
     t_peak = float(times[i_peak])
-    starts = [(int(num), float(start)) for start, _end, num in tb.steps.tolist()]
+    starts = [(int(num), float(start)) for start, _end, num in steps.tolist()]
     row = {"peak_allocated_bytes": int(alloc[i_peak]), "peak_reserved_bytes": int(res.max()),
            "at": MemoryAt(step=_step_at(tb, t_peak), phase=phase[i_peak], time_us=round(t_peak, 3)),
            "top": memory.group_live(live.values(), int(alloc[i_peak])), "device": dev[1],

@@ -193,3 +193,11 @@ def test_memory_events_read_the_same_split_across_workers(traces):
         split = TraceTable.read(t, pool=pool)
     assert t._deferred >= 2 and whole.mem.shape[0] > 30
     assert np.array_equal(whole.mem, split.mem) and np.array_equal(whole.mem_ts, split.mem_ts)
+
+
+def test_a_step_selection_counts_only_those_steps(traces):
+    path = str(traces / "leak")
+    (row,) = analyze.summary_result(path, analyze.Selection.of(steps="2")).memory
+    _, at = _by_hand(path + "/rank0.pt.trace.json")
+    assert [(s.step, s.allocated_bytes) for s in row.steps] == [x for x in at if x[0] == 2]
+    assert row.at.step == 2 and row.peak_allocated_bytes < analyze.summary_result(path).memory[0].peak_allocated_bytes
