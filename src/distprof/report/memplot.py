@@ -33,8 +33,8 @@ def memory_section(rows: Sequence[MemoryRow] | None) -> Section:
                 "survives the thinning to at most 240 points.")
     rows = [r for r in rows or [] if r.series and r.series.get("time_us")]
     if not rows:
-        s.note = ("No memory answers: capture with torch={'profile_memory': True} or backend='cuda_memory' for "
-                  "memory over time.")
+        s.note = ("No memory over time: no allocation history here (torch={'profile_memory': True} traces record "
+                  "it, and cuda_memory snapshots while memory history is on).")
         return s
     f = _fig("Memory over time (GB)", xaxis={"title": "ms"}, yaxis={"title": "GB"})
     for r in rows[:32]:

@@ -166,3 +166,55 @@ def test_phases_at_is_the_innermost_open_annotation_by_hand():
     tb = SimpleNamespace(kind=kind, ts=ts, end=end, name=np.array([0, 1, 2, 3]), names=["outer", "inner", "later", "k"])
     got = phases_at(tb, np.array([-1.0, 0.0, 15.0, 20.0, 25.0, 35.0, 45.0, 100.0, 101.0]))
     assert got == [None, "outer", "inner", "inner", "outer", "later", "outer", "outer", None]
+
+
+def test_series_thinning_keeps_each_buckets_largest_and_the_peak():
+    import numpy as np
+
+    times = np.arange(1000, dtype=np.float64)
+    alloc = (np.arange(1000) % 7).astype(np.int64) * 10
+    alloc[523] = 5000  # the peak, inside a bucket
+    s = memory.series_points(times, alloc, alloc * 2, n=10)
+    assert len(s["time_us"]) == 10 and 5000 in s["allocated"] and 523.0 in s["time_us"]
+    # each bucket of 100 events gives the largest value in it, at its time
+    assert s["allocated"][0] == 60 and s["time_us"][0] == 6.0 and s["reserved"][0] == 120
+    short = memory.series_points(times[:5], alloc[:5], alloc[:5])
+    assert short["allocated"] == [0, 10, 20, 30, 40]
+
+
+def test_group_live_by_hand():
+    live = [(100, "a.py:1 f", "fwd"), (50, "a.py:1 f", "fwd"), (70, "b.py:2 g", None), (10, "a.py:1 f", "bwd")]
+    got = [(t.frame, t.phase, t.bytes, t.blocks) for t in memory.group_live(live, total=300, top=3)]
+    # 300 - 230 = 70 bytes the blocks do not account for, a group of its own (ties by name)
+    assert got == [("a.py:1 f", "fwd", 150, 2), (BEFORE, None, 70, 0), ("b.py:2 g", None, 70, 1)]
+    assert memory.by_phase(live) == {"fwd": 150, "(no phase)": 70, "bwd": 10}
+
+
+def test_fmt_bytes():
+    assert [memory.fmt_bytes(v) for v in (None, 12, 1500, 61_200_000_000, 3.7e12)] == \
+        ["?", "12 B", "1.5 kB", "61.2 GB", "3.7 TB"]
+
+
+def _leak_findings(values: list[int]):
+    from types import SimpleNamespace
+
+    from distprof.analysis.diagnose.memory import memory_leak
+    from distprof.analysis.records_mem import MemoryAt, MemoryRow, MemoryStep
+
+    row = MemoryRow(role="r", rank=0, peak_allocated_bytes=max(values), peak_reserved_bytes=0,
+                    at=MemoryAt(step=None, phase=None), top=[], source="trace", path="p",
+                    steps=[MemoryStep(step=s, allocated_bytes=v) for s, v in enumerate(values, 1)])
+    return memory_leak(SimpleNamespace(inv=SimpleNamespace(summary=SimpleNamespace(memory=[row]))))
+
+
+def test_memory_leak_thresholds_by_hand():
+    from distprof.analysis.diagnose.memory import LEAK_MIN_BYTES
+
+    mib = 1 << 20
+    (f,) = _leak_findings([100 * mib, 110 * mib, 120 * mib])  # 20 MiB over 2 steps, 20% of the first
+    assert f.evidence.figures["per_step_bytes"] == 10 * mib and f.cost_us == 0
+    assert not _leak_findings([100 * mib, 110 * mib])  # two boundaries only
+    assert not _leak_findings([100 * mib, 130 * mib, 125 * mib, 140 * mib])  # falls once: it settles, no leak
+    assert not _leak_findings([0, LEAK_MIN_BYTES // 2, LEAK_MIN_BYTES - 1])  # under 16 MiB in all
+    assert not _leak_findings([1000 * mib, 1010 * mib, 1020 * mib])  # 20 MiB, but 2% of the first (< 5%)
+    assert _leak_findings([0, 8 * mib, LEAK_MIN_BYTES])  # exactly the thresholds
