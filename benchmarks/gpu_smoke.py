@@ -20,6 +20,10 @@ whole script runs in well under 2 minutes on an H100. Checks (all by default; na
   analytically (``summary``'s ``flops`` rows must equal them exactly).
 - ``oom`` (issue 18, item 12): a real CUDA out-of-memory error under ``backend: cuda_memory`` (allocate until
   the device is full, catch it, go on): the snapshot's manifest line and what ``check_run`` says of each file.
+  Issue 23: the memory answers of that real OOM snapshot (``summary``'s ``memory`` rows, :func:`check_memory_answers`,
+  which tests/unit/analysis/test_memory_smoke.py runs on a stand-in snapshot without a GPU): the peak at least what
+  was held, the request exactly the 2 GiB block that failed, a phase (the ``fill`` annotation, where torch records
+  annotations in snapshots) or the allocating frame named, and diagnose's ``oom`` finding.
 """
 
 from __future__ import annotations
@@ -231,8 +235,9 @@ def check_oom(out: str) -> None:
             if prof.global_step == 3:  # step 3: fill the device in 2 GiB blocks until CUDA says no
                 blocks = []
                 try:
-                    while len(blocks) < 4096:
-                        blocks.append(torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))
+                    with distprof.annotate("fill"):
+                        while len(blocks) < 4096:
+                            blocks.append(torch.empty(2 << 30, dtype=torch.uint8, device="cuda"))
                 except torch.cuda.OutOfMemoryError:
                     held = len(blocks) * 2
                 finally:
@@ -255,6 +260,38 @@ def check_oom(out: str) -> None:
     expect("oom: nothing unlisted", not [i for i in res.items if i.status == "unlisted"])
     expect("oom: the snapshot is ok as an OOM snapshot",
            any(i.status == "ok" and "out-of-memory snapshot" in i.detail for i in res.items))
+    check_memory_answers(run, request_bytes=2 << 30, held_bytes=(held or 0) << 30, phase="fill")
+
+
+def check_memory_answers(run: str, request_bytes: int, held_bytes: int = 0, phase: str | None = None) -> None:
+    """Issue 23's memory answers of an OOM snapshot under ``run`` (what ``summary`` and ``diagnose`` say), printed and
+    checked: an OOM row, its request exactly ``request_bytes``, the peak at least ``held_bytes``, ``phase`` (or, where
+    the snapshot holds no annotations, the allocating Python frame) named, and diagnose's ``oom`` finding."""
+    from distprof.analysis import analyze
+    from distprof.analysis.memory import NO_STACK, fmt_bytes
+
+    rows = analyze.summary_result(run).memory or []
+    for r in rows:
+        print(f"     memory rank {r.rank} ({r.source}): peak {fmt_bytes(r.peak_allocated_bytes)} allocated, "
+              f"{fmt_bytes(r.peak_reserved_bytes)} reserved, at step {r.at.step} phase {r.at.phase}; top: "
+              + "; ".join(f"{fmt_bytes(t.bytes)} {t.frame} [{t.phase}]" for t in r.top[:3]))
+        for line in r.oom.lines if r.oom else []:
+            print(f"     OOM: {line}")
+    ooms = [r for r in rows if r.oom is not None]
+    expect("memory: the OOM snapshot has an OOM answer", len(ooms) == 1, f"{len(rows)} rows")
+    if not ooms:
+        return
+    r, o = ooms[0], ooms[0].oom
+    assert o is not None
+    expect("memory: the request is the block that failed", o.request_bytes == request_bytes,
+           f"{fmt_bytes(o.request_bytes)}, expected {fmt_bytes(request_bytes)}")
+    expect("memory: the peak holds what was allocated", r.peak_allocated_bytes >= held_bytes,
+           f"peak {fmt_bytes(r.peak_allocated_bytes)}, held {fmt_bytes(held_bytes)}")
+    named = o.at.phase == phase if phase and r.at.phase is not None else bool(o.frame and o.frame != NO_STACK)
+    expect("memory: a phase (or, without annotations, the allocating frame) named", named,
+           f"phase {o.at.phase}, frame {o.frame}")
+    ids = [f.id for f in analyze.diagnose_result(run).findings]
+    expect("memory: diagnose has the oom finding", "oom" in ids, str(ids))
 
 
 CHECKS = {"cost": check_cost, "cost_big": lambda out: check_cost(out, big=True), "ddp": check_ddp, "oom": check_oom,

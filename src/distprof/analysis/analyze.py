@@ -28,6 +28,8 @@ from distprof.analysis import (
     breakdown,
     idle,
     launch,
+    memory,
+    memtrace,
     mfu,
     overlap,
     rlsteps,
@@ -81,6 +83,7 @@ __all__ = [
     "investigate",
     "nothing_read",
     "read",
+    "read_with_snapshots",
     "steps",
     "steps_result",
     "stragglers",
@@ -92,7 +95,7 @@ __all__ = [
 ANALYSES = {"summary": summary_mod, "temporal": temporal, "overlap": overlap, "breakdown": breakdown,
             "steps": steps_mod, "stragglers": stragglers_mod, "idle": idle, "launch": launch, "step_names": step_names,
             "timeline": timeline, "rlsteps": rlsteps, "mfu": mfu,
-            "collectives": collectives_mod}
+            "collectives": collectives_mod, "memory": memtrace}
 
 
 @dataclass
@@ -130,6 +133,7 @@ class Run:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what reading found about the files together (runs split, ...)
     tasks: list[dict[str, Any]] = field(default_factory=list)  # busy intervals from Ray's task timelines (rlsteps)
+    workers: int | None = None  # the processes reading files (memory snapshots are read after the traces)
 
     def pairs(self, name: str) -> list[tuple[FileInfo, Any]]:
         return [(r.info, r.parts[name]) for r in self.files]
@@ -185,7 +189,7 @@ def _read(path: str, names: Iterable[str], selection: Selection | None, workers:
         raise nothing_read(f"{path}: no readable trace ({why})" if why
                            else f"{path}: no trace files (*.json, *.json.gz) found",
                            problems)
-    run = Run(path, selection)
+    run = Run(path, selection, workers=workers)
     run.errors += problems
     run.tasks = _timeline_tasks(timelines)
     files = []
@@ -255,7 +259,7 @@ def _finish(run: Run, result: R) -> R:
 
 
 # What each verb's figures are made of: the per-file extracts its read runs.
-SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives")
+SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives", "memory")
 STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
@@ -288,7 +292,28 @@ def _summary_of(run: Run, top: int | None, peak_tflops: float | None = None) -> 
     coll = collectives_mod.combine(run.pairs("collectives"))
     if coll:  # the key only where the traces hold collectives
         out.collectives = coll
-    return _finish(run, out)
+    # Memory answers: profile_memory traces' [memory] events and the path's allocator snapshots (read here)
+    snaps = memory.find_snapshots(run.path, run.selection, run.errors)
+    errors = len(run.errors)
+    mem = memory.rows(memtrace.combine(run.pairs("memory")), snaps, run.errors, run.workers)
+    if mem:  # the key only where the traces or snapshots allow
+        out.memory = mem
+    out = _finish(run, out)
+    out.files_read = (out.files_read or 0) + len(snaps) - (len(run.errors) - errors)
+    return out
+
+
+def read_with_snapshots(path: str, names: Iterable[str], selection: Selection | None = None,
+                        workers: int | None = None, ray_address: str | None = None,
+                        progress: Callable[[Progress], None] | None = None) -> Run:
+    """:func:`read`, except that a local path holding memory snapshots and no trace is a run with no trace files
+    (``summary`` and ``diagnose`` then answer from the snapshots alone)."""
+    try:
+        return read(path, names, selection, workers, ray_address, progress)
+    except TraceError:
+        if not memory.find_snapshots(path, selection):
+            raise
+        return Run(path, selection or Selection(), workers=workers)
 
 
 def _stragglers_of(run: Run, top: int | None) -> StragglersResult:
@@ -328,7 +353,8 @@ def summary_result(path: str, selection: Selection | None = None, top: int | Non
     (reading only what summary needs; :func:`summary` is its ``--json`` object)."""
     if peak_tflops is not None and not peak_tflops > 0:
         raise ValueError(f"peak_tflops={peak_tflops!r}: must be a positive number of TFLOP/s (e.g. 989.4)")
-    return _summary_of(read(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top, peak_tflops)
+    return _summary_of(read_with_snapshots(path, SUMMARY_PARTS, selection, workers, ray_address, progress), top,
+                       peak_tflops)
 
 
 def summary(path: str, selection: Selection | None = None, top: int | None = None, workers: int | None = None,
@@ -410,8 +436,8 @@ def investigate(path: str, selection: Selection | None = None, top: int | None =
                 parts: tuple[str, ...] = ()) -> Investigation:
     """Read ``path`` once and compute what ``summary``, ``steps`` and ``stragglers`` answer; ``parts``: more
     per-file extracts (names of ``ANALYSES``, e.g. ``"timeline"`` for the report) kept in ``run.files``."""
-    run = read(path, INVESTIGATE_PARTS + tuple(p for p in parts if p not in INVESTIGATE_PARTS), selection, workers,
-               ray_address, progress)
+    run = read_with_snapshots(path, INVESTIGATE_PARTS + tuple(p for p in parts if p not in INVESTIGATE_PARTS),
+                              selection, workers, ray_address, progress)
     return investigation(run, top)
 
 
@@ -427,7 +453,8 @@ def diagnosis_result(inv: Investigation) -> DiagnoseResult:
     seen = diagnose_mod.analysed(inv)
     env = inv.envelope()
     return DiagnoseResult(findings=diagnose_mod.diagnose(inv), analysed=seen, thresholds=diagnose_mod.THRESHOLDS,
-                          **{**env, "warnings": env["warnings"] + seen.caveats})
+                          **{**env, "warnings": env["warnings"] + seen.caveats,
+                             "files_read": inv.summary.files_read})  # (memory snapshots read count too)
 
 
 def diagnosis(inv: Investigation) -> dict[str, Any]:

@@ -48,7 +48,8 @@ class Analysis:
     def investigation(self) -> Investigation:
         """The one read (made on first use): the typed records and what each file told."""
         if self._inv is None:
-            run = analyze.read(self.path, PARTS, self.selection, self.workers, self.ray_address, self.progress)
+            run = analyze.read_with_snapshots(self.path, PARTS, self.selection, self.workers, self.ray_address,
+                                              self.progress)
             self._inv = analyze.investigation(run)
         return self._inv
 

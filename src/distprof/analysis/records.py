@@ -25,6 +25,7 @@ from msgspec import UNSET, UnsetType
 
 from distprof.analysis.records_comm import CollectiveRow
 from distprof.analysis.records_flops import FlopsRow, RooflinePoint
+from distprof.analysis.records_mem import MemoryRow
 
 __all__ = [
     "UNSET",
@@ -369,6 +370,7 @@ class SummaryResult(Envelope):
     flops: list[FlopsRow] | UnsetType = UNSET  # per role, rank, step (analysis.mfu); absent for traces without shapes
     flops_ops: list[RooflinePoint] | UnsetType = UNSET  # roofline points of the top ops
     collectives: list[CollectiveRow] | UnsetType = UNSET  # the collective report (analysis.collectives)
+    memory: list[MemoryRow] | UnsetType = UNSET  # memory answers per rank (analysis.memory); absent without any
 
 
 # ---- steps ----------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def report_of(inv: Investigation, out: str, compare: str | None = None, selectio
     """:func:`write_report` for an Investigation already made (read with the ``timeline`` extract, or the page has
     no worst-step timelines); ``out`` is checked by the caller."""
     path = inv.path
-    if not inv.run.files:
+    if not inv.run.files and not inv.summary.memory:  # (memory snapshots alone make a report: their answers)
         # Nothing read: a page saying "no findings" would be a false all-clear (and would replace a good report).
         raise TraceError(f"{path}: nothing to report, no trace could be read "
                          f"({'; '.join(e.message for e in inv.run.errors) or 'no trace matches the selection'}); "

@@ -33,7 +33,7 @@ from distprof.analysis.records import (
     WaitPair,
 )
 from distprof.analysis.records_diag import DiffResult, DiffRow
-from distprof.report import rltimeline, tops
+from distprof.report import memplot, rltimeline, tops
 from distprof.report.base import Section, label
 from distprof.report.base import by_role as _roles
 from distprof.report.base import fig as _fig
@@ -557,10 +557,13 @@ def diff_section(d: DiffResult | None, a: str = "", b: str = "") -> Section:
 
 
 def sections(inv: Investigation, diff: DiffResult | None = None, a: str = "", b: str = "") -> list[Section]:
-    """Every plot of the report, in :attr:`Plot.ALL` order (the diff only with ``diff``)."""
+    """Every plot of the report, in :attr:`Plot.ALL` order (memory over time only with memory data, the diff only
+    with ``diff``)."""
     out = [step_time(inv.steps), phases(inv.steps, inv.files),
            temporal(inv.summary), overlap(inv.summary), waits(inv.stragglers),
            tops.kernels(inv), tops.ops(inv), idle(inv.summary), rltimeline.rl_timeline(inv.steps)]
+    if inv.summary.memory:
+        out.append(memplot.memory_section(inv.summary.memory))
     if diff is not None:
         out.append(diff_section(diff, a, b))
     return out

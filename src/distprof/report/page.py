@@ -55,7 +55,7 @@ code{font-size:12px;background:#f0f0f0;padding:0 3px;border-radius:3px}
 _TITLES = {Plot.STEP_TIME: "step time", Plot.PHASES: "phases", Plot.TEMPORAL: "temporal breakdown",
            Plot.OVERLAP: "overlap", Plot.WAITS: "who waits for whom", Plot.KERNELS: "top kernels",
            Plot.OPS: "top ops", Plot.IDLE: "device idle", Plot.RL_STEPS: "RL steps",
-           Plot.DIFF: "run-to-run diff"}
+           Plot.DIFF: "run-to-run diff", Plot.MEMORY: "memory over time"}
 
 
 def _e(s: Any) -> str:

@@ -37,6 +37,7 @@ from distprof.analysis.records import (
 from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
 from distprof.report import termcoll
 from distprof.report.flops_view import flops as flops_tables
+from distprof.report.memview import memory as memory_tables
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.report.units import share, us
 from distprof.util.safetext import visible
@@ -161,6 +162,9 @@ def summary(console: Console, s: SummaryResult) -> None:
     note = scope_note(s)
     if note is not None:
         say(console, note)
+    if not s.ranks and s.memory:  # memory snapshots alone (no trace): their answers are all there is
+        memory_tables(console, s)
+        return
     _top_tables(console, s)
     _device_ranks(console, s.ranks)
     _host_ranks(console, s.ranks)
@@ -170,6 +174,7 @@ def summary(console: Console, s: SummaryResult) -> None:
     termcoll.collectives(console, s.collectives or [])
     profiling_cost(console, s.profiling_cost)
     flops_tables(console, s)  # FLOPs, TFLOP/s, MFU and roofline points (traces with shapes), or why there are none
+    memory_tables(console, s)  # peak, its moment, live blocks, OOM (snapshots, profile_memory traces)
 
 
 def _top_tables(console: Console, s: SummaryResult) -> None:

@@ -26,7 +26,7 @@ import msgspec
 import numpy as np
 
 from distprof.trace.commargs import CommArgs, comm_args
-from distprof.trace.events import Complete, Int64, Meta
+from distprof.trace.events import Complete, Instant, Int64, Meta
 from distprof.trace.runs import decode_run
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import KIND_OF_CATEGORY, SHAPED_OPS, Kind
@@ -61,6 +61,19 @@ class _OpArgs(msgspec.Struct, gc=False):
     seq: Int64 | None = msgspec.field(default=None, name="Sequence number")
 
 
+class _MemArgs(msgspec.Struct, gc=False):
+    """The args of a ``[memory]`` instant event (``profile_memory``): the allocator's totals after it."""
+    allocated: Int64 | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: Int64 | None = msgspec.field(default=None, name="Total Reserved")
+    bytes: Int64 | None = msgspec.field(default=None, name="Bytes")
+    addr: Int64 | None = msgspec.field(default=None, name="Addr")
+    device_type: Int64 | None = msgspec.field(default=None, name="Device Type")
+    device_id: Int64 | None = msgspec.field(default=None, name="Device Id")
+
+
+_mem_decoder = msgspec.json.Decoder(_MemArgs)
+
+
 class _MetaArgs(msgspec.Struct):
     name: str | None = None
 
@@ -74,6 +87,7 @@ _meta_decoder = msgspec.json.Decoder(_MetaArgs)
 _NO_ARGS = _Args()
 _CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
 _IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
+_IS_I = partial(is_, Instant)
 _ARGS = attrgetter("args")
 _CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
 _SIZES = attrgetter("in_nelems", "out_nelems", "dtype", "group_size", "group_ranks", "group_desc", "seq")
@@ -156,6 +170,8 @@ class Columns:
         self.sizes: dict[int, CommArgs] = {}  # event index -> the recorded sizes of comm events that have them
         self.rpc_sizes: dict[int, CommArgs] = {}  # record_param_comms External id -> its recorded sizes
         self.thread_names: dict[Any, str] = {}
+        # profile_memory's [memory] events: (ts, Total Allocated, Total Reserved, Bytes, Addr, Device Type, Device Id)
+        self.memory: list[tuple[float, int, int, int, int, int, int]] = []
         self.unknown: Counter = Counter()
         self.events = 0  # every event decoded (complete or not)
         # event index -> (Input Dims, Input type, Concrete Inputs, Sequence number) of the SHAPED_OPS; has_shapes:
@@ -230,6 +246,8 @@ class Columns:
         xs = batch if types.count(Complete) == len(types) else list(compress(batch, map(_IS_X, types)))
         if len(xs) != len(batch) and Meta in types:
             self._thread_names(compress(batch, map(_IS_M, types)))
+        if len(xs) != len(batch) and Instant in types:
+            self._memory(compress(batch, map(_IS_I, types)))
         if not xs:
             return
         unk = Kind.UNKNOWN
@@ -272,6 +290,20 @@ class Columns:
                 found = True
         if self.has_shapes is None or found:
             self.has_shapes = found
+
+    def _memory(self, instants: Iterable[Instant]) -> None:
+        """The allocator's figures of the batch's ``[memory]`` events (an event whose args do not fit is left out)."""
+        for e in instants:
+            if e.name != "[memory]" or not e.args:
+                continue
+            try:
+                a = _mem_decoder.decode(e.args)
+            except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+                continue
+            if a.allocated is not None:
+                self.memory.append((e.ts, a.allocated, a.reserved or 0, a.bytes or 0, a.addr or 0,
+                                    -1 if a.device_type is None else a.device_type,
+                                    -1 if a.device_id is None else a.device_id))
 
     def _thread_names(self, metas: Iterable[Meta]) -> None:
         """Thread names from the batch's metadata events."""
@@ -360,6 +392,7 @@ class Columns:
         self.sizes.update({base + j: m for j, m in other.sizes.items()})
         self.rpc_sizes.update(other.rpc_sizes)
         self.thread_names.update(other.thread_names)
+        self.memory.extend(other.memory)
         self.unknown.update(other.unknown)
 
 

@@ -1,8 +1,8 @@
 """The events a trace is decoded into: msgspec structs with ``gc=False``, and the decoders built once.
 
 - :class:`Event`: every field of the Trace Event Format (``open_trace(path)``, merge);
-- :class:`LeanEvent` and its phases (:class:`Complete`, :class:`Meta`, :class:`Unread`), the tagged union
-  :data:`Lean`: what a :class:`~distprof.trace.table.TraceTable` reads (``open_trace(path, lean=True)``);
+- :class:`LeanEvent` and its phases (:class:`Complete`, :class:`Meta`, :class:`Instant`, :class:`Unread`), the tagged
+  union :data:`Lean`: what a :class:`~distprof.trace.table.TraceTable` reads (``open_trace(path, lean=True)``);
 - :class:`Head`: the document's keys other than ``traceEvents`` that reading uses.
 
 Times are bounded (:data:`Time`, :data:`Duration`) and ids fit int64 (:data:`Int64`): an event outside
@@ -22,6 +22,7 @@ __all__ = [
     "Duration",
     "Event",
     "Head",
+    "Instant",
     "Int64",
     "Lean",
     "LeanEvent",
@@ -109,6 +110,13 @@ class Meta(LeanEvent, tag="M"):
     args: msgspec.Raw = msgspec.Raw(b"")
 
 
+class Instant(LeanEvent, tag="i"):
+    """An instant event: the table keeps profile_memory's ``[memory]`` events (the allocator's totals)."""
+    name: str = ""
+    ts: Time = 0.0
+    args: msgspec.Raw = msgspec.Raw(b"")
+
+
 class Unread(LeanEvent, tag=""):
     """An event of a phase a table does not read (a valid event all the same: not skipped)."""
 
@@ -116,8 +124,8 @@ class Unread(LeanEvent, tag=""):
 # Every other phase of the Trace Event Format; an event of a phase not listed (or without one) is decoded
 # whole to tell a valid event from a broken one, then stands as Unread.
 _UNREAD = tuple(msgspec.defstruct(f"Unread_{ord(p)}", [], bases=(LeanEvent,), tag=p)
-                for p in "BEiICbnestfPONDRcSTpFVv()")
-_LEAN_TYPES = (Complete, Meta, Unread, *_UNREAD)
+                for p in "BEICbnestfPONDRcSTpFVv()")
+_LEAN_TYPES = (Complete, Meta, Instant, Unread, *_UNREAD)
 Lean = Union[_LEAN_TYPES]  # type: ignore[valid-type]  # noqa: UP007 (a union of a tuple of classes)
 lean_list_decoder = msgspec.json.Decoder(list[Lean])
 lean_decoder = msgspec.json.Decoder(Lean)

@@ -102,6 +102,10 @@ class TraceTable:
         self.devices: list[str] = []  # deviceProperties names, by device id order ("NVIDIA H100 80GB HBM3")
         self.comm_args: dict[int, CommArgs] = {}  # event index -> recorded sizes and group (trace.commargs)
         self.by_step = False  # the selection counts only work inside steps
+        # profile_memory's [memory] events in file order: times (relative, as ts) and, per event, the int64 row
+        # (Total Allocated, Total Reserved, Bytes, Addr, Device Type, Device Id); empty without them
+        self.mem_ts = np.empty(0)
+        self.mem = np.empty((0, 6), dtype=np.int64)
 
     # ---- building ------------------------------------------------------------------------------------
     @classmethod
@@ -145,6 +149,10 @@ class TraceTable:
         self._classify_tracks()
         self._identity(t, cols.unknown, n)
         self.shapes, self.has_shapes = cols.shapes, cols.has_shapes
+        if cols.memory:
+            m = np.array(cols.memory, dtype=np.float64)
+            self.mem_ts = m[:, 0] - self.t0
+            self.mem = np.array([r[1:] for r in cols.memory], dtype=np.int64)
         self.devices = [str(p.get("name")) for p in getattr(t, "device_properties", None) or []
                         if isinstance(p, dict) and p.get("name")]
 

@@ -111,6 +111,11 @@ thresholds.
   bandwidth is far below the link's (:mod:`distprof.analysis.links`; the link assumed from the job's size), or
   whose start skew dominates its transfer: :mod:`.collective`.
 
+- ``memory_leak`` (memory answers: allocator snapshots, ``profile_memory`` traces): allocated memory at step
+  boundaries grows at every boundary across :data:`.memory.LEAK_MIN_STEPS` of them, by at least
+  :data:`.memory.LEAK_MIN_BYTES` and :data:`.memory.LEAK_MIN_SHARE` of the first; ``oom``: a snapshot holds an
+  out-of-memory, explained: :mod:`.memory`. Both cost no step time (``cost_us`` 0).
+
 On CPU-only traces the device rules do not apply (no device figures): ``straggler``, ``bounding_role``,
 ``data_loading`` and ``outlier_steps`` do.
 """
@@ -150,6 +155,7 @@ from distprof.analysis.diagnose.common import (
 from distprof.analysis.diagnose.copies import memcpy, pageable_memcpy
 from distprof.analysis.diagnose.device import exposed_communication, host_bound, host_sync, launch_bound
 from distprof.analysis.diagnose.host import data_loading, outlier_steps
+from distprof.analysis.diagnose.memory import MEMORY_THRESHOLDS, memory_leak, oom
 from distprof.analysis.diagnose.mfu import low_mfu
 from distprof.analysis.diagnose.roles import bounding_role
 from distprof.analysis.diagnose.straggler import straggler
@@ -188,7 +194,9 @@ __all__ = [
 # The straggler runs first: later rules leave its excess out (Job.straggler_cut), so no cause is costed twice.
 RULES: tuple[Callable[[Job], list[Finding]], ...] = (
     straggler, bounding_role, exposed_communication, launch_bound, host_bound, host_sync, data_loading, memcpy,
-    pageable_memcpy, outlier_steps, low_mfu, slow_collective)
+    pageable_memcpy, outlier_steps, low_mfu, slow_collective, memory_leak, oom)
+THRESHOLDS.update(MEMORY_THRESHOLDS)
+_TIMELESS = frozenset({"straggler", "memory_leak", "oom"})  # reported without a step-time saving
 
 
 def diagnose(inv: Investigation) -> list[Finding]:
@@ -196,7 +204,7 @@ def diagnose(inv: Investigation) -> list[Finding]:
     job = Job(inv)
     # A finding that saves no step time on the path (its ranks never arrive last) is not one; a straggler that
     # passed its thresholds is, even when the next rank would arrive as late.
-    findings = [f for rule in RULES for f in rule(job) if f.cost_us > 0 or f.id == "straggler"]
+    findings = [f for rule in RULES for f in rule(job) if f.cost_us > 0 or f.id in _TIMELESS]
     findings.sort(key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
     return findings
 

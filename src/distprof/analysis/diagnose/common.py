@@ -89,8 +89,11 @@ class Plot:
     OPS = "ops"  # top CPU ops
     IDLE = "idle"  # device idle by cause per rank, launch statistics
     RL_STEPS = "rl-steps"  # timeline of the worst and the median RL step: a lane per role and rank (rlsteps)
+    MEMORY = "memory"  # memory over time per rank (analysis.memory; report.memplot)
     DIFF = "diff"  # run-to-run diff (report --compare)
     ALL = (STEP_TIME, PHASES, TEMPORAL, OVERLAP, WAITS, KERNELS, OPS, IDLE, RL_STEPS, DIFF)
+    # MEMORY is drawn only where the traces or snapshots hold memory data (after RL_STEPS), so it is not in ALL,
+    # the plots every report has (DIFF: with --compare)
 
 
 # ---- the path model ---------------------------------------------------------------------------------------
