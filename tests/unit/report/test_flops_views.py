@@ -83,3 +83,42 @@ def test_the_progress_bar_is_drawn_only_when_there_are_files_to_read(files, draw
     with bar:
         show(Progress(0, files, 0, 0))
     assert ("reading 0/2 traces" in out.getvalue()) is drawn
+
+
+# ---- diagnose: low_mfu and slow_collective carry their numbers to the terminal and --json ---------------------
+def _diagnosis_text(result):
+    out, console = _terminal(80)
+    terminal.diagnose(console, result)
+    return out.getvalue().replace("\n", " ")
+
+
+def test_low_mfu_on_gpt2_carries_its_numbers_to_json_and_the_terminal():
+    res = analyze.diagnose_result(GPT2, workers=1)
+    d = analyze.to_json(res)
+    (f,) = [f for f in d["findings"] if f["id"] == "low_mfu"]
+    fig = f["evidence"]["figures"]
+    (row,) = analyze.summary(GPT2, workers=1)["flops"]
+    assert (fig["mfu"], fig["tflops_per_s"], fig["peak_tflops"], fig["dtype"]) == \
+        (row["mfu"], row["tflops_per_s"], 989.4, "bf16")
+    assert fig["cause"] == "launch_bound" and fig["cause"] in ("launch_bound", "exposed_communication",
+                                                               "memory_bound", "small_gemms")
+    text = _diagnosis_text(res)
+    assert "low_mfu" in text and "MFU is 12%" in text and "120 TFLOP/s" in text and "cause: launch-bound" in text
+
+
+def test_slow_collective_carries_its_numbers_to_json_and_the_terminal():
+    import copy
+
+    from distprof.analysis.diagnose.common import SLOW_COLLECTIVE_SHARE
+
+    inv = copy.deepcopy(analyze.investigate(os.path.join(TRACES, "hta", "nccl_data.json.gz"), workers=1))
+    assert not [f for f in analyze.diagnosis(inv)["findings"] if f["id"] == "slow_collective"]  # one rank: not judged
+    for c in inv.summary.collectives:
+        c.ranks = 2  # as if both ranks had been traced (tests/unit/analysis/test_diagnose_throughput.py)
+    res = analyze.diagnosis_result(inv)
+    (f,) = [f for f in analyze.to_json(res)["findings"] if f["id"] == "slow_collective"]
+    fig = f["evidence"]["figures"]
+    assert fig["busbw_gbps"] == pytest.approx(6.558, rel=1e-3) and fig["link_gbps"] == 300.0
+    assert fig["busbw_gbps"] < SLOW_COLLECTIVE_SHARE * fig["link_gbps"] and fig["count"] == 15
+    text = _diagnosis_text(res)
+    assert "slow_collective" in text and "6.56 GB/s" in text and "300 GB/s" in text and "NVLink 3" in text
