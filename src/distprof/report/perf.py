@@ -200,7 +200,7 @@ def _gbps(v: float | None) -> str:
 def _coll_cells(r: CollectiveRow) -> list[str]:
     group = r.group + (f" ({r.group_desc})" if r.group_desc else "")
     last = "-" if r.last_rank is None or r.last_share is None else f"{r.last_rank} ({r.last_share:.0%})"
-    imbalance = getattr(r, "imbalance", None)
+    imbalance = None if r.imbalance is UNSET else r.imbalance
     return [_e(r.role or "-"), _e(group), _e(r.name), _e("-" if r.group_size is None else r.group_size),
             f"{r.count:,}", _e(size(r.bytes)), _e(size(r.bytes_per_call)), _dur(r.min_dur_us), _dur(r.dur_median_us),
             _dur(r.skew_us), _gbps(r.algbw_gbps), _gbps(r.busbw_gbps), _e(last),
