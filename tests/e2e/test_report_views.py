@@ -299,7 +299,9 @@ def test_dlrm_report_has_the_collective_table_per_group(browser, tmp_path):  # n
     assert set(coll) == set(want) == {("default", "allreduce"), ("default", "sendrecv")}
     send = coll[("default", "sendrecv")]
     assert send[4] == "5" and send[12] == "7 (80%)"  # rank 7 starts last in 4 of the 5 SendRecvs
-    assert send[5] == "-" and "no collective metadata" in send[14]  # 2023's traces record no sizes
+    # 2023's traces: sizes from the nccl:* ranges, no group size (no busbw); the all-to-all-v's imbalance
+    assert send[5] == "64.45 kB" and send[11] == "-" and "group size not recorded" in send[14]
+    assert send[13] == f"{want[('default', 'sendrecv')].imbalance:,.2f}" == "3.92"
     assert got["collectives"]["head"][0][:6] == ["role", "group", "collective", "group size", "count", "bytes"]
     from distprof.report.termcoll import last_arrivals
 
