@@ -318,12 +318,16 @@ def steps(
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     steps_only: bool = _opt_steps_only(), workers: int | None = _opt_workers(), ray_address: str | None = _opt_ray(),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object: steps, each with every rank's figures."),
+    peak_tflops: float | None = typer.Option(None, "--peak-tflops", min=0.001,
+                                             help="Peak TFLOP/s for MFU (as summary's)."),
 ) -> None:
-    """Per step and rank: duration, time waiting for peers, phases; the rank that holds the others back."""
+    """Per step and rank: duration, time waiting for peers, phases; the rank that holds the others back; achieved
+    TFLOP/s and MFU where the traces have shapes (record_shapes)."""
     from distprof.analysis import analyze
 
     sel = _selection(ranks, roles, steps, steps_only)
-    d = _run(analyze.steps_result, path, selection=sel, workers=workers, ray_address=ray_address)
+    d = _run(analyze.steps_result, path, selection=sel, workers=workers, ray_address=ray_address,
+             peak_tflops=peak_tflops)
     if not d.steps and not as_json and d.files_read:
         err.print("no steps in these traces: no ProfilerStep#N ranges (torch writes them when profiler.step() is "
                   "called) and no distprof manifest window for these files", style="yellow", soft_wrap=True)

@@ -81,15 +81,17 @@ def print_json(obj, code: int) -> None:
 
 
 def progress_bar(err: Console):
-    """A progress bar on stderr counting bytes read and files finished (so one big file still moves it)."""
+    """A progress bar on stderr counting bytes read and files finished (so one big file still moves it); drawn only
+    once there is a file to read (a run directory with telemetry and no trace draws none)."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
 
     bar = Progress(TextColumn("reading {task.fields[files]} traces"), BarColumn(), DownloadColumn(),
                    TransferSpeedColumn(), TimeElapsedColumn(), console=err, transient=True)
-    task = bar.add_task("read", total=None, files="")
+    task = bar.add_task("read", total=None, files="", visible=False)
 
     def show(p) -> None:
-        bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}")
+        bar.update(task, completed=p.bytes_done, total=p.bytes_total or None, files=f"{p.files_done}/{p.files_total}",
+                   visible=p.files_total > 0)
 
     return bar, show
 

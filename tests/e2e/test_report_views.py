@@ -247,3 +247,63 @@ def test_a_card_prints_one_percentage(tmp_path):
 
     assert cost_text(carried) == "35.6 ms" and cost_text(plain) == "1.0 ms (20% of step time)"
     assert cost_text(five) == "1.0 ms (5% of step time)"  # "15%" is not "5%"
+
+
+# ---- throughput: FLOPs/MFU and the collective report (report/perf.py) ------------------------------------------
+NUMBERS = """(() => { const out = {};
+  document.querySelectorAll('section.table-section').forEach(s => { out[s.id] = {
+      rows: Array.from(s.querySelectorAll('tbody tr')).map(tr => Array.from(tr.cells).map(c => c.innerText)),
+      head: Array.from(s.querySelectorAll('table')).map(t => Array.from(t.tHead.rows[0].cells).map(c => c.innerText)),
+      na: Array.from(s.querySelectorAll('.na')).map(p => p.innerText),
+      plots: Array.from(s.querySelectorAll('.plot')).map(d => d.data.map(t => ({name: t.name, x: t.x, y: t.y}))),
+      width: s.scrollWidth <= document.querySelector('main').clientWidth + 1}; });
+  return out; })()"""
+
+
+def test_gpt2_report_shows_mfu_per_step_and_the_roofline_against_the_h100s_peaks(browser, tmp_path):  # noqa: F811
+    from tracekit import TRACES
+
+    gpt2 = os.path.join(TRACES, "distprof-h100", "gpt2-bf16-shapes-step4")
+    out = tmp_path / "gpt2.html"
+    write_report(gpt2, str(out))
+    got = open_report(browser, out, tmp_path / "gpt2.png", extra=NUMBERS)["extra"]
+    s = analyze.summary(gpt2, workers=1)
+    (row,) = s["flops"]
+    flops = got["flops"]
+    assert flops["rows"][0][:7] == ["trainer", "0", "4", "23.80 ms", "2.86 T", f"{row['tflops_per_s']:,.1f}",
+                                    f"{row['mfu']:.1%}"]
+    assert flops["rows"][0][7] == "989.4 bf16 (table)" and flops["rows"][0][8] == "H100 SXM"
+    # the top ops, each at its input shapes (two aten::mul rows, told apart), then the roofline plotly.js drew
+    ops = flops["rows"][1:]
+    assert [r[0] for r in ops] == [p["name"] for p in s["flops_ops"]]
+    muls = [r[1] for r in ops if r[0] == "aten::mul"]
+    assert len(muls) >= 2 and len(set(muls)) == len(muls)
+    (plot,) = flops["plots"]
+    roof, points = plot[0], plot[-1]
+    assert roof["name"].startswith("roof: H100 SXM bf16") and max(roof["y"]) == pytest.approx(989.4)
+    with_flops = [p for p in s["flops_ops"] if p["flops"] and p["intensity"] and p["tflops_per_s"]]
+    assert points["x"] == pytest.approx([p["intensity"] for p in with_flops])
+    assert points["y"] == pytest.approx([p["tflops_per_s"] for p in with_flops])
+    # one GPU, no collectives: the section says so
+    assert got["collectives"]["na"] == ["No collectives in these traces."] and flops["width"]
+
+
+def test_dlrm_report_has_the_collective_table_per_group(browser, tmp_path):  # noqa: F811
+    out = tmp_path / "dlrm.html"
+    build_report(analyze.investigate(DLRM, workers=1), [], str(out))
+    page = open_report(browser, out, tmp_path / "dlrm-numbers.png", extra=NUMBERS)
+    got = page["extra"]
+    coll = {(r[1], r[2]): r for r in got["collectives"]["rows"]}
+    s = analyze.summary_result(DLRM, workers=1)
+    want = {(c.group, c.name): c for c in s.collectives}
+    assert set(coll) == set(want) == {("default", "allreduce"), ("default", "sendrecv")}
+    send = coll[("default", "sendrecv")]
+    assert send[4] == "5" and send[12] == "7 (80%)"  # rank 7 starts last in 4 of the 5 SendRecvs
+    # 2023's traces: sizes from the nccl:* ranges, no group size (no busbw); the all-to-all-v's imbalance
+    assert send[5] == "64.45 kB" and send[11] == "-" and "group size not recorded" in send[14]
+    assert send[13] == f"{want[('default', 'sendrecv')].imbalance:,.2f}" == "3.92"
+    assert got["collectives"]["head"][0][:6] == ["role", "group", "collective", "group size", "count", "bytes"]
+    from distprof.report.termcoll import last_arrivals
+
+    (line,) = last_arrivals(s.collectives)
+    assert line in page["text"]

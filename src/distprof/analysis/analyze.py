@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from msgspec import UNSET
+
 from distprof.analysis import (
     breakdown,
     idle,
@@ -260,7 +262,7 @@ def _finish(run: Run, result: R) -> R:
 
 # What each verb's figures are made of: the per-file extracts its read runs.
 SUMMARY_PARTS = ("summary", "temporal", "overlap", "breakdown", "idle", "launch", "mfu", "collectives", "memory")
-STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps")
+STEPS_PARTS = ("steps", "stragglers", "temporal", "overlap", "breakdown", "idle", "launch", "rlsteps", "mfu")
 STRAGGLERS_PARTS = ("stragglers",)
 INVESTIGATE_PARTS = tuple(dict.fromkeys(SUMMARY_PARTS + STEPS_PARTS + STRAGGLERS_PARTS + ("step_names",)))
 
@@ -334,8 +336,16 @@ def _timeline_tasks(paths: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = None) -> StepsResult:
-    out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits)
+def _steps_of(run: Run, waits: list[Wait], tasks: list[dict[str, Any]] | None = None,
+              peak_tflops: float | None = None) -> StepsResult:
+    flops_parts = run.pairs("mfu")
+    flops = mfu.combine(flops_parts, peak_tflops=peak_tflops, top=0)[0] \
+        if any(p.get("shapes") for _, p in flops_parts) else []
+    out = steps_mod.combine([(r.info, r.parts) for r in run.files], waits, flops)
+    if not any(f.reason is UNSET for f in flops):
+        reason = mfu.missing_reason(p for _, p in flops_parts)
+        if reason is not None:
+            out.flops_reason = reason
     # The RL step view (jobs with several roles; [] for one): ``tasks`` are busy intervals from outside the traces.
     # Given none, the run directory's own Ray task timelines (the driver's) are used.
     out.rl_steps = rlsteps.combine(out.steps, [(r.info, r.parts) for r in run.files],
@@ -366,9 +376,12 @@ def summary(path: str, selection: Selection | None = None, top: int | None = Non
 
 def steps_result(path: str, selection: Selection | None = None, workers: int | None = None,
                  ray_address: str | None = None, progress: Callable[[Progress], None] | None = None,
-                 tasks: list[dict[str, Any]] | None = None) -> StepsResult:
+                 tasks: list[dict[str, Any]] | None = None, peak_tflops: float | None = None) -> StepsResult:
     """``distprof steps`` as a record: per step and rank: duration, waits, phases, breakdowns; who holds the others
-    back; the RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`)."""
+    back; the RL step view (``rl_steps``; ``tasks``: busy intervals from outside the traces, see :mod:`.rlsteps`);
+    model FLOPs, TFLOP/s and MFU per rank and step where the traces have shapes (``peak_tflops`` as summary's)."""
+    if peak_tflops is not None and not peak_tflops > 0:
+        raise ValueError(f"peak_tflops={peak_tflops!r}: must be a positive number of TFLOP/s (e.g. 989.4)")
     tele = telemetry_steps.read(path)  # step telemetry (telemetry: true) in a local run directory; else None
     try:
         run = read(path, STEPS_PARTS, selection, workers, ray_address, progress)
@@ -378,7 +391,7 @@ def steps_result(path: str, selection: Selection | None = None, workers: int | N
         # A run directory with telemetry and no trace (nothing captured yet): the telemetry is the answer.
         run, listed = Run(path, selection or Selection()), getattr(e, "errors", [])
         return _with_telemetry(_finish(run, StepsResult(steps=[], profiling_cost=[])), tele, run.selection, listed)
-    out = _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks)
+    out = _steps_of(run, stragglers_mod.combine(run.pairs("stragglers"), top=0).waits, tasks, peak_tflops)
     return out if tele is None else _with_telemetry(out, tele, run.selection)
 
 

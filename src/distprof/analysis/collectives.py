@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from distprof.analysis import stragglers
 from distprof.analysis.records_comm import CollectiveRow
 from distprof.trace.commargs import CommArgs
@@ -123,9 +125,32 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     duration is the event's own (NaN on the host, as ``end_us``): ``end_us - start_us`` in epoch µs (~1.7e15) keeps
     only a quarter µs, and nanosecond traces have durations of a few µs."""
     part = stragglers.extract(tb)
-    rows = [(g, k, a, b, s, tb.comm_args.get(j), float(tb.dur[j]) if not math.isnan(b) else math.nan)
+    ranged = _ranged_args(tb)
+    rows = [(g, k, a, b, s, tb.comm_args.get(j) or ranged(j), float(tb.dur[j]) if not math.isnan(b) else math.nan)
             for g, k, a, b, s, j in part["collectives"]]
     return {"source": part["source"], "collectives": rows}
+
+
+def _ranged_args(tb: TraceTable) -> Callable[[int], CommArgs | None]:
+    """Older traces' sizes (:func:`distprof.trace.commargs.from_input_dims`): a collective event's own ``nccl:*``
+    range, or for a kernel the innermost such range its launch call ran in (same thread)."""
+    ranges = getattr(tb, "range_comm_args", None) or {}
+    if not ranges:
+        return lambda j: None
+    launcher = tb.launcher()
+    idx = np.array(sorted(ranges, key=lambda r: tb.ts[r]), dtype=np.int64)
+
+    def find(j: int) -> CommArgs | None:
+        at_j = j if j in ranges else int(launcher[j]) if j < launcher.size else -1
+        if at_j < 0:
+            return None
+        at = tb.ts[at_j]
+        mine = idx[(tb.track[idx] == tb.track[at_j]) & (tb.ts[idx] <= at) & (tb.end[idx] > at)]
+        found = [ranges[int(r)] for r in mine[::-1]]  # innermost first: its figures win, the outer fill gaps
+        if not found:
+            return None
+        return CommArgs(*(next((v for v in vals if v is not None), None) for vals in zip(*found, strict=True)))
+    return find
 
 
 @dataclass
@@ -143,6 +168,8 @@ class _Acc:
     last: Counter = field(default_factory=Counter)
     args: CommArgs | None = None
     size_known: bool = False
+    imbalance: list[float] = field(default_factory=list)  # per instance: max / mean of the ranks' in-messages
+    split_imbalance: list[float] = field(default_factory=list)  # per instance: max / mean of the split entries
 
 
 def _add(acc: _Acc, kind: str, rows: dict[int, tuple]) -> None:
@@ -157,6 +184,7 @@ def _add(acc: _Acc, kind: str, rows: dict[int, tuple]) -> None:
         acc.last[stragglers.last_arrival(rows)] += 1
     args = next((rows[r][5] for r in sorted(rows) if rows[r][5] is not None), None)
     acc.args = acc.args or args
+    _imbalance(acc, kind, [c[5] for c in rows.values() if c[5] is not None])
     s = size_bytes(kind, args)
     if dur is not None:
         acc.durs.append(dur)
@@ -170,6 +198,32 @@ def _add(acc: _Acc, kind: str, rows: dict[int, tuple]) -> None:
         f = bus_factor(kind, _group_size(args))
         if f is not None:
             acc.bus.append(s * f)
+
+
+IMBALANCED = ("alltoall", "alltoallv", "sendrecv")  # families whose ranks' sizes may differ (DLRM: SendRecv kernels)
+
+
+def _ratio(values: list[int]) -> float | None:
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else None
+
+
+def _imbalance(acc: _Acc, kind: str, args: list[CommArgs]) -> None:
+    """An instance's size imbalance (TraceLens's ``size_imbalance``: the largest rank's in-message over the mean;
+    here the larger of that and the same of the out-messages: an all-to-all-v may send alike and receive unlike),
+    where two or more ranks recorded theirs; and from the ``In/Out split size`` entries of all ranks."""
+    splits = [n for a in args for sp in (a.in_splits, a.out_splits) if sp for n in sp]
+    if splits and (r := _ratio(splits)) is not None:
+        acc.split_imbalance.append(r)
+    if family(kind) not in IMBALANCED and not splits:
+        return
+    worst = None
+    for sizes in ([a.in_nelems for a in args if a.in_nelems is not None],
+                  [a.out_nelems for a in args if a.out_nelems is not None]):
+        if len(sizes) >= 2 and (r := _ratio(sizes)) is not None:
+            worst = r if worst is None else max(worst, r)
+    if worst is not None:
+        acc.imbalance.append(worst)
 
 
 def _note(acc: _Acc, kind: str) -> str | None:
@@ -197,7 +251,7 @@ def _row(role: str, group: str, kind: str, acc: _Acc) -> CollectiveRow:
         last, n = max(acc.last.items(), key=lambda kv: (kv[1], -kv[0]))
         share = n / sum(acc.last.values())
     a = acc.args
-    return CollectiveRow(
+    row = CollectiveRow(
         role=role or None, group=group, name=kind, count=acc.count,
         bytes=sum(acc.all_sizes) if acc.size_known else None,
         min_dur_us=sum(acc.durs) if acc.durs else None,
@@ -211,6 +265,11 @@ def _row(role: str, group: str, kind: str, acc: _Acc) -> CollectiveRow:
         skew_max_us=max(acc.skews) if acc.skews else None,
         last_arrivals={str(r): n for r, n in sorted(acc.last.items())},
         source="host" if acc.source == "cpu" else "device", note=_note(acc, kind))
+    if acc.imbalance:
+        row.imbalance, row.imbalance_mean = max(acc.imbalance), statistics.fmean(acc.imbalance)
+    if acc.split_imbalance:
+        row.split_imbalance = max(acc.split_imbalance)
+    return row
 
 
 def combine(files: Iterable[tuple[Any, dict[str, Any]]]) -> list[CollectiveRow]:

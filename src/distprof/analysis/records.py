@@ -393,6 +393,12 @@ class RankStep(Record, kw_only=True):
     overlap: Overlap | UnsetType = UNSET
     idle: IdleFigure | NotApplicable | UnsetType = UNSET
     launch: LaunchStep | NotApplicable | UnsetType = UNSET
+    # Model FLOPs of the step, achieved TFLOP/s and MFU (analysis.mfu; only where the trace has shapes)
+    flops: float | UnsetType = UNSET
+    tflops_per_s: float | UnsetType | None = UNSET
+    mfu: float | UnsetType | None = UNSET
+    peak_tflops: float | UnsetType | None = UNSET
+    flops_wall_us: float | UnsetType | None = UNSET  # the wall MFU divides by: to the end of the step's device work
 
 
 class StepRow(Record, kw_only=True):
@@ -457,6 +463,7 @@ class StepsResult(Envelope):
     telemetry: list[TelemetryRank] | UnsetType = UNSET
     telemetry_timeline: list[TelemetryTimeline] | UnsetType = UNSET
     telemetry_read: int | UnsetType = UNSET  # telemetry streams read (the exit code counts them as files read)
+    flops_reason: str | UnsetType = UNSET  # why no step has FLOPs or MFU (no shapes: record_shapes is needed)
 
 
 # ---- stragglers -----------------------------------------------------------------------------------------

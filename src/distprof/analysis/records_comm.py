@@ -4,6 +4,7 @@ and imports these): ``summary --json``'s ``collectives``. Fields are declared in
 from __future__ import annotations
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 __all__ = ["CollectiveRow"]
 
@@ -41,3 +42,10 @@ class CollectiveRow(msgspec.Struct, kw_only=True):
     last_arrivals: dict[str, int] = msgspec.field(default_factory=dict)  # rank -> instances it arrived last at
     source: str = "device"  # device: collective kernels; host: c10d ops (gloo, CPU-only jobs)
     note: str | None = None
+    # all-to-all(-v) size imbalance (TraceLens's size_imbalance): per call, the largest rank's message over the
+    # ranks' mean (in- or out-message, the larger); the max and the mean over the calls. Only where the ranks'
+    # sizes are recorded and can differ (all-to-all, send/recv families, or split sizes recorded).
+    imbalance: float | UnsetType = UNSET
+    imbalance_mean: float | UnsetType = UNSET
+    # per call, the largest entry of the ranks' In/Out split sizes over their mean (max over calls); where recorded
+    split_imbalance: float | UnsetType = UNSET

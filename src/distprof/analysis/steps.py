@@ -15,7 +15,8 @@ inside the step, is the measure. Each rank's row also has ``waited_us`` (its own
 step: the union of its waits), ``busy_us = dur_us - waited_us`` (its time outside waiting for
 peers) and ``sync_waiting_us`` (of its waiting, the time its host sat in a sync call: ``stragglers``). When no
 rank waited in a step (one rank, no collectives), the rank with the most busy time, that is the longest step, is
-the slowest.
+the slowest. Where the trace has shapes, each rank's row also has the step's model ``flops``, ``tflops_per_s``,
+``mfu`` and ``peak_tflops`` (:mod:`.mfu`'s figures for that rank and step: the same wall time as ``summary``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from msgspec import UNSET
 
 from distprof.analysis import breakdown, idle, launch, overlap, temporal
 from distprof.analysis.records import LaunchStep, RankStep, StepRow, StepsResult, Wait
+from distprof.analysis.records_flops import FlopsRow
 from distprof.analysis.summary import CATEGORIES, profiling_cost, window_cost
 from distprof.trace.ranks import role_of, runs
 from distprof.trace.table import TraceTable
@@ -92,7 +95,7 @@ def extract(tb: TraceTable) -> dict[str, Any]:
 
 
 def _rank_row(info: Any, role: str, s: dict[str, Any], parts: dict[str, Any],
-              waited: dict[tuple, tuple[float, float, float]]) -> RankStep:
+              waited: dict[tuple, tuple[float, float, float]], flops: dict[tuple, FlopsRow] | None = None) -> RankStep:
     """One rank's figures in one of its steps ``s`` (an :func:`extract` row), with its waits and the per-step
     figures of the other analyses its file has (breakdown, temporal, overlap, idle, launch)."""
     whole = "window" in s
@@ -115,6 +118,11 @@ def _rank_row(info: Any, role: str, s: dict[str, Any], parts: dict[str, Any],
         x.idle = idle.step_figure(parts["idle"], s["step"], whole)
     if "launch" in parts:
         x.launch = launch.step_figure(parts["launch"], s["step"], whole)
+    # Model FLOPs, TFLOP/s and MFU (analysis.mfu: a trace without steps is its one row, step None)
+    f = (flops or {}).get((info.role or "", info.rank, None if whole else s["step"]))
+    if f is not None and f.flops is not None:
+        x.flops, x.tflops_per_s, x.mfu, x.peak_tflops = f.flops, f.tflops_per_s, f.mfu, f.peak_tflops
+        x.flops_wall_us = f.wall_us
     return x
 
 
@@ -137,14 +145,17 @@ def _step_row(role: str, step: Any, ranks: list[RankStep]) -> StepRow:
                                        if isinstance(x.launch, LaunchStep) and x.launch.launch_bound])
 
 
-def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] = ()) -> StepsResult:
+def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] = (),
+            flops: Iterable[FlopsRow] = ()) -> StepsResult:
     """One row per (role, step): every rank's figures, the rank holding the others back (``slowest_rank``),
     the rank with the longest step (``longest_rank``) and the ranks whose step is launch-bound.
 
     ``files`` are (FileInfo, parts) with ``parts["steps"]`` from :func:`extract` and, when present,
     ``parts["breakdown"]``, ``parts["temporal"]``, ``parts["overlap"]``, ``parts["idle"]``, ``parts["launch"]``
-    (their per-step figures are attached to each rank's row); ``waits`` are ``stragglers.combine(...).waits``.
+    (their per-step figures are attached to each rank's row); ``waits`` are ``stragglers.combine(...).waits``;
+    ``flops`` are ``mfu.combine(...)``'s rows (each rank's step gets its FLOPs, TFLOP/s and MFU).
     """
+    by_step = {(f.role or "", f.rank, f.step): f for f in flops if f.reason is UNSET}
     waited = {(w.role or "", w.rank, w.step if not isinstance(w.step, list) else tuple(w.step)):
               (w.waited_us, w.wait_caused_us, w.sync_waiting_us) for w in waits}
     files = list(files)
@@ -153,7 +164,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], waits: Iterable[Wait] =
     for info, parts in files:
         role = role_of(labels, info) or ""
         for s in parts["steps"]["steps"]:
-            table[(role, s["step"])].append(_rank_row(info, role, s, parts, waited))
+            table[(role, s["step"])].append(_rank_row(info, role, s, parts, waited, by_step))
     rows = [_step_row(role, step, ranks) for (role, step), ranks in sorted(table.items())]
     cost = profiling_cost((info, parts["steps"].get("profiling_cost")) for info, parts in files)
     return StepsResult(steps=rows, warnings=run_warnings, profiling_cost=cost)

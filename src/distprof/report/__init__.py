@@ -23,7 +23,7 @@ from distprof.analysis.parallel import Progress
 from distprof.analysis.records import to_json
 from distprof.analysis.records_diag import DiffResult
 from distprof.analysis.writing import atomic_output, check_output
-from distprof.report import evidence, figures, page
+from distprof.report import evidence, figures, page, perf
 from distprof.trace.listing import find_traces
 from distprof.trace.selection import Selection
 from distprof.trace.source import TraceError
@@ -55,7 +55,8 @@ def _page(inv: Investigation, findings: list[Finding], compare: DiffResult | Non
     sections = figures.sections(inv, compare, inv.path, compare_path)
     meta = _meta(inv) + ([f"compared with: {compare_path}"] if compare is not None else [])
     ev = evidence.for_findings(inv, findings, out)
-    text = page.render(f"distprof report: {inv.path}", meta, findings, sections, envelope or inv.envelope(), ev)
+    text = page.render(f"distprof report: {inv.path}", meta, findings, sections, envelope or inv.envelope(), ev,
+                       tables=perf.blocks(inv))
     return text, sections, ev
 
 

@@ -27,6 +27,7 @@ from distprof.analysis.diagnose import Finding, Plot
 from distprof.analysis.records_diag import WhatIf
 from distprof.report.base import Section
 from distprof.report.evidence import Evidence
+from distprof.report.perf import CSS, Block
 from distprof.util.safetext import visible
 
 __all__ = ["render"]
@@ -50,7 +51,7 @@ nav{font-size:13px}nav a{margin-right:10px}
 ul.traces{margin:0;padding-left:16px}ul.traces li{margin:0}
 .finding .caption{margin:8px 0 0}.finding .timeline{margin:0 0 4px}
 code{font-size:12px;background:#f0f0f0;padding:0 3px;border-radius:3px}
-"""
+""" + CSS
 
 _TITLES = {Plot.STEP_TIME: "step time", Plot.PHASES: "phases", Plot.TEMPORAL: "temporal breakdown",
            Plot.OVERLAP: "overlap", Plot.WAITS: "who waits for whom", Plot.KERNELS: "top kernels",
@@ -174,10 +175,18 @@ def _section(s: Section) -> tuple[str, dict[str, Any]]:
             f'{"".join(body)}</section>'), figs
 
 
+def _block(b: Block) -> str:
+    """A section of tables (:mod:`.perf`: its body is escaped HTML already), after the plots."""
+    note = f'<p class="na">{_e(b.note)}</p>' if b.note else ""
+    return (f'<section id="{_e(b.id)}" class="table-section"><h2>{_e(b.title)}</h2><p class="caption">'
+            f"{_e(b.caption)}</p>{note}{b.html}</section>")
+
+
 def render(title: str, meta: Iterable[str], findings: list[Finding], sections: list[Section],
-           envelope: dict[str, Any], evidence: list[Evidence] | None = None) -> str:
+           envelope: dict[str, Any], evidence: list[Evidence] | None = None, tables: Iterable[Block] = ()) -> str:
     """The page as a string. ``meta``: lines under the title (plain text, escaped here); ``evidence``: per
-    finding, its trace links and worst-step timeline (:func:`.evidence.for_findings`)."""
+    finding, its trace links and worst-step timeline (:func:`.evidence.for_findings`); ``tables``: sections of
+    tables after the plots (:func:`.perf.blocks`)."""
     plots = {s.id for s in sections}
     figs: dict[str, Any] = {}
     if findings:
@@ -195,7 +204,12 @@ def render(title: str, meta: Iterable[str], findings: list[Finding], sections: l
         html_, sec_figs = _section(s)
         parts.append(html_)
         figs.update(sec_figs)
-    nav = " ".join(f'<a href="#{s.id}">{_e(_TITLES.get(s.id, s.id))}</a>' for s in sections)
+    tables = list(tables)
+    for b in tables:  # FLOPs/MFU, collectives (report/perf.py)
+        parts.append(_block(b))
+        figs.update({k: f.to_plotly_json() for k, f in b.figures.items()})
+    nav = " ".join([f'<a href="#{s.id}">{_e(_TITLES.get(s.id, s.id))}</a>' for s in sections]
+                   + [f'<a href="#{_e(b.id)}">{_e(b.title)}</a>' for b in tables])
     js = plotly.offline.get_plotlyjs()
     # An inlined script ends at the first "</script"; plotly.js has none (plotly.py inlines it the same way),
     # and the check keeps it so when the bundle changes.

@@ -37,6 +37,7 @@ from distprof.analysis.records import (
 from distprof.analysis.records_diag import DiagnoseResult, DiffResult, WhatIf
 from distprof.report import termcoll
 from distprof.report.flops_view import flops as flops_tables
+from distprof.report.flops_view import steps_flops
 from distprof.report.memview import memory as memory_tables
 from distprof.report.termfit import BLANK, Col, FitTable, fit_name, say
 from distprof.report.units import share, us
@@ -405,6 +406,7 @@ def steps(console: Console, d: StepsResult, phases: int = 4, max_ranks: int = 16
             t.add_row(_t(row.role), label, f"... {len(ranks) - len(shown)} more", "", "", "", "", "", "")
         t.add_section()
     console.print(t)
+    steps_flops(console, d)  # achieved TFLOP/s and MFU per step (traces with shapes), or why there are none
     _step_breakdown_table(console, d)
     rl_steps(console, d)
     profiling_cost(console, d.profiling_cost)

@@ -51,6 +51,8 @@ class _Args(msgspec.Struct, gc=False):
     group_ranks: Any = msgspec.field(default=None, name="Process Group Ranks")
     group_desc: Any = msgspec.field(default=None, name="Process Group Description")
     seq: Any = msgspec.field(default=None, name="Seq")
+    in_splits: Any = msgspec.field(default=None, name="In split size")
+    out_splits: Any = msgspec.field(default=None, name="Out split size")
 
 
 class _OpArgs(msgspec.Struct, gc=False):
@@ -90,7 +92,11 @@ _IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the cl
 _IS_I = partial(is_, Instant)
 _ARGS = attrgetter("args")
 _CORR, _EXT, _STREAM, _PG, _COLL = (attrgetter(f) for f in ("correlation", "external_id", "stream", "pg", "collective"))
-_SIZES = attrgetter("in_nelems", "out_nelems", "dtype", "group_size", "group_ranks", "group_desc", "seq")
+_SIZES = attrgetter("in_nelems", "out_nelems", "dtype", "group_size", "group_ranks", "group_desc", "seq", "in_splits",
+                    "out_splits")
+# the ranges older traces record a collective's tensors' shapes on (trace.commargs.from_input_dims)
+_COMM_RANGES = ("nccl:", "rccl:", "gloo:", "c10d::alltoall_base_", "c10d::_allgather_base_",
+                "c10d::_reduce_scatter_base_")
 
 # Kinds whose args are decoded: device work and the runtime calls that launch it (correlation ids).
 _NEEDS_ARGS = [False] * 16
@@ -180,6 +186,10 @@ class Columns:
         self.has_shapes: bool | None = None
         self._shaped_ids: set[int] = set()  # name ids (sparse) of SHAPED_OPS names
         self._names_checked = 0  # how many of name_ids were checked against SHAPED_OPS
+        # event index -> (Input Dims, Input type) of ``nccl:*`` ranges and c10d base ops (older traces' sizes)
+        self.comm_dims: dict[int, tuple[Any, Any]] = {}
+        self._comm_range_ids: set[int] = set()
+        self._comm_names_checked = 0
 
     def __getstate__(self) -> dict:  # (the id counters stay behind: a reduced run is only ever appended)
         return {k: v for k, v in self.__dict__.items() if k not in ("_name_seq", "_track_seq")}
@@ -269,6 +279,22 @@ class Columns:
             self._add_rpc(xs, compress(range(len(nids)), map(rpc.__eq__, nids)), base)
         if self.has_shapes is not False:
             self._add_shapes(xs, nids, base)
+        self._add_comm_dims(xs, nids, base)
+
+    def _add_comm_dims(self, xs: list, nids: list[int], base: int) -> None:
+        """The ``Input Dims`` / ``Input type`` of the batch's ``nccl:*`` ranges (a few per step; see
+        :func:`~distprof.trace.commargs.from_input_dims`)."""
+        if len(self.name_ids) != self._comm_names_checked:
+            for nm, sid in islice(self.name_ids.items(), self._comm_names_checked, None):
+                if nm.startswith(_COMM_RANGES):
+                    self._comm_range_ids.add(sid)
+            self._comm_names_checked = len(self.name_ids)
+        if not self._comm_range_ids:
+            return
+        need = list(compress(range(len(xs)), map(self._comm_range_ids.__contains__, nids)))
+        for j, a in zip(need, _decode_ops([xs[j].args for j in need]), strict=True):
+            if a.dims:
+                self.comm_dims[base + j] = (a.dims, a.types)
 
     def _add_shapes(self, xs: list, nids: list[int], base: int) -> None:
         """The input shapes of the batch's SHAPED_OPS (one decoder call); a batch whose such ops carry none ends
@@ -391,6 +417,7 @@ class Columns:
             self.has_shapes = other.has_shapes
         self.sizes.update({base + j: m for j, m in other.sizes.items()})
         self.rpc_sizes.update(other.rpc_sizes)
+        self.comm_dims.update({base + j: v for j, v in other.comm_dims.items()})
         self.thread_names.update(other.thread_names)
         self.memory.extend(other.memory)
         self.unknown.update(other.unknown)

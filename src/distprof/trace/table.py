@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from distprof.trace.columns import Columns, dense, final_streams
-from distprof.trace.commargs import CommArgs
+from distprof.trace.commargs import CommArgs, from_input_dims
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import (
     ON_DEVICE,
@@ -101,6 +101,7 @@ class TraceTable:
         self.has_shapes: bool | None = None
         self.devices: list[str] = []  # deviceProperties names, by device id order ("NVIDIA H100 80GB HBM3")
         self.comm_args: dict[int, CommArgs] = {}  # event index -> recorded sizes and group (trace.commargs)
+        self.range_comm_args: dict[int, CommArgs] = {}  # nccl:* range, c10d base op -> its tensors (older traces)
         self.by_step = False  # the selection counts only work inside steps
         # profile_memory's [memory] events in file order: times (relative, as ts) and, per event, the int64 row
         # (Total Allocated, Total Reserved, Bytes, Addr, Device Type, Device Id); empty without them
@@ -143,6 +144,8 @@ class TraceTable:
         # Recorded sizes: an event's own, else (a kernel) those of the record_param_comms op that launched it.
         self.comm_args = {**{j: cols.rpc_sizes[int(self.ext[j])] for j in self.meta
                              if self.kind[j] == Kind.KERNEL and int(self.ext[j]) in cols.rpc_sizes}, **cols.sizes}
+        self.range_comm_args = {j: a for j, (d, t) in getattr(cols, "comm_dims", {}).items()
+                                if (a := from_input_dims(d, t, self.names[self.name[j]])) is not None}
         self._steps(t, sel, step_rows, n)
         # Threads: names from metadata, kinds from the name or from what the thread runs.
         self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]

@@ -115,9 +115,9 @@ def _slow(inv):
 def test_one_traced_rank_or_no_sizes_is_not_judged(nccl):
     # HTA's NCCL trace is rank 0 of 2: its all-reduce lasts as long as rank 0 waits for rank 1
     assert [c.ranks for c in nccl.summary.collectives] == [1, 1] and not _slow(nccl)
-    # the DLRM set records no message sizes: no bytes, no bandwidth, no finding
+    # the DLRM set records no group size (its sizes come from the nccl:* ranges): no busbw, no finding
     inv = analyze.investigate(DLRM, workers=1)
-    assert all(c.bytes is None for c in inv.summary.collectives) and not _slow(inv)
+    assert all(c.busbw_gbps is None for c in inv.summary.collectives) and not _slow(inv)
 
 
 def test_allreduce_far_below_nvlink(nccl):

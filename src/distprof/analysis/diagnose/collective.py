@@ -5,7 +5,9 @@ whose bus bandwidth is far below the link's, or whose ranks' start skew dominate
 Judged per (role, process group, collective) row, only where its figures are known: device collectives (NCCL
 kernels; host collectives have no transfer time), recorded sizes (``bytes``: traces without collective metadata, the
 DLRM set, have none) and at least two traced ranks (a collective traced on one rank, HTA's NCCL trace, lasts as long
-as that rank waits for its untraced peers: its duration is not the transfer), on a device the link table
+as that rank waits for its untraced peers: its duration is not the transfer; likewise any collective whose group,
+or the job when the group's size is not recorded, has ranks that were not traced: HTA's two-rank-sampled, 2 of 128
+ranks), on a device the link table
 (:mod:`distprof.analysis.links`) knows. The link is assumed from the job's size (one node up to 8 ranks: NVLink or
 PCIe; several nodes beyond: the InfiniBand generation of the GPU's systems, one NIC per GPU).
 
@@ -120,7 +122,10 @@ def slow_collective(job: Job) -> list[Finding]:
         rows = job.by_role.get(c.role)
         if not rows or c.source != "device" or c.bytes is None or c.ranks < 2:
             continue
-        fig = _bandwidth(c, device, _world(job, c.role))
+        world = _world(job, c.role)
+        if c.ranks < (c.group_size or world or 0):
+            continue  # some of its ranks untraced (a sampled set): the traced ones' times include waiting for them
+        fig = _bandwidth(c, device, world)
         if fig is None and c.role not in job.straggler_roles:
             fig = _skew(c)
         if fig is None:
