@@ -104,3 +104,26 @@ def test_link_and_command():
     cmd = open_command("/runs/exp 1", ranks=[3, 1], steps=[[4, 5], 7], role="actor")
     assert cmd == ("distprof merge '/runs/exp 1' --roles actor --ranks 1,3 --steps 4,5,7 --format perfetto "
                    "-o finding.tar && distprof open finding.tar")
+
+
+def test_report_findings_carry_the_command_that_opens_their_ranks_and_steps(tmp_path):
+    """A finding over several ranks names the archive-and-open command for them; one over a single file names
+    ``distprof open FILE``; the page shows it as text (escaped)."""
+    from tracekit import DLRM
+
+    from distprof.analysis.analyze import investigate
+    from distprof.analysis.diagnose import Finding
+    from distprof.analysis.records_diag import FindingEvidence
+    from distprof.report import render_report
+    from distprof.report.evidence import for_findings
+
+    inv = investigate(DLRM, workers=1)
+    many = Finding(id="straggler", claim="rank 3 arrives last", cost_us=2.0, fix="none",
+                   evidence=FindingEvidence(ranks=[3, 1], steps=[]))
+    one = Finding(id="idle", claim="rank 5 idles", cost_us=1.0, fix="none", evidence=FindingEvidence(ranks=[5]))
+    ev = for_findings(inv, [many, one])
+    assert ev[0].open_command == (f"distprof merge {DLRM} --ranks 1,3 --format perfetto -o straggler.tar && "
+                                  "distprof open straggler.tar")
+    assert ev[1].open_command == f"distprof open {ev[1].files[0].path}" and ev[1].files[0].rank == 5
+    page = render_report(inv, [many, one])
+    assert "distprof open straggler.tar" in page.replace("&amp;", "&")
