@@ -19,7 +19,7 @@ import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
-from distprof import analysis, cli_watch
+from distprof import analysis, cli_open, cli_watch
 from distprof.analysis.records import UNSET, Envelope, to_json
 from distprof.cli_support import (
     BadArgument,
@@ -361,27 +361,37 @@ def diagnose(
 @_guarded
 def merge(
     path: str = typer.Argument(..., help="Traces of several ranks/roles: a folder or a run directory."),
-    out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing."),
+    out: str = typer.Option(..., "-o", "--out", help="Output trace (.json or .json.gz) for Perfetto or chrome://tracing;"
+                            " .tar: a Perfetto archive of the traces as they are (--format perfetto)."),
     ranks: str | None = _opt_ranks(), roles: str | None = _opt_roles(), steps: str | None = _opt_steps(),
     workers: int | None = _opt_workers(),
+    fmt: str | None = typer.Option(None, "--format", help="json (one merged trace) or perfetto (a .tar of the"
+                                   " per-rank traces and a perfetto_manifest; Perfetto v58+); default: by -o's name."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object describing the output."),
 ) -> None:
     """One trace with every rank and role as its own process track, clocks aligned, every event kept
-    (with --steps: every event that overlaps those steps)."""
+    (with --steps: every event that overlaps those steps); --format perfetto: the traces unchanged in one archive
+    Perfetto opens as one timeline (with --steps: the files holding those steps)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from distprof.analysis.merge import merge_traces
+    from distprof.analysis.perfetto_archive import archive_traces
 
+    if (fmt := fmt or ("perfetto" if out.endswith(".tar") else "json")) not in ("json", "perfetto"):
+        raise BadArgument(f"--format {fmt}: not a merge format; give json or perfetto")
     sel = _selection(ranks, roles, steps, False)
     with Progress(TextColumn("merging"), BarColumn(), MofNCompleteColumn(), console=err, transient=True) as bar:
         task = bar.add_task("merge", total=None)
-        r = merge_traces(path, out, selection=sel, workers=workers,
-                         progress=lambda done, total: bar.update(task, completed=done, total=total))
+        r = (archive_traces if fmt == "perfetto" else merge_traces)(
+            path, out, selection=sel, workers=workers, progress=lambda done, total: bar.update(task, completed=done,
+                                                                                                total=total))
 
     def draw() -> None:
-        console.print(Text(f"merged {r['files']} traces, {r['events']:,} events -> {render.plain(r['out'])} "
+        where = render.plain(r["out"])
+        console.print(Text(f"archived {r['files']} traces -> {where} (open it: distprof open {where})" if fmt ==
+                           "perfetto" else f"merged {r['files']} traces, {r['events']:,} events -> {where} "
                            "(open in https://ui.perfetto.dev)"), soft_wrap=True)
-        if r["moved_to_lanes"]:
+        if r.get("moved_to_lanes"):
             console.print(f"{r['moved_to_lanes']:,} events overlapped others on their thread (Perfetto would hide "
                           "them): shown on '(overlaps, lane K)' threads", soft_wrap=True)
 
@@ -567,6 +577,7 @@ def trigger(
 
 
 cli_watch.register(app, _guarded, console, err)  # `distprof watch` (its code: cli_watch.py)
+cli_open.register(app, _guarded, console, err)  # `distprof open` (its code: cli_open.py)
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ from distprof.analysis.diagnose import Finding
 from distprof.analysis.investigation import Investigation
 from distprof.analysis.records import StepRow
 from distprof.report.base import fig, label, role_labels, short
+from distprof.report.viewer import open_command
 from distprof.rundir.layout import is_url
 
 __all__ = [
@@ -66,6 +67,7 @@ class Evidence:
     timeline: go.Figure | None = None
     caption: str | None = None  # plain text: which step, why it is the worst, what the lanes are
     step: dict[str, Any] | None = None  # the step drawn: {"role", "step", "ranks"}
+    open_command: str | None = None  # the shell command that opens these ranks and steps in Perfetto (viewer.py)
 
 
 def relative_href(path: str, out: str | None) -> str | None:
@@ -235,6 +237,9 @@ def for_findings(inv: Investigation, findings: list[Finding], out: str | None = 
     for f in findings:
         ev = Evidence()
         ev.files, ev.more_files = trace_links(inv, f, out)
+        if ev.files:  # one file: open it; several: archive the finding's ranks and steps, then open that
+            ev.open_command = open_command(ev.files[0].path) if len(ev.files) == 1 else open_command(
+                inv.path, f.evidence.ranks, f.evidence.steps, f.evidence.role, out=f"{f.id}.tar")
         picked = worst_step(inv, f) if has_timeline and drawn < MAX_TIMELINES else None
         if picked is not None:
             row, why = picked

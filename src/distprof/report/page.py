@@ -135,6 +135,8 @@ def _finding(i: int, f: Finding, plots: set[str], ev: Evidence | None = None) ->
         rows.append(("evidence", _e(" · ".join(evidence))))
     if ev is not None and ev.files:
         rows.append(("traces", _links(ev)))
+    if ev is not None and ev.open_command:
+        rows.append(("open in Perfetto", f'<code class="open">{_e(ev.open_command)}</code>'))
     if f.plot in plots:  # only the report's own ids become links: a finding never writes a target of its own
         rows.append(("shown in", f'<a href="#{f.plot}">{_e(_TITLES.get(f.plot, f.plot))}</a>'))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
