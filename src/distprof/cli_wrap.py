@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from distprof.cli_support import bad_argument_if_invalid
+
 __all__ = ["register"]
 
 
@@ -38,5 +40,6 @@ def register(app: typer.Typer, guarded: Callable[[Callable[..., Any]], Callable[
         from distprof.capture.wrapjob import wrap_command
         from distprof.config.model import ProfilerConfig
 
-        cfg = ProfilerConfig.from_yaml(config) if config else ProfilerConfig()
-        raise typer.Exit(wrap_command(cfg, list(cmd or []), role))
+        cfg = bad_argument_if_invalid(lambda: ProfilerConfig.from_yaml(config) if config else ProfilerConfig())
+        # A ValueError comes before CMD starts (a config wrap cannot use): one line, exit 2.
+        raise typer.Exit(bad_argument_if_invalid(wrap_command, cfg, list(cmd or []), role))

@@ -4,6 +4,7 @@ output is named, and what ``check`` makes of a wrapped run directory."""
 import json
 
 import pytest
+from tracekit import cli
 
 from distprof import ProfilerConfig
 from distprof.analysis.check import check_run
@@ -56,7 +57,7 @@ def test_decide_leaves_alone_what_it_cannot_wrap(cfg, words):
 
 
 def test_decide_refuses_what_it_cannot_judge():
-    with pytest.raises(ValueError, match="mesh coordinates.*list of ranks"):
+    with pytest.raises(ValueError, match=r"mesh coordinates.*list of ranks"):
         decide(_cfg(ranks={"dp": [0]}), environ={"RANK": "0", "WORLD_SIZE": "2"})
     with pytest.raises(ValueError, match=r"ranks \[5\] do not exist"):
         decide(_cfg(ranks=[5]), environ={"RANK": "0", "WORLD_SIZE": "2"})
@@ -97,3 +98,21 @@ def test_check_names_the_selected_ranks_without_output(tmp_path):
     res = check_run(str(tmp_path))
     assert [(i.rank, i.status) for i in res.items] == [(0, "ok"), (2, "missing")]
     assert "distprof wrap" in res.items[1].detail
+
+
+@pytest.mark.parametrize("args, words", [
+    (["wrap"], "needs a command after --"),
+    (["wrap", "--config", "/no/such/profile.yaml", "--", "true"], "cannot read the config file"),
+])
+def test_wrap_refuses_in_one_line_before_running_anything(args, words):
+    code, _, err = cli(*args)
+    assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_wrap_refuses_mesh_coordinates_in_one_line(tmp_path, monkeypatch):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"enable: true\nbackend: py_spy\nsave_path: {tmp_path}\nranks: {{dp: [0]}}\n")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    code, _, err = cli("wrap", "--config", cfg, "--", "true")
+    assert code == 2 and "list of ranks" in err
