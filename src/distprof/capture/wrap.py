@@ -43,6 +43,7 @@ KICK_SIGNAL = {"py_spy": signal.SIGINT}
 APP_IS_TOOL = ("memray",)
 ATTACHES = ("py_spy",)
 PR_SET_PDEATHSIG, PR_SET_PTRACER, PR_SET_PTRACER_ANY = 1, 0x59616D61, -1  # <linux/prctl.h>
+FINALIZER_WAIT_S = 10.0  # distprof wrap: the detached finalizer's time to see the tool gone (then it goes on alone)
 TOOL_EXIT_WAIT_S = 60.0  # after an attached app ended: the tool's time to write (then a kick; the finalizer stays)
 
 
@@ -126,8 +127,13 @@ def wrap_process(spec: WrapSpec, worker_args: list[str], pass_signals: bool = Fa
         rc = _wait(child)
     if not finalize_outputs(spec.out_dir, pid):
         # Goes to the worker's log (Ray: the worker's .err file): the one place this can be seen.
-        logger.error("distprof.capture.wrap: %s exited with code %s and wrote no output in %s", argv[0], rc,
-                     spec.out_dir)
+        logger.error("distprof.capture.wrap: %s exited with code %s and wrote no output in %s", argv[0],
+                     child.returncode, spec.out_dir)
+    if pass_signals:  # the rank ends once its output is published: a check run right after finds it settled
+        try:
+            finalizer.wait(timeout=FINALIZER_WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
     return rc
 
 
