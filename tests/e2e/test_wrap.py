@@ -138,3 +138,23 @@ def test_rocprof_sys_stand_in_and_an_unselected_srun_task(tmp_path):
     assert os.listdir(tmp_path / "run" / "main" / f"rocprof_sys-pid{pid}.rank00001") == ["wall_clock.json"]
     code, out, _ = cli("check", tmp_path / "run", "--json")
     assert code == 0 and [(i["rank"], i["status"]) for i in out["items"]] == [(1, "ok")], out
+
+
+def test_sigkill_to_the_wrapper_ends_the_app_too(tmp_path):
+    """torchrun's last resort (SIGKILL after its grace period) reaches a wrapped rank's app as it would reach an
+    unwrapped rank (the app is in a session of its own, so a process-group kill alone would miss it)."""
+    import select
+
+    proc = _wrap(tmp_path, JOB, str(tmp_path), "600", env=_env(enable=1, backend="py_spy", save_path=tmp_path / "run"),
+                 start_new_session=True)
+    try:
+        line = next(line for line in proc.stderr if "app running" in line)
+        app = int(line.split()[2])
+        fd = os.pidfd_open(app)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert select.select([fd], [], [], 60)[0], "the app outlived its wrapper"
+        os.close(fd)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

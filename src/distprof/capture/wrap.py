@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from distprof.capture.backends.process import WrapSpec, tool_command
 from distprof.rundir.layout import temp_name
@@ -90,7 +91,7 @@ def wrap_process(spec: WrapSpec, worker_args: list[str], pass_signals: bool = Fa
     app = None
     if pass_signals and spec.backend in ATTACHES:  # (a CMD that cannot be run raises here: nothing was started)
         app = subprocess.Popen([*spec.python, *worker_args], env=app_env, start_new_session=True,
-                               preexec_fn=_app_setup)
+                               preexec_fn=_app_setup())
     argv, extra_env = tool_command(spec, pid, worker_args, attach_pid=app.pid if app is not None else None)
     env = {**os.environ, **extra_env, WRAPPED_BY: f"{spec.backend}:{pid}"}
     try:
@@ -168,27 +169,32 @@ def _tool_done(tool: subprocess.Popen, name: str, kick: int | None) -> None:
             tool.send_signal(sig)
 
 
-def _prctl(option: int, arg: int) -> None:
-    """prctl(2) through libc; where it fails (another OS, a kernel without Yama) nothing changes."""
-    import ctypes  # here: only a wrapped rank's child pays for it
+def _prctl_setup(*calls: tuple[int, int]) -> Callable[[], None]:
+    """A ``preexec_fn`` making these prctl(2) calls in the child before exec; libc is loaded here, in the parent
+    (nothing is imported between fork and exec). Where prctl fails (a kernel without Yama) nothing changes."""
+    import ctypes  # here: only a rank distprof wrap wraps pays for it
 
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(option, ctypes.c_ulong(arg % (1 << 64)), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return lambda: None
+    args = [(option, ctypes.c_ulong(arg % (1 << 64))) for option, arg in calls]
 
-
-def _app_setup() -> None:
-    """In the app, before exec: it dies with this process (as the rank would), and any process of its user may
-    attach to it (Yama's ptrace_scope 1 allows only ancestors; the tool is a sibling)."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    _prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)
-
-
-def _tool_setup(backend: str):
-    def setup() -> None:  # in the tool, before exec: told to write (and end its app) when this process dies
-        _prctl(PR_SET_PDEATHSIG, FINALIZE_SIGNAL[backend])
+    def setup() -> None:
+        for option, arg in args:
+            prctl(option, arg, 0, 0, 0)
     return setup
+
+
+def _app_setup() -> Callable[[], None]:
+    """For the app: it dies with this process (as the rank would), and any process of its user may attach to it
+    (Yama's ptrace_scope 1 allows only ancestors; the tool is a sibling)."""
+    return _prctl_setup((PR_SET_PDEATHSIG, signal.SIGKILL), (PR_SET_PTRACER, PR_SET_PTRACER_ANY))
+
+
+def _tool_setup(backend: str) -> Callable[[], None]:
+    """For the tool: told to write (and to end its app) when this process dies."""
+    return _prctl_setup((PR_SET_PDEATHSIG, FINALIZE_SIGNAL[backend]))
 
 
 def finalize_later(out_dir: str, wrapper_pid: int, tool_pid: int, finalize_signal: int) -> int:
