@@ -158,3 +158,17 @@ def test_sigkill_to_the_wrapper_ends_the_app_too(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("backend, section", [("nsys", "nsys:\n  executable: /no/such/nsys\n"), ("memray", "")],
+                         ids=["tool-missing", "not-a-python-command"])
+def test_a_tool_that_cannot_start_leaves_the_rank_unwrapped(tmp_path, backend, section):
+    """Training is never lost: one warning, then the command runs as itself (memray needs a Python command)."""
+    config = tmp_path / "profile.yaml"
+    config.write_text(f"enable: true\nbackend: {backend}\nsave_path: {tmp_path / 'run'}\n{section}")
+    cmd = [sys.executable, "-m", "distprof.cli", "wrap", "--config", str(config), "--"]
+    cmd += ([sys.executable, "-c", "import sys; print('ran'); sys.exit(4)"] if backend == "nsys" else
+            ["/bin/sh", "-c", "echo ran; exit 4"])
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (4, "ran\n"), proc.stderr[-2000:]
+    assert " ".join(proc.stderr.split()).count(f"rank 0 runs without {backend}") == 1

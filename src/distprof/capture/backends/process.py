@@ -149,8 +149,9 @@ def check_tool(backend: str, executable: str | None, python: list[str]) -> str |
     if backend == "memray":
         import subprocess
 
-        probe = subprocess.run([*python, "-c", "import memray"], capture_output=True)
-        if probe.returncode != 0:
+        # The answer must come from Python importing memray (``distprof wrap``'s command may be no interpreter at all).
+        probe = subprocess.run([*python, "-c", "import memray; print('memray-ok')"], capture_output=True)
+        if probe.returncode != 0 or probe.stdout.strip() != b"memray-ok":
             raise ValueError(
                 f"backend 'memray' needs the memray package in the workers' interpreter ({shlex.join(python)}); "
                 "pip install memray there"
