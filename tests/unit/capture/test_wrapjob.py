@@ -2,6 +2,7 @@
 output is named, and what ``check`` makes of a wrapped run directory."""
 
 import json
+import os
 
 import pytest
 from tracekit import cli
@@ -116,3 +117,17 @@ def test_wrap_refuses_mesh_coordinates_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     code, _, err = cli("wrap", "--config", cfg, "--", "true")
     assert code == 2 and "list of ranks" in err
+
+
+def test_collect_lists_wrapped_outputs_like_the_ray_paths(tmp_path):
+    """``distprof.integrations.ray.collect`` lists a node's save_path by the layout: the rank-named outputs with
+    the rest, a hidden one still being written as pending."""
+    from distprof.integrations.ray.collect import _node_list
+
+    (tmp_path / "main").mkdir()
+    done = process_output_name("memray", 5, ".bin", 1)
+    (tmp_path / "main" / done).write_bytes(b"memray")
+    me = os.getpid()  # a writer that is alive: its temporary is pending
+    (tmp_path / "main" / f".tmp-{me}-{process_output_name('memray', me, '.bin', 2)}").write_bytes(b"")
+    listing = _node_list(str(tmp_path), 0, [])
+    assert [f["path"] for f in listing["files"]] == [f"main/{done}"] and len(listing["pending"]) == 1
