@@ -29,7 +29,7 @@ from typing import Any
 
 import msgspec
 
-from distprof.analysis.checkfile import check_file, process_outputs, short
+from distprof.analysis.checkfile import check_file, process_outputs, ranks_without_output, short
 from distprof.analysis.runview import RunView, ViewError
 from distprof.config.plan import FOREVER, Window
 from distprof.rundir.layout import (
@@ -43,6 +43,7 @@ from distprof.rundir.layout import (
     TMP_PREFIX,
     rank_dir,
     rank_of_dir,
+    rank_of_process_output,
     sanitize_role,
 )
 from distprof.rundir.manifest import LIMIT_STOPS, MANIFEST_LIMIT, OOM, WindowRecord, read_manifest, safe_relpath
@@ -251,7 +252,7 @@ def _read_role(view: RunView, tree, name: str, config: Any, run: dict[str, Any],
     res.roles.append({"role": name, "world_size": world, "backend": backend})
     role = _Role(name, config, world, backend)
     if backend in PROCESS_BACKENDS:
-        _check_process_outputs(view, tree, name, backend, res)
+        _check_process_outputs(view, tree, name, backend, res, config, world)
         return None
     role.ranks = _expected_ranks(tree, name, config, info, world, res)
     for r in sorted(set(role.ranks) | set(_ranks_on_disk(tree, name))):
@@ -572,9 +573,13 @@ def _unlisted(view: RunView, tree, role: str, rank: int, listed: set[str], res: 
             res.items.append(Item(role, rank, None, "unlisted", rel, "not in the manifest (another backend or run?)"))
 
 
-def _check_process_outputs(view: RunView, tree, role: str, backend: str, res: CheckResult) -> None:
+def _check_process_outputs(view: RunView, tree, role: str, backend: str, res: CheckResult, config: Any,
+                           world: int) -> None:
     found = process_outputs(view, tree, role, backend)
     if not found:
         res.items.append(Item(role, None, None, "missing",
                               detail=f"no {backend} output: did the wrapped workers end before collection?"))
-    res.items += [Item(role, None, None, status, rel, detail) for rel, status, detail in found]
+    res.items += [Item(role, rank_of_process_output(rel), None, status, rel, detail) for rel, status, detail in found]
+    why = f"no {backend} output of this rank: did it run under distprof wrap, and end before the check?"
+    res.items += [Item(role, r, None, "missing", detail=why) for r in ranks_without_output(found, config, world,
+                                                                                             MAX_RANKS)]

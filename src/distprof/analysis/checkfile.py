@@ -9,10 +9,10 @@ from typing import Any
 import msgspec
 
 from distprof.analysis.runview import RunView, ViewError
-from distprof.rundir.layout import is_process_output, is_ray_timeline
+from distprof.rundir.layout import is_process_output, is_ray_timeline, rank_of_process_output
 from distprof.rundir.manifest import MANIFEST_LIMIT
 
-__all__ = ["check_file", "json_whole", "process_outputs", "short"]
+__all__ = ["check_file", "json_whole", "process_outputs", "ranks_without_output", "short"]
 
 _MAGIC = {".bin": (b"\x04\x22\x4d\x18", b"memray")}  # memray: lz4 frame, or its raw header
 
@@ -39,6 +39,16 @@ def process_outputs(view: RunView, tree: Any, role: str, backend: str) -> list[t
             status, detail = "broken", str(e).split(": ", 1)[-1]
         out.append((rel, status, detail))
     return out
+
+
+def ranks_without_output(found: list[tuple[str, str, str]], config: Any, world: int, max_ranks: int) -> list[int]:
+    """The ranks ``config`` selects that have no output of their own, where outputs name their rank (``distprof
+    wrap``'s; a Ray worker's name only its wrapper's pid) and the selection is a rank list or ``all``."""
+    have = {r for rel, _, _ in found if (r := rank_of_process_output(rel)) is not None}
+    if not have or isinstance(config.ranks, dict) or config.per_node is not None or world > max_ranks:
+        return []
+    expected = range(world) if config.ranks == "all" else [r for r in config.ranks if r < world]
+    return [r for r in expected if r not in have]
 
 
 def check_file(view: RunView, rel: str, size: int) -> tuple[str, str]:

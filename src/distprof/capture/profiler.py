@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -34,6 +33,7 @@ from distprof.capture.exporter import Exporter
 from distprof.capture.faults import FaultGuard
 from distprof.capture.guard import MemoryGuard, MemoryWatch
 from distprof.capture.ondemand import OnDemand, PollTimer
+from distprof.capture.runinfo import role_info, run_info
 from distprof.capture.stages import Stages
 from distprof.capture.steptime import BASELINE_STEPS, SETTLING_STEPS, StepClock
 from distprof.capture.telemetry import Telemetry
@@ -46,7 +46,7 @@ from distprof.rundir.store import RunDir
 from distprof.rundir.upload import active as upload_active
 from distprof.util import logs
 from distprof.util.envvars import apply_log_level
-from distprof.util.runtime import VERSION, detect_local_rank, detect_rank_world, host_name, torch_version
+from distprof.util.runtime import detect_local_rank, detect_rank_world, host_name, torch_version
 
 logger = logging.getLogger(__name__)
 
@@ -339,11 +339,7 @@ class Profiler:
         info = self._run_info()
         write_json(self._run, info)
         mesh = self._mesh
-        write_json(self._run, {"role": self.role, "world_size": self.world_size, "plan": info["plan"],
-                               "backend": self.config.backend, "config": info["config"],
-                               **({"mesh": {"names": list(mesh.names), "shape": list(mesh.shape),
-                                            "ranks": list(mesh.ranks)}} if mesh else {})},
-                   rel=f"{self.role}/{ROLE_JSON}")
+        write_json(self._run, role_info(self.role, info, self.config.backend, mesh), rel=f"{self.role}/{ROLE_JSON}")
         self._next = self._plan.next_window(self.global_step)
         self._plan_timing()
         if self._engine is not None:
@@ -583,14 +579,7 @@ class Profiler:
         return f"profiler {self.role!r} rank {self.rank}"
 
     def _run_info(self) -> dict[str, Any]:
-        return {
-            "config": self.config.model_dump(mode="json"),
-            "world_size": self.world_size,
-            "plan": self._plan.describe(),
-            "start_time": time.time(),
-            "host": host_name(),
-            "versions": {"distprof": VERSION, "torch": torch_version(), "python": sys.version.split()[0]},
-        }
+        return run_info(self.config, self.world_size, self._plan)
 
 
 _STEP_SWAP = threading.Lock()  # held to change a profiler's fast path (rare); the step itself never takes it

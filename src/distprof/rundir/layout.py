@@ -8,6 +8,7 @@
     {save_path}/{role}/rank{R:05d}/telemetry.jsonl, telemetry.1.jsonl         (telemetry: true; the older segment)
     {save_path}/detections.jsonl                                               (detect: true; one line per detection)
     {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
+    {save_path}/{role}/{backend}-pid{P}.rank{R:05d}{ext}                       (the same under `distprof wrap`)
     {save_path}/driver/rank00000/step{A:08d}-{B:08d}.ray_timeline.json.gz      (Ray's task timeline of a window)
 
 A file whose name starts with ``.tmp-{pid}-`` is a write in progress (or one that never finished).
@@ -43,9 +44,11 @@ __all__ = [
     "is_ray_timeline",
     "is_url",
     "pid_of_temp",
+    "process_output_name",
     "process_output_prefix",
     "rank_dir",
     "rank_of_dir",
+    "rank_of_process_output",
     "ray_timeline_name",
     "sanitize_role",
     "stage_label",
@@ -159,6 +162,22 @@ def process_output_prefix(backend: str) -> str:
 
 def is_process_output(name: str, backend: str) -> bool:
     return name.startswith(process_output_prefix(backend))
+
+
+_PROCESS_RANK = re.compile(r"^[a-z_]+-pid\d+\.rank(\d{5,})(?:\.|$)")
+
+
+def process_output_name(backend: str, pid: int, ext: str, rank: int | None = None) -> str:
+    """``py_spy-pid1234.speedscope.json`` (a Ray worker's wrapper, pid 1234); with the rank a ``distprof wrap``
+    knows, ``py_spy-pid1234.rank00003.speedscope.json``: the prefix is the same, so every reader of the first
+    reads the second."""
+    return f"{process_output_prefix(backend)}{pid}{'' if rank is None else f'.rank{rank:05d}'}{ext}"
+
+
+def rank_of_process_output(name: str) -> int | None:
+    """The rank in a process tool's output name (None where the name has none: the Ray path's)."""
+    m = _PROCESS_RANK.match(posixpath.basename(name.rstrip("/")))
+    return int(m.group(1)) if m else None
 
 
 def ray_timeline_name(start: int, end: int) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from collections.abc import Mapping
 
-__all__ = ["detect_local_rank", "detect_rank_world", "host_name", "torch_version"]
+__all__ = ["detect_local_rank", "detect_rank_world", "host_name", "launcher_rank", "torch_version"]
 
 
 VERSION = "0.1.0"  # the package's own version (distprof.__version__), for a checkout not installed
@@ -65,6 +66,25 @@ def detect_local_rank(rank: int) -> int | None:
     per_node = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
     if per_node.isdigit() and int(per_node) > 0:
         return rank % int(per_node)
+    return None
+
+
+def _digits(environ: Mapping[str, str], name: str) -> int | None:
+    v = environ.get(name, "").strip()
+    return int(v) if v.isdigit() else None
+
+
+def launcher_rank(environ: Mapping[str, str] | None = None) -> tuple[int, int | None, int, str] | None:
+    """(rank, local rank, world size, the variable read) as the launcher set them, before any process group
+    exists: torchrun and plain launches (RANK, LOCAL_RANK, WORLD_SIZE), else SLURM's srun (SLURM_PROCID,
+    SLURM_LOCALID, SLURM_NTASKS; under srun + torchrun, torchrun's RANK wins). None when neither is set."""
+    env = os.environ if environ is None else environ
+    for rank_var, local_var, world_var in (("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+                                           ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS")):
+        rank = _digits(env, rank_var)
+        if rank is not None:
+            world = _digits(env, world_var)
+            return rank, _digits(env, local_var), max(world or 0, rank + 1), rank_var
     return None
 
 

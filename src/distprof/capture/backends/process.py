@@ -9,7 +9,8 @@ distprof sets ``py_executable`` to ``<python> -m distprof.capture.wrap SPEC``; t
 wrapper (``distprof/capture/wrap.py``) turns SPEC plus Ray's arguments into the tool's
 command line with the functions below, runs it, and finalizes the output.
 
-Outputs go to ``{save_path}/{group}/{backend}-pid{PID}{ext}`` where PID is the
+Outputs go to ``{save_path}/{group}/{backend}-pid{PID}{ext}`` (``...-pid{PID}.rank{R:05d}{ext}`` under
+``distprof wrap``, which knows the rank: ``distprof/capture/wrapjob.py``) where PID is the
 wrapper's pid (the worker is its child; ``os.getppid()`` in the worker, or its
 grandparent under py-spy). Tools write to a hidden ``.tmp-{PID}-`` name that
 the wrapper renames once the tool has exited, so a visible output is complete.
@@ -28,9 +29,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from distprof.rundir.layout import process_output_prefix, temp_name
+from distprof.config.process_tools import nsys_capture_options
+from distprof.rundir.layout import process_output_name, temp_name
 
-__all__ = ["DEFAULT_EXECUTABLES", "WrapSpec", "output_name", "render_options", "tool_command"]
+__all__ = ["DEFAULT_EXECUTABLES", "WrapSpec", "output_name", "render_options", "spec_for", "tool_command"]
 
 DEFAULT_EXECUTABLES = {"nsys": "nsys", "rocprof_sys": "rocprof-sys-python", "py_spy": "py-spy", "memray": None}
 PY_SPY_EXT = {"speedscope": ".speedscope.json", "chrometrace": ".chrometrace.json", "raw": ".txt", "flamegraph": ".svg"}
@@ -66,6 +68,7 @@ class WrapSpec:
     flags: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # backend specifics (py-spy rate/format, native)
+    rank: int | None = None  # the rank ``distprof wrap`` wraps (named in the output); None: a Ray worker
 
     def encode(self) -> str:
         return base64.urlsafe_b64encode(json.dumps(asdict(self)).encode()).decode()
@@ -82,11 +85,33 @@ class WrapSpec:
 def output_name(spec: WrapSpec, pid: int) -> str:
     """Final output name (without nsys's own ``.nsys-rep`` suffix) for the wrapper with this pid."""
     ext = {"py_spy": PY_SPY_EXT[spec.extra.get("format", "speedscope")], "memray": ".bin"}.get(spec.backend, "")
-    return f"{process_output_prefix(spec.backend)}{pid}{ext}"
+    return process_output_name(spec.backend, pid, ext, spec.rank)
 
 
-def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The tool's argv and extra environment for one wrapped worker."""
+def spec_for(config: Any, group: str, out_dir: str, python: list[str], rank: int | None = None) -> WrapSpec:
+    """The WrapSpec of ``config`` (a ProfilerConfig, already resolved for the role ``group``, with a process
+    backend): its tool (checked here: ValueError naming it when missing), options (nsys: the capture range over
+    the planned windows), flags, env and specifics. The Ray path (``runtime_env``) and ``distprof wrap`` both
+    build their spec here."""
+    section = getattr(config, config.backend)
+    executable = check_tool(config.backend, section.executable, python)
+    options = dict(section.options)
+    if config.backend == "nsys":
+        options = nsys_capture_options(options, config.window_count(), config.whole_lifetime)
+    extra: dict[str, Any] = {}
+    if config.backend == "py_spy":
+        extra = {"rate": section.rate, "format": section.format, "native": section.native,
+                 "subprocesses": section.subprocesses}
+    elif config.backend == "memray":
+        extra = {"native": section.native}
+    return WrapSpec(backend=config.backend, group=group, out_dir=out_dir, python=python, executable=executable,
+                    options=options, flags=list(section.flags), env=dict(section.env), extra=extra, rank=rank)
+
+
+def tool_command(spec: WrapSpec, pid: int, worker_args: list[str],
+                 attach_pid: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The tool's argv and extra environment for one wrapped worker; ``attach_pid`` (py-spy only): the worker runs
+    already, as that process, and the tool attaches to it."""
     tmp = os.path.join(spec.out_dir, temp_name(pid, output_name(spec, pid)))
     opts = render_options(spec.options, spec.flags)
     env = dict(spec.env)
@@ -98,6 +123,8 @@ def tool_command(spec: WrapSpec, pid: int, worker_args: list[str]) -> tuple[list
             cmd.append("--native")
         if spec.extra.get("subprocesses"):
             cmd.append("--subprocesses")
+        if attach_pid is not None:
+            return [*cmd, *opts, "--pid", str(attach_pid)], env
         return [*cmd, *opts, "--", *spec.python, *worker_args], env
     if spec.backend == "memray":
         cmd = [*spec.python, "-m", "memray", "run", "-q", "-f", "-o", tmp]
@@ -122,8 +149,9 @@ def check_tool(backend: str, executable: str | None, python: list[str]) -> str |
     if backend == "memray":
         import subprocess
 
-        probe = subprocess.run([*python, "-c", "import memray"], capture_output=True)
-        if probe.returncode != 0:
+        # The answer must come from Python importing memray (``distprof wrap``'s command may be no interpreter at all).
+        probe = subprocess.run([*python, "-c", "import memray; print('memray-ok')"], capture_output=True)
+        if probe.returncode != 0 or probe.stdout.strip() != b"memray-ok":
             raise ValueError(
                 f"backend 'memray' needs the memray package in the workers' interpreter ({shlex.join(python)}); "
                 "pip install memray there"

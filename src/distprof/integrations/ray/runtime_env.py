@@ -8,10 +8,9 @@ import shlex
 import sys
 from typing import Any
 
-from distprof.capture.backends.process import WrapSpec, check_tool
+from distprof.capture.backends.process import spec_for
 from distprof.config.model import ProfilerConfig
 from distprof.config.plan import rank_selected, role_selected
-from distprof.config.process_tools import nsys_capture_options
 from distprof.rundir.layout import is_url, sanitize_role
 from distprof.util.raynodes import names_variables
 
@@ -50,23 +49,7 @@ def runtime_env(config: ProfilerConfig, group: str, base: dict[str, Any] | None 
             "is fixed on the driver; give a plain path for process backends (the torch backend expands it per node)"
         )
     python = shlex.split(base["py_executable"]) if base.get("py_executable") else [sys.executable]
-    section = getattr(config, config.backend)
-    executable = check_tool(config.backend, section.executable, python)
-    options = dict(section.options)
-    if config.backend == "nsys":
-        options = nsys_capture_options(options, config.window_count(), config.whole_lifetime)
-    extra: dict[str, Any] = {}
-    if config.backend == "py_spy":
-        extra = {"rate": section.rate, "format": section.format, "native": section.native,
-                 "subprocesses": section.subprocesses}
-    elif config.backend == "memray":
-        extra = {"native": section.native}
-    spec = WrapSpec(
-        backend=config.backend, group=group,
-        out_dir=os.path.join(os.path.abspath(os.path.expanduser(save_path)), group),
-        python=python, executable=executable, options=options, flags=list(section.flags),
-        env=dict(section.env), extra=extra,
-    )
+    spec = spec_for(config, group, os.path.join(os.path.abspath(os.path.expanduser(save_path)), group), python)
     base["py_executable"] = spec.py_executable(python)
     logger.info("distprof: %s wraps group %r: %s", config.backend, group, base["py_executable"])
     return base
