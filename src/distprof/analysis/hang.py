@@ -176,7 +176,7 @@ def _state(ri: RankInput) -> str:
         return "waiting" if pending else "stuck"
     if ri.stacks and ri.stacks_t >= ev.written_t:  # the C watchdog fired after the last write: stuck with the GIL
         return "stuck_in_c"
-    return "resumed" if ev.state == "resumed" else "running"
+    return ev.state if ev.state in ("resumed", "stopped") else "running"
 
 
 def _stack(ri: RankInput) -> list[ThreadStack]:
@@ -302,10 +302,12 @@ def verdict_text(res: HangResult) -> str:
         where.append(f"rank {r} is " + ", ".join(b for b in bits if b))
     c = res.collective
     if c is None:
-        return f"ranks {_ranges(res.stuck_ranks)} stopped ending steps; " + "; ".join(where)
+        who = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
+        return f"{who} stopped ending steps outside any recorded collective; " + "; ".join(where)
     ranks = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
-    return (f"{ranks} never entered {c.name} #{c.seq} of group {c.group} (seq {c.seq}); ranks {_ranges(c.waiting)} "
-            f"wait there{' since ' + _clock(c.since) if c.since else ''}; " + "; ".join(where))
+    waiting = f"rank {c.waiting[0]} waits" if len(c.waiting) == 1 else f"ranks {_ranges(c.waiting)} wait"
+    return (f"{ranks} never entered {c.name} #{c.seq} of group {c.group} (seq {c.seq}); {waiting} "
+            f"there{' since ' + _clock(c.since) if c.since else ''}; " + "; ".join(where))
 
 
 def _clock(t: float) -> str:

@@ -76,7 +76,8 @@ class FRDump(msgspec.Struct):
 
 class Evidence(msgspec.Struct):
     """``{role}/rank{R:05d}/hang.json``: ``state`` running (kept current while steps end), stalled (no step ended
-    for ``timeout_s``: stacks and Flight Recorder added) or resumed (steps end again)."""
+    for ``timeout_s``: stacks and Flight Recorder added), resumed (steps end again) or stopped (the profiler
+    stopped; a stalled rank that never went on keeps ``stalled``)."""
     hang: int
     role: _Text
     rank: _Rank
@@ -114,9 +115,9 @@ class HangCollective(Record, kw_only=True):
 class HangRank(Record, kw_only=True):
     """One rank: ``state`` stuck (stalled outside any collective), stuck_in_c (stuck in C code holding the GIL:
     only the C watchdog's stacks), waiting (stalled inside a collective), running (steps ended when it last
-    wrote), resumed (stalled once, then went on), no_evidence; its ``step`` (in progress), outermost annotate
-    ``phase``, ``stack`` (the training thread's frames, innermost last, ``func (file:line)``) and ``frame`` (the
-    innermost frame of the job's own code)."""
+    wrote), resumed (stalled once, then went on), stopped (the profiler stopped), no_evidence; its ``step`` (in
+    progress), outermost annotate ``phase``, ``stack`` (the training thread's frames, innermost last,
+    ``func (file:line)``) and ``frame`` (the innermost frame of the job's own code)."""
     rank: int
     state: str
     step: int | None = None

@@ -105,6 +105,8 @@ class HangWatch:
         self._timing = False
         self.fired = False
         self.writes = 0
+        self._seen: int | None = None  # the step count the watchdog saw last, and since when
+        self._since = time.time()
 
     def start(self) -> None:
         """Install the collective record, arm the watchdogs and start the thread (once per process)."""
@@ -137,7 +139,20 @@ class HangWatch:
         t, self._thread = self._thread, None
         if t is not None and t is not threading.current_thread():
             t.join(timeout=10)
+        if t is not None:
+            self._final()
         self._end()
+
+    def _final(self) -> None:
+        """The profiler stops: say so, unless this rank stalled and never went on (a job killed while hung: SIGTERM
+        unwinds the stuck thread through here, and its evidence must stay)."""
+        g = self._progress()
+        if self.fired and g == self._seen:
+            return
+        try:
+            self._write("stopped", g, self._since)
+        except Exception as e:  # the job comes first
+            logger.debug("distprof: hang evidence of %s not updated at stop (%s)", self._rel, e)
 
     def _end(self) -> None:
         global _live
@@ -163,6 +178,7 @@ class HangWatch:
         opts = self.options
         tick, timeout = opts.tick_s, opts.timeout_s
         last, since = self._progress(), time.time()
+        self._seen, self._since = last, since
         self._arm()
         self._write("running", last, since)
         while not self._stop.wait(tick):
@@ -174,6 +190,7 @@ class HangWatch:
             now = time.time()
             if g != last:
                 last, since = g, now
+                self._seen, self._since = g, now
                 self._arm()
                 self._write("resumed" if self.fired else "running", g, since)
                 self.fired = False

@@ -70,7 +70,7 @@ RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 # What the last distprof.integrations.ray.collect into this folder could not reach (for check).
 COLLECT_JSON = "collect.json"
-RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
+RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON, HANG)  # the run directory's own JSON files: never traces
 # The process running an RL loop (distprof.integrations.ray.driver): its phases wait on the other roles.
 DRIVER_ROLE = "driver"
 # The manifest ``backend`` of a window's Ray task timeline (distprof.integrations.ray.timeline).
