@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COLLECTIVES", "GroupRecord", "install", "installed", "snapshot"]
+__all__ = ["COLLECTIVES", "GroupRecord", "install", "installed", "snapshot", "uninstall"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
@@ -131,6 +131,20 @@ def install(history: int = 32) -> bool:
                 setattr(dist, name, _wrap(name, fn))
         _installed = True
     return True
+
+
+def uninstall() -> None:
+    """Put torch.distributed's own functions back and forget the records (tests)."""
+    global _installed
+    import torch.distributed as dist  # function-local: as in install()
+
+    with _lock:
+        for name in COLLECTIVES:
+            fn = getattr(dist, name, None)
+            if fn is not None and hasattr(fn, "__distprof_recorded__"):
+                setattr(dist, name, fn.__distprof_recorded__)
+        _groups.clear()
+        _installed = False
 
 
 def installed() -> bool:
