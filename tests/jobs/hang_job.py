@@ -5,14 +5,15 @@ sleep), ``train/compute`` and ``train/allreduce`` (one gloo all-reduce), then ``
 on (``hang.timeout_s`` TIMEOUT_S) and capture windows at step 1 and at STEP on every rank. SPEC says what goes
 wrong, per rank, from step STEP on, inside ``train/data``:
 
-- ``R:sleep``: rank R sleeps for an hour (a Python-level stall: the watchdog thread runs);
+- ``R:sleep``: rank R sleeps for 120 s (a Python-level stall: the watchdog thread runs);
 - ``R:lock``: rank R acquires a lock it holds (a deadlock);
 - ``R:cfunc``: rank R calls libc ``sleep`` through ``ctypes.PyDLL``, which keeps the GIL: no Python thread runs,
   only faulthandler's C watchdog can write its stacks;
 - ``R:slow=S``: rank R sleeps S s more in every step from STEP on (slow, but it goes on).
 
-The others block in the all-reduce (gloo timeout 300 s), so the test kills the job (its process group: the parent
-makes one) once the evidence is there. A job with only ``slow`` ranks ends by itself.
+The others block in the all-reduce, so the test kills the job (its process group: the parent makes one) once the
+evidence is there. A job with only ``slow`` ranks ends by itself. Every stall and the gloo timeout end after 120 s:
+a job the test failed to kill ends by itself.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import time
 
 def stall(mode: str) -> None:
     if mode == "sleep":
-        time.sleep(3600)
+        time.sleep(120)
     elif mode == "lock":
         lock = threading.Lock()
         lock.acquire()
-        lock.acquire()  # never returns: the lock is ours
+        lock.acquire(timeout=120)  # never takes it: the lock is ours
     elif mode == "cfunc":
-        ctypes.PyDLL(ctypes.util.find_library("c")).sleep(3600)  # PyDLL: the GIL stays held
+        ctypes.PyDLL(ctypes.util.find_library("c")).sleep(120)  # PyDLL: the GIL stays held
 
 
 def worker(rank: int, world: int, init: str, out: str, spec: dict, at: int, steps: int, timeout_s: float) -> None:
@@ -44,7 +45,7 @@ def worker(rank: int, world: int, init: str, out: str, spec: dict, at: int, step
     import distprof
 
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=300))
+                            timeout=datetime.timedelta(seconds=120))
     torch.set_num_threads(1)
     cfg = distprof.ProfilerConfig.from_dict({
         "enable": True, "save_path": out, "ranks": "all", "steps": [1, at], "torch": {"activities": ["cpu"]},
