@@ -214,23 +214,31 @@ def _collective(ranks: dict[int, RankInput], expected: Iterable[int]) -> tuple[H
     for source, pos_of in (("distprof", _own), ("flight_recorder", _recorder)):
         pos = {r: pos_of(ri.evidence) for r, ri in ranks.items() if ri.evidence is not None}
         for g in sorted({g for p in pos.values() for g in p}):
-            here = {r: p[g] for r, p in pos.items() if g in p}
-            waiting = {r: p for r, p in here.items() if p.entered > p.completed}
-            if not waiting:
-                continue
-            seq = min(p.entered for p in waiting.values())
-            at = sorted(r for r, p in waiting.items() if p.entered >= seq > p.completed)
-            members = set(expected) if g in ("0", "default") else set(here) | set(ranks)
-            missing = sorted(r for r in members if r not in here or here[r].entered < seq)
-            name = next((here[r].names[seq] for r in at if seq in here[r].names), "?")
-            since = min((s for r in at if (s := here[r].since)), default=None)
-            coll = HangCollective(group=g, seq=seq, name=name, waiting=at, since=since, source=source)
-            key = since if since is not None else float("inf")
-            if missing and (best is None or key < best[0]):
-                best = (key, coll, missing)
+            members = set(expected) if g in ("0", "default") else set(ranks)
+            found = _pending(g, {r: p[g] for r, p in pos.items() if g in p}, members, source)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
         if best is not None:
             return best[1], best[2]
     return None, []
+
+
+def _pending(g: str, here: dict[int, _Pos], members: set[int], source: str
+             ) -> tuple[float, HangCollective, list[int]] | None:
+    """Group ``g``'s first unfinished collective (``here``: the ranks that recorded the group), the ranks of
+    ``members`` that never arrived, and when the first waiter entered (the key that picks the group)."""
+    waiting = {r: p for r, p in here.items() if p.entered > p.completed}
+    if not waiting:
+        return None
+    seq = min(p.entered for p in waiting.values())
+    at = sorted(r for r, p in waiting.items() if p.entered >= seq > p.completed)
+    missing = sorted(r for r in members | set(here) if r not in here or here[r].entered < seq)
+    if not missing:
+        return None
+    name = next((here[r].names[seq] for r in at if seq in here[r].names), "?")
+    since = min((s for r in at if (s := here[r].since)), default=None)
+    coll = HangCollective(group=g, seq=seq, name=name, waiting=at, since=since, source=source)
+    return (since if since is not None else float("inf")), coll, missing
 
 
 def analyse(data: HangInput) -> HangResult:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -23,7 +23,7 @@ def _clock(t: float | None) -> str:
 
 def view(res: HangResult, frames: int = 8) -> Group:
     """The verdict, the ranks' table and the stuck ranks' innermost ``frames`` frames."""
-    parts: list[object] = [Text(res.verdict, style="bold red" if res.hung else "bold green")]
+    parts: list[RenderableType] = [Text(res.verdict, style="bold red" if res.hung else "bold green")]
     table = Table(box=None, pad_edge=False, title=f"role {res.role}" if res.role else None, title_justify="left")
     for col in ("rank", "state", "step", "phase", "since", "where", "waits in"):
         table.add_column(col, overflow="fold")
@@ -36,11 +36,11 @@ def view(res: HangResult, frames: int = 8) -> Group:
     parts.append(table)
     by = {r.rank: r for r in res.ranks if r.role == res.role}
     for rank in res.stuck_ranks:
-        r = by.get(rank)
-        if r is None or not r.stack:
+        s = by.get(rank)
+        if s is None or not s.stack:
             continue
-        parts.append(Text(f"rank {rank} ({r.state}), innermost last:", style="bold"))
-        parts.extend(Text("  " + line) for line in r.stack[-frames:])
+        parts.append(Text(f"rank {rank} ({s.state}), innermost last:", style="bold"))
+        parts.extend(Text("  " + line) for line in s.stack[-frames:])
     if res.errors:
         parts.append(Text(f"{len(res.errors)} evidence file(s) could not be read:", style="yellow"))
         parts.extend(Text(f"  {e.get('path')}: {e.get('message')}") for e in res.errors[:10])
