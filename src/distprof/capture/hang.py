@@ -182,6 +182,9 @@ class HangWatch:
         self._arm()
         self._write("running", last, since)
         while not self._stop.wait(tick):
+            if self._timing and len(annotate._STATE.timing) > 1:  # a telemetry came later: the phases are its own
+                annotate.timing_off(self)
+                self._timing = False
             if self._timing:
                 annotate.trim_phases(1000)  # nobody takes the phases: keep their log short
             g = self._progress()
@@ -211,7 +214,7 @@ class HangWatch:
     def _write(self, state: str, step: int | None, since: float, full: bool = False) -> None:
         now = time.time()
         st = annotate._STATE
-        top = st.top if self._timing or st.timing else None
+        top = st.top if st.timing else None
         phase_t = None if top is None else round(now - (time.perf_counter_ns() - st.t0) / 1e9, 6)
         groups = collrec.snapshot()
         ev: dict[str, Any] = {"hang": FORMAT, **self._who, "state": state, "written_t": round(now, 6),

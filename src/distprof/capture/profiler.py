@@ -166,11 +166,11 @@ class Profiler:
 
     # ---- public API -----------------------------------------------------------------------------------
     def start(self) -> Profiler:
-        hang.start(self._hang)
         if self._telemetry is not None:
             self._telemetry.start()
             if self._watcher is None and watchproc.launches_here(self.config, self.rank):  # detect: true
                 self._watcher = watchproc.start(str(self.config.save_path), self._who(), self.config)
+        hang.start(self._hang)  # after telemetry: the phases stay telemetry's (capture/hang.py only reads the open one)
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False

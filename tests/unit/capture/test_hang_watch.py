@@ -137,3 +137,17 @@ def test_the_watchdog_writes_stalled_evidence_and_takes_it_back_when_steps_go_on
     assert done.is_set()
     assert read(evidence)["state"] in ("resumed", "stopped")
     assert os.path.exists(out / "train" / "rank00000" / HANG_STACKS)
+
+
+def test_telemetry_keeps_its_phases_beside_hang_evidence(tmp_path):
+    cfg = distprof.ProfilerConfig.from_dict({"save_path": str(tmp_path), "telemetry": True,
+                                             "hang": {"enabled": True, "timeout_s": 60}})
+    prof = distprof.Profiler(cfg, role="train", rank=0, world_size=1)
+    with prof:
+        for _ in range(3):
+            with distprof.annotate("train/forward"):
+                pass
+            prof.step()
+    lines = [json.loads(x) for x in (tmp_path / "train" / "rank00000" / "telemetry.jsonl").read_text().splitlines()]
+    assert [sorted(x["phases"]) for x in lines if "step" in x] == [["train/forward"]] * 3
+    assert read(tmp_path / "train" / "rank00000" / HANG)["state"] == "stopped"
