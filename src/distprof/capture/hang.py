@@ -201,8 +201,8 @@ class HangWatch:
                 self.fired = True
                 if self._stacks is not None:
                     faulthandler.cancel_dump_traceback_later()  # this thread runs: it writes the stacks itself
+                self._window_line(g, now - since)  # first: once hang.json says stalled, the evidence is whole
                 self._write("stalled", g, since, full=True)
-                self._window_line(g, now - since)
                 logger.warning("distprof: %s rank %s: no step ended for %.0f s (step %s); hang evidence written to %s",
                                self._who["role"], self._who["rank"], now - since, g, self._rel)
 
