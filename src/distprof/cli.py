@@ -19,7 +19,7 @@ import typer
 from rich.logging import RichHandler
 from rich.text import Text
 
-from distprof import analysis, cli_open, cli_watch, cli_wrap
+from distprof import analysis, cli_hang, cli_open, cli_watch, cli_wrap
 from distprof.analysis.records import UNSET, Envelope, to_json
 from distprof.cli_support import (
     BadArgument,
@@ -579,6 +579,7 @@ def trigger(
 cli_watch.register(app, _guarded, console, err)  # `distprof watch` (its code: cli_watch.py)
 cli_open.register(app, _guarded, console, err)  # `distprof open` (its code: cli_open.py)
 cli_wrap.register(app, _guarded, console, err)  # `distprof wrap` (its code: cli_wrap.py)
+cli_hang.register(app, _guarded, console)  # `distprof hang` (its code: cli_hang.py)
 
 
 def main() -> None:

@@ -46,6 +46,7 @@ from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
+from distprof.analysis.diagnose.hang import hang_finding
 from distprof.analysis.investigation import Investigation
 from distprof.analysis.parallel import Progress, SplitPool, map_files
 from distprof.analysis.records import (
@@ -57,7 +58,7 @@ from distprof.analysis.records import (
     Wait,
     to_json,
 )
-from distprof.analysis.records_diag import DiagnoseResult, DiffResult
+from distprof.analysis.records_diag import Analysed, DiagnoseResult, DiffResult
 from distprof.analysis.telemetry import TelemetryRun
 from distprof.rundir.layout import is_url
 from distprof.trace.listing import TraceFile, find_traces
@@ -479,9 +480,21 @@ def diagnose_result(path: str, selection: Selection | None = None, workers: int 
                     ray_address: str | None = None, progress: Callable[[Progress], None] | None = None
                     ) -> DiagnoseResult:
     """``distprof diagnose`` as a record: ``findings`` (see :mod:`.diagnose`), ranked by the step time they cost,
-    with the rules' ``thresholds``, what was ``analysed``, and the keys every verb shares."""
-    return diagnosis_result(investigate(path, selection, workers=workers, ray_address=ray_address,
-                                        progress=progress))
+    with the rules' ``thresholds``, what was ``analysed``, and the keys every verb shares. A run directory with
+    hang evidence of a stalled job adds the ``hang`` finding (:mod:`.diagnose.hang`), even with no trace read."""
+    hang = hang_finding(path)
+    try:
+        inv = investigate(path, selection, workers=workers, ray_address=ray_address, progress=progress)
+    except TraceError as e:
+        if hang is None:
+            raise
+        return DiagnoseResult(findings=[hang], analysed=Analysed(roles=[], ranks=0, steps=0,
+                              device=False, caveats=[]), thresholds=diagnose_mod.THRESHOLDS,
+                              errors=list(getattr(e, "errors", None) or []), warnings=[f"no trace was read: {e}"])
+    out = diagnosis_result(inv)
+    if hang is not None:
+        out.findings = sorted([hang, *out.findings], key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
+    return out
 
 
 def diagnose(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,

@@ -25,7 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
-from distprof.capture import closing, shutdown, watchproc
+from distprof.capture import closing, hang, shutdown, watchproc
 from distprof.capture.annotate import window_closed, window_opened
 from distprof.capture.backends import WindowContext, create_backend
 from distprof.capture.engines.capture import for_profiler
@@ -127,6 +127,7 @@ class Profiler:
             # a profiler dropped without stop(): its writer thread ends and its phases go to the next telemetry
             weakref.finalize(self, self._telemetry.release).atexit = False  # (atexit: capture/telemetry.py)
         self._watcher: Any = None  # the in-job watcher's process (detect: true; capture/watchproc.py)
+        self._hang = hang.watch_for(self)  # hang evidence on every rank (hang.enabled; capture/hang.py), else None
         self._fast = 0  # step() is one increment: INERT or IDLE (never with telemetry); 0: the full step
 
         if not (config.enable or config.trigger) or not self._selected(mesh, local_rank):
@@ -164,12 +165,12 @@ class Profiler:
             self._engine = for_profiler(self)
 
     # ---- public API -----------------------------------------------------------------------------------
-    # ---- public API -----------------------------------------------------------------------------------
     def start(self) -> Profiler:
         if self._telemetry is not None:
             self._telemetry.start()
             if self._watcher is None and watchproc.launches_here(self.config, self.rank):  # detect: true
                 self._watcher = watchproc.start(str(self.config.save_path), self._who(), self.config)
+        hang.start(self._hang)  # after telemetry: the phases stay telemetry's (capture/hang.py only reads the open one)
         if not self.enabled or self._started:
             return self
         self._started, self._stopped, self._stopping = True, False, False
@@ -224,6 +225,7 @@ class Profiler:
 
     def _finish(self, crashed: bool, cause: str = "stop") -> None:
         """Stop; ``crashed``: the step in progress was interrupted (keep it); ``cause`` goes in the manifest."""
+        hang.stop(self._hang)
         if self._telemetry is not None:
             self._telemetry.stop()
             watchproc.stop(self._watcher)
@@ -330,7 +332,7 @@ class Profiler:
         self._started, self._stopped, self.enabled = False, True, False
         self._backend = self._open = self._next = self._held = None
         self._stages = self._ondemand = self._memory = None
-        self._telemetry = self._watcher = None  # the parent's (capture/telemetry.py turns its stream off in a child)
+        self._telemetry = self._watcher = self._hang = None  # the parent's (telemetry.py, hang.py: off in a child)
         self._fast = INERT
 
     # ---- state machine ----------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from distprof.config.env import ENV_PREFIX, env_fields
 from distprof.config.env import env_overrides as _apply_env_overrides
 from distprof.config.errors import ConfigError, ConfigProblem, Problems, error, nest, problem, show, suggest
 from distprof.config.errors import cut as _cut
+from distprof.config.hang import HangOptions
 from distprof.config.limits import check_roles
 from distprof.config.load import is_omegaconf, load_mapping, select, to_plain
 from distprof.config.mesh import (
@@ -190,8 +191,16 @@ class ProfilerConfig(StrictModel):
     the slow rank and a healthy peer and diagnoses them. Needs telemetry."""
     detection: DetectOptions = Field(default_factory=DetectOptions)
     """The watcher's rules, thresholds and capture limits."""
+    hang: HangOptions = Field(default_factory=HangOptions)
+    """Hang evidence (docs/hang.md): every rank's collective history and a watchdog that, after ``timeout_s``
+    without a step ending, writes the history, all threads' stacks and the open window into the run directory."""
 
     # ---- field checks ---------------------------------------------------------------
+    @field_validator("hang", mode="before")
+    @classmethod
+    def _hang(cls, v: Any) -> Any:
+        return {"enabled": v} if isinstance(v, bool) else v  # hang: true
+
     @field_validator("backend", mode="before")
     @classmethod
     def _backend(cls, v: Any) -> str:
@@ -390,6 +399,10 @@ class ProfilerConfig(StrictModel):
             out.append((self.save_path, f"save_path is {show(self.save_path)} but telemetry=True appends to its stream "
                                         "in place, which an object store cannot do; use a local or shared "
                                         "(mounted) directory as save_path, or drop telemetry"))
+        if self.hang.enabled and (not self.save_path or is_url(self.save_path)):
+            out.append((self.save_path, f"save_path is {show(self.save_path)} but hang.enabled=True writes every "
+                                        "rank's evidence in place; set save_path to a local or shared (mounted) "
+                                        "directory, or drop hang"))
         if self.detect and not self.telemetry:
             out.append((self.detect, "detect=True reads the ranks' telemetry, but telemetry is off; set "
                                      "telemetry: true too (or drop detect)"))

@@ -6,6 +6,7 @@
     {save_path}/{role}/rank{R:05d}/step{A:08d}-{A:08d}.stage-{stage}{suffix}   (discrete mode: one per stage run)
     {save_path}/{role}/rank{R:05d}/manifest.jsonl
     {save_path}/{role}/rank{R:05d}/telemetry.jsonl, telemetry.1.jsonl         (telemetry: true; the older segment)
+    {save_path}/{role}/rank{R:05d}/hang.json, hang-stacks.txt                  (hang: the rank's hang evidence)
     {save_path}/detections.jsonl                                               (detect: true; one line per detection)
     {save_path}/{role}/{backend}-pid{P}{ext}                                   (process backends: one per worker)
     {save_path}/{role}/{backend}-pid{P}.rank{R:05d}{ext}                       (the same under `distprof wrap`)
@@ -28,6 +29,8 @@ __all__ = [
     "COLLECT_JSON",
     "DETECTIONS",
     "DRIVER_ROLE",
+    "HANG",
+    "HANG_STACKS",
     "MANIFEST",
     "PROCESS_BACKENDS",
     "RANK_FILES",
@@ -61,13 +64,16 @@ TMP_PREFIX = ".tmp-"
 MANIFEST = "manifest.jsonl"
 TELEMETRY = "telemetry.jsonl"  # a rank's step telemetry stream (distprof.capture.telemetry): the current segment
 TELEMETRY_OLD = "telemetry.1.jsonl"  # the segment before it, kept when the stream rotates
-RANK_FILES = (MANIFEST, TELEMETRY, TELEMETRY_OLD)  # a rank folder's own files: never traces, never "unlisted"
+HANG = "hang.json"  # a rank's hang evidence (distprof.capture.hang): collective history, step, phase, stacks
+HANG_STACKS = "hang-stacks.txt"  # faulthandler's C watchdog's stack dumps (a rank stuck in C code with the GIL)
+# a rank folder's own files: never traces, never "unlisted"
+RANK_FILES = (MANIFEST, TELEMETRY, TELEMETRY_OLD, HANG, HANG_STACKS)
 DETECTIONS = "detections.jsonl"  # the watcher's detections, one JSON line each, at the run directory's root
 RUN_JSON = "run.json"
 ROLE_JSON = "role.json"  # {role}/role.json: that role's world size and plan, for `distprof check`
 # What the last distprof.integrations.ray.collect into this folder could not reach (for check).
 COLLECT_JSON = "collect.json"
-RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON)  # the run directory's own JSON files: never traces
+RUN_FILES = (RUN_JSON, ROLE_JSON, COLLECT_JSON, HANG)  # the run directory's own JSON files: never traces
 # The process running an RL loop (distprof.integrations.ray.driver): its phases wait on the other roles.
 DRIVER_ROLE = "driver"
 # The manifest ``backend`` of a window's Ray task timeline (distprof.integrations.ray.timeline).

@@ -17,6 +17,7 @@ import msgspec
 __all__ = [
     "BASELINE_STEPS",
     "EXPORT_BUDGET",
+    "HANG",
     "LIMIT_STOPS",
     "MANIFEST_LIMIT",
     "OOM",
@@ -42,6 +43,8 @@ OOM = "oom"
 EXPORT_BUDGET = "export_budget"
 """``stopped_by`` of a window closed early because closing it later was estimated to hold the training thread
 over ``max_export_share`` of the collective timeout (capture/budget.py); ``guard`` holds the numbers."""
+HANG = "hang"
+"""``stopped_by`` of a window written as it stood when the hang watchdog found no step progress (capture/hang.py)."""
 LIMIT_STOPS = {"memory_guard": "the memory guard", EXPORT_BUDGET: "the export budget"}
 """``stopped_by`` of a window a limit closed early (its numbers in ``guard``), and the limit's name in words."""
 
