@@ -41,8 +41,8 @@ class RustScan:
     COLS: ClassVar[list[tuple[str, str]]] = [  # the scanner's column numbers are the positions here
         ("ts", "f8"), ("dur", "f8"), ("name", "u4"), ("cat", "u4"), ("track", "u4"), ("corr", "i8"), ("ext", "i8"),
         ("stream", "u4"), ("flag", "u1"), ("span_row", "u8"), ("span_off", "u8"), ("span_len", "u8"),
-        ("str_blob", "u1"), ("str_off", "u8"), ("track_pid", "u4"), ("track_tid", "u4"), ("tn_track", "u4"),
-        ("tn_name", "u4")]
+        ("str_blob", "u1"), ("str_off", "u8"), ("track_pid", "u4"), ("track_tid", "u4"), ("tn_pid", "u4"),
+        ("tn_name", "u4"), ("tn_tid", "u4"), ("name_str", "u4")]
 
     def __init__(self, lib: ctypes.CDLL, data: bytes) -> None:
         import numpy as np
@@ -213,22 +213,12 @@ def _intern(values: list) -> tuple[list, list]:
 
 
 
-def _first_seen(ids, n: int):
-    """The ids used, in order of first use, and every id renumbered so (0, 1, ... in that order)."""
-    import numpy as np
-    if not len(ids):
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    used, first = np.unique(ids, return_index=True)
-    order = used[np.argsort(first)]
-    remap = np.zeros(n + 1, dtype=np.int64)
-    remap[order] = np.arange(len(order))
-    return order, remap[ids]
-
-
 def rust_cols(lib: ctypes.CDLL, data: bytes) -> Cols:
-    """The scanner's columns as Cols: each unique string unescaped once, cats turned into kinds through a table."""
+    """The scanner's columns as Cols: each unique string unescaped once, cats turned into kinds through a table,
+    the comm and shape args of the rows that need them decoded by msgspec (one call each, as Columns does)."""
     import numpy as np
 
+    from distprof.trace import columns
     from distprof.trace.vocab import KIND_OF_CATEGORY, SHAPED_OPS, Kind
     t0 = time.perf_counter()
     s = RustScan(lib, data)
@@ -239,33 +229,43 @@ def rust_cols(lib: ctypes.CDLL, data: bytes) -> Cols:
     off = s.str_off.tolist()
     raw = [blob[off[i]:off[i + 1]] for i in range(len(off) - 1)]
     strs = [r.decode() if b"\\" not in r else json.loads(b'"' + r + b'"') for r in raw]
-    # Two spellings of one string (escaped or not) are one name: ids are made dense over unique strings.
-    uniq_names, ids = _intern(strs)
-    lut = np.array(ids, dtype=np.int64)
+    names = [strs[i] for i in s.name_str.tolist()]
+    name_idx = s.name
+    if len(set(names)) != len(names):  # one name spelt two ways (escaped or not): one id
+        names, ids = _intern(names)
+        name_idx = np.array(ids, dtype=np.int64)[s.name]
     kind_lut = np.fromiter((KIND_OF_CATEGORY.get(t, Kind.UNKNOWN) for t in strs), dtype=np.int8, count=len(strs))
-    used, name_idx = _first_seen(lut[s.name] if len(s.name) else np.empty(0, dtype=np.int64), len(uniq_names))
-    names = [uniq_names[i] for i in used.tolist()]
-    kinds = kind_lut[s.cat] if len(s.cat) else np.empty(0, dtype=np.int8)
-    tok = {i: json.loads(raw[i]) for i in set(s.track_pid.tolist()) | set(s.track_tid.tolist())}  # pid/tid values
-    all_tracks = [(tok[p], tok[t]) for p, t in zip(s.track_pid.tolist(), s.track_tid.tolist(), strict=True)]
-    # The scanner numbers metadata events' threads too: the tracks are those of complete events, first seen first.
-    order, track = _first_seen(s.track, len(all_tracks))
-    tracks = [all_tracks[t] for t in order.tolist()]
+    kinds = kind_lut[s.cat]
+    tok = {i: json.loads(raw[i]) for i in {*s.track_pid.tolist(), *s.track_tid.tolist(), *s.tn_pid.tolist(),
+                                           *s.tn_tid.tolist()}}  # pid / tid values
+    tracks = [(tok[p], tok[t]) for p, t in zip(s.track_pid.tolist(), s.track_tid.tolist(), strict=True)]
+    track = s.track
+    if len(set(tracks)) != len(tracks):  # (the same: 7 and "7" are two threads, but "a" and "\u0061" one)
+        tracks, ids = _intern(tracks)
+        track = np.array(ids, dtype=np.int64)[s.track]
     need = _needs_args()[kinds]
     corr = np.where(need, s.corr, -1)
     ext = np.where(need, s.ext, -1)
-    tn = {all_tracks[t]: strs[n] for t, n in zip(s.tn_track.tolist(), s.tn_name.tolist(), strict=True) if strs[n]}
+    tn = {(tok[p], tok[t]): strs[n] for p, t, n in zip(s.tn_pid.tolist(), s.tn_tid.tolist(), s.tn_name.tolist(),
+                                                        strict=True) if strs[n]}
     # Only the spans distprof decodes: comm metadata of device work, launches and record_param_comms; shaped ops.
     sr = s.span_row.astype(np.int64)
     nm = name_idx[sr]
-    rpc_shaped = np.zeros((2, len(names)), dtype=bool)
-    for i, n in enumerate(names):
-        rpc_shaped[0, i], rpc_shaped[1, i] = n == "record_param_comms", n in SHAPED_OPS
+    is_rpc = np.array([n == "record_param_comms" for n in names] + [False], dtype=bool)
+    is_shaped = np.array([n in SHAPED_OPS for n in names] + [False], dtype=bool)
     fl = s.flag[sr]
-    keep = (((fl & 1) != 0) & (need[sr] | rpc_shaped[0][nm])) | (((fl & 2) != 0) & rpc_shaped[1][nm])
-    rows, offs, lens = sr[keep].tolist(), s.span_off[keep].tolist(), s.span_len[keep].tolist()
-    meta, shapes = _shape_and_comm(names, name_idx, kinds, lambda: (
-        (r, data[o:o + n]) for r, o, n in zip(rows, offs, lens, strict=True)), decode_raw=True)
+    meta, shapes = {}, {}
+    comm = np.flatnonzero(((fl & 1) != 0) & (need[sr] | is_rpc[nm]))
+    if len(comm):
+        got = columns._decode_many([data[o:o + n] for o, n in zip(s.span_off[comm].tolist(),
+                                                                   s.span_len[comm].tolist(), strict=True)])
+        meta = {r: (a.pg, a.collective) for r, a in zip(sr[comm].tolist(), got, strict=True)
+                if a.pg is not None or a.collective is not None}
+    ops = np.flatnonzero(((fl & 2) != 0) & is_shaped[nm])
+    if len(ops):
+        got = columns._decode_ops([data[o:o + n] for o, n in zip(s.span_off[ops].tolist(), s.span_len[ops].tolist(),
+                                                                  strict=True)])
+        shapes = {r: a.dims for r, a in zip(sr[ops].tolist(), got, strict=True) if a.dims is not None}
     cols = Cols(names, name_idx, kinds, s.ts, s.dur, track, tracks, corr, ext, tn, meta, shapes)
-    cols.scan = s  # ts and dur are views of the scanner's buffers: they live as long as it
+    cols.scan = s  # the columns are views of the scanner's buffers: they live as long as it
     return cols

@@ -64,8 +64,12 @@ pub struct Scan {
     str_off: Vec<u64>, // n + 1 offsets into str_blob
     track_pid: Vec<u32>,
     track_tid: Vec<u32>,
-    tn_track: Vec<u32>,
+    tn_pid: Vec<u32>,
+    tn_tid: Vec<u32>,
     tn_name: Vec<u32>,
+    name_str: Vec<u32>, // complete events' names in first-seen order: their string ids (the name column's ids)
+    track_map: FxMap<(u32, u32), u32>,
+    name_map: FxMap<u32, u32>,
 }
 
 struct P<'a> {
@@ -338,11 +342,27 @@ impl<'a> P<'a> {
                 if !int {
                     return Ok(-1);
                 }
-                Ok(std::str::from_utf8(&self.b[s..e]).ok().and_then(|t| t.parse::<i64>().ok()).unwrap_or(-1))
+                Ok(parse_i64(&self.b[s..e]).unwrap_or(-1))
             }
             _ => self.skip(1).map(|_| -1),
         }
     }
+}
+
+/// An integer token (checked by `number`) as i64; None when it has a fraction or exponent or overflows.
+#[inline]
+fn parse_i64(t: &[u8]) -> Option<i64> {
+    let (neg, d) = if t.first() == Some(&b'-') { (true, &t[1..]) } else { (false, t) };
+    let mut v: i64 = 0;
+    for &c in d {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        let x = (c - b'0') as i64;
+        // accumulate negatively: i64::MIN has no positive counterpart
+        v = v.checked_mul(10)?.checked_sub(x)?;
+    }
+    if neg { Some(v) } else { v.checked_neg() }
 }
 
 /// Fast path (Clinger): at most 15 significant digits and no exponent give an exact mantissa and power of ten,
@@ -588,9 +608,7 @@ fn event(p: &mut P, buf: &mut Vec<u8>) -> Result<Option<Ev>, Bad> {
                 let t = p.token()?;
                 // an int64 or a string (msgspec's Int64 | str): anything else breaks the event
                 let ok = match t {
-                    Some((s, e)) if is_num => {
-                        std::str::from_utf8(&p.b[s..e]).ok().and_then(|x| x.parse::<i64>().ok()).is_some()
-                    }
+                    Some((s, e)) if is_num => parse_i64(&p.b[s..e]).is_some(),
                     Some(_) => true,
                     None => false,
                 };
@@ -627,7 +645,6 @@ const ZERO: &[u8] = b"0";
 
 fn scan_into<'a>(b: &'a [u8], out: &mut Scan, strs: &mut Interner<'a>) -> Result<(), (i32, usize)> {
     let mut p = P { b, i: 0 };
-    let mut tracks: FxMap<(u32, u32), u32> = FxMap::default();
     let mut buf = Vec::new();
     let e = |x: Bad| (1, x.0);
     let mut found = false;
@@ -647,7 +664,7 @@ fn scan_into<'a>(b: &'a [u8], out: &mut Scan, strs: &mut Interner<'a>) -> Result
                     loop {
                         out.events += 1;
                         if let Some(ev) = event(&mut p, &mut buf).map_err(e)? {
-                            push(&mut p, ev, out, strs, &mut tracks);
+                            push(&mut p, ev, out, strs);
                         }
                         match p.peek().map_err(e)? {
                             b',' => p.i += 1,
@@ -682,7 +699,12 @@ fn scan_into<'a>(b: &'a [u8], out: &mut Scan, strs: &mut Interner<'a>) -> Result
     Ok(())
 }
 
-fn push<'a>(p: &mut P<'a>, ev: Ev, out: &mut Scan, strs: &mut Interner<'a>, tracks: &mut FxMap<(u32, u32), u32>) {
+fn name_sid<'a>(strs: &mut Interner<'a>, ev: &Ev, b: &'a [u8]) -> u32 {
+    strs.id(ev.name.map_or(&b""[..], |(s, e)| &b[s..e]))
+}
+
+/// One complete event's row (ids of names and tracks dense, first seen first), or a thread name.
+fn push<'a>(p: &mut P<'a>, ev: Ev, out: &mut Scan, strs: &mut Interner<'a>) {
     let b: &'a [u8] = p.b;
     if ev.ph != b'X' && ev.ph != b'M' {
         return;
@@ -693,21 +715,27 @@ fn push<'a>(p: &mut P<'a>, ev: Ev, out: &mut Scan, strs: &mut Interner<'a>, trac
     }
     let pid = strs.cached(0, ev.pid.map_or(ZERO, |(s, e)| &b[s..e]));
     let tid = strs.cached(1, ev.tid.map_or(ZERO, |(s, e)| &b[s..e]));
-    let n = tracks.len() as u32;
-    let track = *tracks.entry((pid, tid)).or_insert_with(|| {
-        out.track_pid.push(pid);
-        out.track_tid.push(tid);
-        n
-    });
     let name = strs.id(ev.name.map_or(&b""[..], |(s, e)| &b[s..e]));
     if ev.ph == b'M' {
         if &b[ev.name.map_or(0, |x| x.0)..ev.name.map_or(0, |x| x.1)] == b"thread_name" {
             if let Some((s, e)) = ev.tn {
-                out.tn_track.push(track);
+                out.tn_pid.push(pid);
+                out.tn_tid.push(tid);
                 out.tn_name.push(strs.id(&b[s..e]));
             }
         }
         return;
+    }
+    let n = out.track_map.len() as u32;
+    let track = *out.track_map.entry((pid, tid)).or_insert(n);
+    if track == n {
+        out.track_pid.push(pid);
+        out.track_tid.push(tid);
+    }
+    let n = out.name_map.len() as u32;
+    let name = *out.name_map.entry(name).or_insert(n);
+    if name == n {
+        out.name_str.push(name_sid(strs, &ev, b));
     }
     let row = out.ts.len() as u64;
     out.ts.push(ev.ts);
@@ -793,8 +821,10 @@ pub unsafe extern "C" fn dp_column(h: *const Scan, which: u32, n: *mut u64) -> *
         13 => col!(s.str_off),
         14 => col!(s.track_pid),
         15 => col!(s.track_tid),
-        16 => col!(s.tn_track),
+        16 => col!(s.tn_pid),
         17 => col!(s.tn_name),
+        18 => col!(s.tn_tid),
+        19 => col!(s.name_str),
         _ => {
             *n = 0;
             std::ptr::null()
