@@ -189,6 +189,15 @@ def prepare(cand: str) -> None:
         importlib.import_module(cand)
 
 
+def _peak_rss_kb() -> int:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss it does not carry the parent's peak across fork and exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def worker(cand: str, files: list[str], out: str, lib_path: str | None) -> None:
     from isal import igzip
     prepare(cand)
@@ -222,7 +231,7 @@ def worker(cand: str, files: list[str], out: str, lib_path: str | None) -> None:
             else:
                 cols = rust_cols(lib, data)
             decode += time.perf_counter() - t1
-            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            rss = _peak_rss_kb()
             if cand == "msgspec":  # the floor is the decode alone; its columns (untimed) only to check it
                 cols = from_columns(evs)
                 del evs
@@ -288,6 +297,7 @@ def measure(label: str, files: list[str], cands: list[str], pys: dict, lib: str 
     size = sum(os.path.getsize(p) for p in files) / 1e6
     print(f"\n{label}: {len(files)} file(s), {size:.0f} MB gzipped")
     best: dict[str, dict] = {}
+    load0 = os.getloadavg()[0]
     for _ in range(rounds):  # interleaved rounds, best time each (the machine is shared)
         for cand in cands:
             got = run_one(pys[cand], cand, files, lib, timeout)
@@ -297,7 +307,8 @@ def measure(label: str, files: list[str], cands: list[str], pys: dict, lib: str 
     ref = best.get("msgspec+Columns", {}).get("fp")
     floor = best.get("msgspec", {}).get("decode")
     gun = min((b["gunzip"] for b in best.values() if "gunzip" in b), default=float("nan"))
-    print(f"gunzip (ISA-L, timed apart, best of the candidates' processes): {gun:.2f} s")
+    print(f"gunzip (ISA-L, timed apart, best of the candidates' processes): {gun:.2f} s; load average now "
+          f"{os.getloadavg()[0]:.1f} (was {load0:.1f} at the start)")
     print(f"{'decoder':16} {'time':>8} {'vs floor':>9} {'peak RSS':>9}  matches msgspec+Columns")
     for cand in cands:
         b = best[cand]
