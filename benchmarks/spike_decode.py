@@ -25,13 +25,16 @@ Each row: time (gunzip apart), ratio to the msgspec floor, peak RSS, and whether
 (msgspec+Columns): per name, count and sums of ts and dur; over device work and launches, count and sum of the
 correlation and External ids; counts of tracks, thread names, collective metadata and shaped ops.
 
-Which to adopt (the measured table is in docs/benchmarks.md): the Rust scanner. It is the only candidate that
-writes columns without a Python object per event, which is where the time goes (orjson and simdjson parse faster
-than msgspec but then pay the same per-event Python work; DuckDB is an order of magnitude slower on this layout).
-crates.io is not reachable here, so it is built the way this spike builds it: a zero-dependency crate with a C ABI
-loaded through ctypes (no pyo3), compiled by setuptools-rust with ``Binding.NoBinding`` and ``optional=True`` so
-that a machine without cargo still installs and falls back to the msgspec path. Debian's packaged pyo3 (0.17) was
-not chosen: it pins old Python support and adds nothing the C ABI does not give for flat columns.
+Which to adopt (the measured table is in docs/benchmarks.md): the Rust scanner. On the 199 MB trace it took 1.01x
+the msgspec floor with the columns written (its scanner alone 0.61x), where msgspec + Columns took 2.60x, orjson
+8.9x, simdjson 15x and DuckDB 23x (these three hold every event as a Python object or a row: 1.5-2.3 GB for 199 MB).
+It is the only candidate with no Python object per event, which is where the time goes. crates.io is not reachable
+here, so it is built the way this spike builds it: a zero-dependency crate with a C ABI loaded through ctypes (no
+pyo3), compiled by setuptools-rust with ``Binding.NoBinding`` and ``optional=True`` so that a machine without cargo
+still installs and falls back to the msgspec path (which stays the oracle). Debian's packaged pyo3 (0.17) supports
+Python up to 3.11 (the GPU host runs 3.12), and flat columns need nothing a C ABI does not give. Not reached yet:
+issue 24's 0.35x; the Python around the scanner (unique strings, kinds, msgspec decoding the shaped ops' Input Dims)
+costs as much again as the scanner on that trace, and is the next thing to move into it.
 
 Run (the machine is shared: queue behind other heavy runs):
     flock /tmp/distprof-heavy.lock python benchmarks/spike_decode.py [--size-mb 200] [--ranks 1024] [--tile 4]
