@@ -94,6 +94,9 @@ def wrap_command(config: ProfilerConfig, cmd: list[str], role: str | None = None
     (a CMD killed by a signal ends this process by it first: :func:`distprof.capture.wrap.exit_like`)."""
     if not cmd:
         raise ValueError("distprof wrap needs a command after --, e.g. distprof wrap -- python train.py")
+    if cmd[0].startswith("-"):  # `distprof wrap --confg x.yaml -- ...`: an unknown option lands in CMD, no program
+        raise ValueError(f"distprof wrap: unknown option {cmd[0]!r}; its options are --config and --role, before --, "
+                         "e.g. distprof wrap --config profile.yaml -- python train.py")
     if not cmd[0]:  # `distprof wrap -- ''`: as a shell, "not found" (no tool is started for it)
         return _cannot_run(cmd, ValueError("an empty command name"))
     d = decide(config, role)

@@ -21,3 +21,10 @@ def test_a_name_with_a_nul_byte_is_not_found_not_a_value_error():
     with pytest.raises(SystemExit) as e:
         _exec(["tru\0e"])
     assert e.value.code == 127
+
+
+def test_a_mistyped_option_is_refused_not_run_as_the_command():
+    with pytest.raises(ValueError, match="unknown option '--confg'"):
+        wrap_command(ProfilerConfig(), ["--confg", "x.yaml", "--", "true"])
+    res = CliRunner().invoke(app, ["wrap", "--confg", "x.yaml", "--", "true"])
+    assert res.exit_code == 2 and "--config" in res.output
