@@ -66,3 +66,18 @@ def test_ranks_without_evidence_fold_into_ranges_and_an_error_names_its_file_onc
     bad = str(tmp_path / "train" / "rank00009" / "hang.json")
     assert text.replace("\n", "").count(bad) == 1
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_diagnose_with_hang_evidence_but_no_readable_trace_exits_1_as_documented(tmp_path):
+    """docs/hang.md: the hang finding is there even when no trace was read, "then the exit code is 1" (was 0
+    with no trace at all, 2 with only unreadable ones)."""
+    write(tmp_path, 0, evidence(0, groups=[group(entered=6, completed=5)]))
+    write(tmp_path, 1, evidence(1, groups=[group(entered=5, completed=5)]))
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and [f["id"] for f in doc["findings"]] == ["hang"]
+    assert doc["errors"][0]["path"] == str(tmp_path) and doc["files_read"] == 2
+    (tmp_path / "train" / "rank00000" / "t.pt.trace.json").write_text('{"traceEvents": [')
+    res = CliRunner().invoke(app, ["diagnose", str(tmp_path), "--json"])
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1 and [f["id"] for f in doc["findings"]] == ["hang"] and doc["errors"]
