@@ -3,12 +3,15 @@ link out of the run (was followed), sizes and times past 64 bits (were an intern
 
 from __future__ import annotations
 
+import json
 import os
 
 from memsnap_standin import Builder, frame, write
+from typer.testing import CliRunner
 
 from distprof.analysis import memsnap
 from distprof.analysis.memory import file_rows, find_snapshots
+from distprof.cli import app
 
 
 def _snapshot() -> dict:
@@ -58,3 +61,15 @@ def test_sizes_and_times_past_64_bits_are_entries_of_the_wrong_shape(tmp_path):
     assert h.skipped == 3 and h.reserved_end == 0
     (f,) = find_snapshots(str(d))
     assert file_rows(f)  # numpy never sees an int past 64 bits (was OverflowError: an internal error)
+
+
+def test_a_report_of_snapshots_alone_says_where_it_wrote(tmp_path):
+    """A run holding only memory snapshots: the report is written with their answers, and the CLI says so (it
+    printed nothing: ``files_read`` counted traces only, and the verbs draw nothing for a run of nothing read)."""
+    _rank(tmp_path)
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "-o", str(out), "--json"])
+    assert res.exit_code == 0 and out.is_file()
+    assert json.loads(res.stdout)["files_read"] == 1
+    res = CliRunner().invoke(app, ["report", str(tmp_path / "run"), "-o", str(out)])
+    assert res.exit_code == 0 and f"report: {out}" in " ".join(res.stdout.split())
