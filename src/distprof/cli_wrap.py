@@ -3,7 +3,8 @@ launch under the configured process tool when the config selects it, else as CMD
 (:mod:`distprof.capture.wrapjob`). Registered on the CLI's app by :func:`register` (``distprof.cli``).
 
 Exit codes: CMD's own (a CMD killed by a signal ends ``distprof wrap`` by the same signal); 2 for a config that
-cannot be used or no CMD (one line naming the fix); 126 / 127 for a CMD that cannot be run (as shells).
+cannot be used, no CMD or an unknown option (one line naming the fix); 126 / 127 for a CMD that cannot be run (as
+shells).
 """
 
 from __future__ import annotations

@@ -488,13 +488,24 @@ def diagnose_result(path: str, selection: Selection | None = None, workers: int 
     except TraceError as e:
         if hang is None:
             raise
+        # exit 1 (docs/hang.md): the traces are the errors (none found: the path itself), the ranks' evidence is
+        # what was read
+        errors = list(getattr(e, "errors", None) or []) or [Problem.at(path, str(e), text=str(e)).file_dict()]
         return DiagnoseResult(findings=[hang], analysed=Analysed(roles=[], ranks=0, steps=0,
                               device=False, caveats=[]), thresholds=diagnose_mod.THRESHOLDS,
-                              errors=list(getattr(e, "errors", None) or []), warnings=[f"no trace was read: {e}"])
+                              errors=errors, warnings=[f"no trace was read: {e}"], files_read=_evidence_read(hang))
     out = diagnosis_result(inv)
     if hang is not None:
         out.findings = sorted([hang, *out.findings], key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
+        if not out.files_read:  # every trace unreadable: the evidence was read (exit 1, not 2)
+            out.files_read = _evidence_read(hang)
     return out
+
+
+def _evidence_read(hang: Any) -> int:
+    """The ranks whose hang evidence the ``hang`` finding was read from (at least one: it exists)."""
+    states = (hang.evidence.figures or {}).get("states", {})
+    return max(sum(s != "no_evidence" for s in states.values()), 1)
 
 
 def diagnose(path: str, selection: Selection | None = None, workers: int | None = None, ray_address: str | None = None,

@@ -27,7 +27,7 @@ from distprof.analysis.records_hang import Evidence, Frame, HangCollective, Hang
 from distprof.rundir.layout import HANG, HANG_STACKS, rank_of_dir
 from distprof.rundir.walk import walk
 
-__all__ = ["HangInput", "analyse", "hang_result", "parse_stacks", "read_evidence", "verdict_text"]
+__all__ = ["HangInput", "analyse", "clock_text", "hang_result", "parse_stacks", "read_evidence", "verdict_text"]
 
 MAX_EVIDENCE = 16 << 20  # bytes of one hang.json read at most
 MAX_STACKS = 4 << 20  # bytes of one hang-stacks.txt read at most (its end: the newest dump)
@@ -299,15 +299,17 @@ def verdict_text(res: HangResult) -> str:
                  if resumed else "")
         return f"no hang: every rank with evidence was still ending steps{extra}"
     by = {x.rank: x for x in res.ranks}
-    where = []
+    where, silent = [], []
     for r in res.stuck_ranks:
         x = by.get(r)
         if x is None or x.state == "no_evidence":
-            where.append(f"rank {r} wrote no evidence")
+            silent.append(r)  # told once, as ranges: a world of thousands where few ranks wrote
             continue
         bits = [f"in {x.frame}" if x.frame else "", f"step {x.step}" if x.step is not None else "",
                 f"phase {x.phase}" if x.phase else "", "holding the GIL in C code" if x.state == "stuck_in_c" else ""]
         where.append(f"rank {r} is " + ", ".join(b for b in bits if b))
+    if silent:
+        where.append(f"rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} wrote no evidence")
     c = res.collective
     if c is None:
         who = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
@@ -315,11 +317,18 @@ def verdict_text(res: HangResult) -> str:
     ranks = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
     waiting = f"rank {c.waiting[0]} waits" if len(c.waiting) == 1 else f"ranks {_ranges(c.waiting)} wait"
     return (f"{ranks} never entered {c.name} #{c.seq} of group {c.group} (seq {c.seq}); {waiting} "
-            f"there{' since ' + _clock(c.since) if c.since else ''}; " + "; ".join(where))
+            f"there{' since ' + clock_text(c.since) if c.since else ''}; " + "; ".join(where))
 
 
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
+def clock_text(t: float | None) -> str:
+    """``t`` (wall clock, s) as local ``HH:MM:SS``; "" for none, "?" for a time the platform cannot show (hostile
+    evidence: 1e300, far past 2**62 ns)."""
+    if not t:
+        return ""
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def hang_result(path: str) -> HangResult:

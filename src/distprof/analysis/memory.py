@@ -43,10 +43,10 @@ from distprof.analysis.records_mem import MemoryAt, MemoryOom, MemoryRow, Memory
 from distprof.rundir.layout import MANIFEST, is_url, rank_of_dir
 from distprof.rundir.manifest import MANIFEST_LIMIT, read_manifest
 from distprof.rundir.manifest import OOM as OOM_STOP
-from distprof.rundir.walk import walk
+from distprof.rundir.walk import Entry, walk
 from distprof.trace.listing import rank_from_name
 from distprof.trace.selection import Selection
-from distprof.trace.source import TraceError
+from distprof.trace.source import TraceError, open_local
 from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
@@ -311,7 +311,8 @@ def _in_folders(root: str, problems: list[Problem] | None) -> list[SnapshotFile]
         files = [e for e in folder.entries if e.kind == "file" and e.name.endswith(memsnap.SUFFIX)]
         if not files:
             continue
-        windows = _windows(folder.path, folder.names, problems)
+        manifest = next((e for e in folder.entries if e.name == MANIFEST), None)
+        windows = _windows(manifest, problems)
         rank = rank_of_dir(folder.path) if MANIFEST in folder.names else None
         for ent in files:
             rec = windows.get(ent.name)
@@ -326,15 +327,19 @@ def _in_folders(root: str, problems: list[Problem] | None) -> list[SnapshotFile]
     return found
 
 
-def _windows(d: str, names: list[str], problems: list[Problem] | None) -> dict[str, Any]:
-    if MANIFEST not in names:
+def _windows(manifest: Entry | None, problems: list[Problem] | None) -> dict[str, Any]:
+    """The folder's manifest's window records by file name; a manifest that is a link (never followed: it may point
+    outside the run), a FIFO or a device (never waited on) is a problem, not read."""
+    if manifest is None:
         return {}
     try:
-        with open(os.path.join(d, MANIFEST), "rb") as f:
+        if manifest.kind != "file":
+            raise OSError(f"{'a symbolic link' if manifest.link else 'not a regular file'}; not read")
+        with open_local(manifest.path) as f:
             recs = read_manifest(f.read(MANIFEST_LIMIT)).records
-    except OSError as e:
+    except (OSError, TraceError) as e:
         if problems is not None:
-            problems.append(Problem.at(os.path.join(d, MANIFEST), f"cannot be read ({e.strerror or e})"))
+            problems.append(Problem.at(manifest.path, f"cannot be read ({getattr(e, 'strerror', None) or e})"))
         return {}
     return {entry.path.rsplit("/", 1)[-1]: rec for rec in recs for entry in rec.files}
 

@@ -134,7 +134,9 @@ class DeviceHistory:
 
 
 def _int(v: Any) -> int | None:
-    return v if type(v) is int else None
+    """An int field, None when it is not one or lies past 64 bits (no allocator writes such; numpy could not
+    hold it)."""
+    return v if type(v) is int and -(2**63) <= v < 2**63 else None
 
 
 def _entry(e: Any) -> Entry | None:
@@ -146,7 +148,7 @@ def _entry(e: Any) -> Entry | None:
     if action is None or size is None or size < 0:
         return None
     t = e.get("time_us", 0)
-    if type(t) not in (int, float) or t != t:
+    if type(t) not in (int, float) or not -1e18 < t < 1e18:  # NaN, inf and past 64 bits: the wrong shape
         return None
     frames = e.get("frames")
     frames = frames if isinstance(frames, list) else []

@@ -19,6 +19,7 @@ __all__ = ["Evidence", "FRDump", "FREntry", "Frame", "GroupHistory", "HangCollec
 _Rank = Annotated[int, msgspec.Meta(ge=0, lt=2**31)]
 _Seq = Annotated[int, msgspec.Meta(ge=0, lt=2**62)]
 _Text = Annotated[str, msgspec.Meta(max_length=4096)]
+MAX_WORLD = 1 << 20  # the most ranks a hang.json may claim: the verdict lists every rank of the world
 
 
 # ---- the evidence a rank writes (capture/hang.py; schema of hang.json) ------------------------------------------
@@ -82,7 +83,7 @@ class Evidence(msgspec.Struct):
     role: _Text
     rank: _Rank
     state: _Text
-    world_size: Annotated[int, msgspec.Meta(ge=0, lt=2**31)] = 0
+    world_size: Annotated[int, msgspec.Meta(ge=0, le=MAX_WORLD)] = 0
     pid: int = 0
     host: _Text = ""
     written_t: float = 0.0

@@ -29,6 +29,7 @@ import faulthandler
 import json
 import logging
 import os
+import stat
 import sys
 import threading
 import time
@@ -123,8 +124,7 @@ class HangWatch:
             os.makedirs(self._root, exist_ok=True)
             folder = make_folder(self._root, self._rel)  # never through a link inside the run directory
             if self.options.c_watchdog and no_links(self._root, f"{self._rel}/{HANG_STACKS}"):
-                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-                self._stacks = os.fdopen(os.open(os.path.join(folder, HANG_STACKS), flags, 0o644), "w")
+                self._stacks = _open_stacks(os.path.join(folder, HANG_STACKS))
         except OSError as e:
             logger.warning("distprof: hang evidence for %s rank %s is off: cannot write %s (%s)",
                            self._who["role"], self._who["rank"], self._rel, e)
@@ -257,6 +257,23 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _open_stacks(path: str) -> Any:
+    """``hang-stacks.txt`` for faulthandler to write into; None (no C watchdog, after one warning) when a FIFO or
+    a device sits there: opening a FIFO to write would block the training process until someone reads it."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:  # ENXIO: a FIFO nobody reads
+        logger.warning("distprof: %s cannot be written (%s); the C watchdog is off", path, e.strerror or e)
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        logger.warning("distprof: %s is not a regular file; the C watchdog is off", path)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w")
 
 
 def watch_for(prof: Any) -> HangWatch | None:

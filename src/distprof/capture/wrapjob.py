@@ -94,6 +94,11 @@ def wrap_command(config: ProfilerConfig, cmd: list[str], role: str | None = None
     (a CMD killed by a signal ends this process by it first: :func:`distprof.capture.wrap.exit_like`)."""
     if not cmd:
         raise ValueError("distprof wrap needs a command after --, e.g. distprof wrap -- python train.py")
+    if cmd[0].startswith("-"):  # `distprof wrap --confg x.yaml -- ...`: an unknown option lands in CMD, no program
+        raise ValueError(f"distprof wrap: unknown option {cmd[0]!r}; its options are --config and --role, before --, "
+                         "e.g. distprof wrap --config profile.yaml -- python train.py")
+    if not cmd[0]:  # `distprof wrap -- ''`: as a shell, "not found" (no tool is started for it)
+        return _cannot_run(cmd, ValueError("an empty command name"))
     d = decide(config, role)
     if d.source is None and d.rank == 0:
         logger.info("distprof wrap: neither RANK nor SLURM_PROCID is set: a single process, rank 0 of 1")
@@ -135,10 +140,11 @@ def _exec(cmd: list[str]) -> NoReturn:
     sys.stderr.flush()  # what this process wrote goes before CMD's own lines
     try:
         os.execvp(cmd[0], cmd)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: an empty name or one with a NUL byte, "not found" to a shell
         raise SystemExit(_cannot_run(cmd, e)) from None
 
 
-def _cannot_run(cmd: list[str], e: OSError) -> int:
-    logger.error("distprof wrap: cannot run %s: %s", cmd[0], e.strerror or e)
-    return 127 if isinstance(e, FileNotFoundError) else 126
+def _cannot_run(cmd: list[str], e: OSError | ValueError) -> int:
+    why = e.strerror if isinstance(e, OSError) and e.strerror else e
+    logger.error("distprof wrap: cannot run %r: %s", cmd[0], why)
+    return 127 if isinstance(e, (FileNotFoundError, ValueError)) else 126

@@ -128,6 +128,8 @@ def report_of(inv: Investigation, out: str, compare: str | None = None, selectio
     findings = diagnose(inv)
     env = inv.envelope()
     env["warnings"] = env["warnings"] + analysed(inv).caveats
+    # memory snapshots read count too (as diagnose's): a report of snapshots alone is not a run of nothing read
+    env["files_read"] = max(env["files_read"], inv.summary.files_read or 0)
     d = None
     if compare:
         # Only what diff reads of the other run (summaries and steps): each of its files is decoded once, none of

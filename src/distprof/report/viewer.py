@@ -126,7 +126,9 @@ class TraceServer:
         self.path, self.size = path, st.st_size
         self.name = os.path.basename(path)
         self.origin = f"{parts.scheme}://{parts.netloc}"
-        self.port, self.timeout_s = port, timeout_s
+        # --timeout 1e300 or inf: as long as the platform can wait (Event.wait overflows past TIMEOUT_MAX)
+        self.port = port
+        self.timeout_s = timeout_s if timeout_s < threading.TIMEOUT_MAX else threading.TIMEOUT_MAX
         self.requests = 0
         self.reason: str | None = None
         self._covered = _Covered(self.size)
@@ -146,7 +148,7 @@ class TraceServer:
     def start(self) -> TraceServer:
         self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            self._httpd = ThreadingHTTPServer((HOST, self.port), _handler(self))
+            self._httpd = _Server((HOST, self.port), _handler(self))
         except OSError:
             os.close(self._fd)
             self._fd = None
@@ -188,6 +190,13 @@ class TraceServer:
         if fd is None:
             return b""
         return os.pread(fd, n, offset)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-body (the UI cancelled, a tab closed) or a request that breaks a handler is
+        logged, never a traceback on the terminal (socketserver's default prints one to stderr)."""
+        logger.debug("request from %s failed", client_address, exc_info=True)
 
 
 def _handler(server: TraceServer) -> type[BaseHTTPRequestHandler]:
@@ -295,10 +304,15 @@ def _span(m: re.Match[str], size: int) -> tuple[int, int] | None:
     if not a and not b:
         return None
     if not a:  # the last b bytes
-        n = int(b)
+        n = _num(b)
         return (max(size - n, 0), size) if n and size else None
-    start = int(a)
-    end = min(int(b) + 1, size) if b else size
+    start = _num(a)
+    end = min(_num(b) + 1, size) if b else size
     if start >= size or end <= start:
         return None
     return start, end
+
+
+def _num(digits: str) -> int:
+    """A range's number; one of thousands of digits (past int()'s limit) as 2**62, past any file's end."""
+    return int(digits) if len(digits) <= 18 else 2**62
