@@ -137,6 +137,13 @@ def test_verl_errors_are_reported_all_at_once(tmp_path):
     assert code == 2 and not out["valid"] and len(out["errors"]) == 3
 
 
+def test_telemetry_or_hang_evidence_alone_is_not_called_capturing_nothing(tmp_path):
+    for extra in ({"telemetry": True}, {"hang": {"enabled": True, "timeout_s": 60}}):
+        t = translate("distprof", {"save_path": str(tmp_path), **extra})
+        assert t.ok and not [w for w in t.warnings if "captures nothing" in w.message], extra
+    assert "captures nothing" in translate("distprof", {"save_path": str(tmp_path)}).warnings[0].message
+
+
 def test_a_config_that_captures_nothing_or_less_is_warned_about(tmp_path):
     inert = {"global_profiler": {"tool": "torch", "steps": [1, 2]},
              "actor_rollout_ref": {r: {"profiler": {"enable": False}} for r in ("actor", "ref", "rollout")},

@@ -481,6 +481,8 @@ def _warnings(b: Builder, t: Translation) -> None:
     """Valid, but captures less than it says: nothing enabled, steps past the job's end, ranks beyond its size."""
     pc = t.profiler_config
     if not pc.enable:
+        if pc.telemetry or pc.hang.enabled:  # no trace, but every rank keeps its telemetry / hang evidence
+            return
         why = "; ".join(b.nothing) or "profiling is not enabled"
         t.warnings.append(Problem.about(b.dialect, MISSING, f"this config captures nothing: {why}"))
         return
