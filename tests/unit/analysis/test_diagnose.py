@@ -59,20 +59,27 @@ def test_gloo_job_names_the_slow_rank_and_its_phase(ddp_run):
 
 
 def test_gloo_job_with_no_slow_rank_has_no_straggler(tmp_path):
-    out = str(tmp_path / "run")
     # Six profiled steps: a rank the busy 2-core machine happens to deschedule in one or two steps is not the
-    # rank holding the others back in 2/3 of them (the rule's consistency threshold).
-    gloo_run(out, steps=9, world_size=2, config={"steps": "2-7"}, ddp=True)
-    inv = analyze.investigate(out, workers=1)
-    assert inv.stragglers.matched > 0  # the rule had collectives to judge: someone always arrives last
-    d = analyze.diagnose(out, workers=1)
-    # A loaded 2-core machine (the suite's other worker) can slow one rank of this balanced job for all of its
-    # two seconds: the rule may then say so, but only as a rank late with no one cause
-    # (seen once: "no one cause explains the 9 ms ...; its CPU ops take 1.2x the median rank's"), never naming
-    # a phase or an op of the job as the cause.
-    strag = [f["claim"] for f in d["findings"] if f["id"] == "straggler"]
-    assert all("no one cause explains" in c for c in strag), strag
-    assert d["analysed"] == {"roles": ["train"], "ranks": 2, "steps": 6, "device": False, "caveats": []}
+    # rank holding the others back in 2/3 of them (the rule's consistency threshold). Yet the suite's other worker
+    # can slow one rank of this balanced job for all of its two seconds (seen: rank 0's DDP forward at 12.5 ms
+    # against 3.07 ms in 5 of 6 steps while a Ray test ran beside it): that rank then really is the straggler, and
+    # the rule is right to name it. So the job runs a second time when the first names a phase; a rule that names
+    # one where there is none does so in both runs. (Naming a real slow rank: the tests above.)
+    seen = []
+    for attempt in range(2):
+        out = str(tmp_path / f"run{attempt}")
+        gloo_run(out, steps=9, world_size=2, config={"steps": "2-7"}, ddp=True)
+        inv = analyze.investigate(out, workers=1)
+        assert inv.stragglers.matched > 0  # the rule had collectives to judge: someone always arrives last
+        d = analyze.diagnose(out, workers=1)
+        assert d["analysed"] == {"roles": ["train"], "ranks": 2, "steps": 6, "device": False, "caveats": []}
+        # A rank late with no one cause may be said (seen once: "no one cause explains the 9 ms ...; its CPU ops
+        # take 1.2x the median rank's"); a phase or an op of the job named as the cause may not.
+        strag = [f["claim"] for f in d["findings"] if f["id"] == "straggler"]
+        if all("no one cause explains" in c for c in strag):
+            return
+        seen.append(strag)
+    raise AssertionError(f"both runs of a balanced job named a cause: {seen}")
 
 
 def _step_starts(folder):
