@@ -31,6 +31,7 @@ from typing import Any
 from distprof.analysis.records import ProfilingCost
 from distprof.rundir.manifest import BASELINE_STEPS, SETTLING_STEPS
 from distprof.trace.table import TraceTable
+from distprof.util.intervals import ranges_text
 
 __all__ = ["MAX_SPREAD", "MIN_BASELINE", "profiling_cost", "window_cost"]
 
@@ -121,7 +122,7 @@ def _verdict(wins: list[dict[str, Any]], new: list[dict[str, Any]], base: list[f
     if ratio > MAX_SPREAD:
         return False, f"unprofiled steps vary {ratio:.1f}x ({_secs(lo)}-{_secs(hi)}): too noisy to compare"
     at = sorted(n for c in new for n in c["baseline_at"])
-    return True, (f"median of {len(base)} unprofiled steps in steady state (steps {_ranges(at)}), which vary "
+    return True, (f"median of {len(base)} unprofiled steps in steady state (steps {ranges_text(at)}), which vary "
                   f"{ratio:.2f}x")
 
 
@@ -144,7 +145,7 @@ def _too_few(wins: list[dict[str, Any]], new: list[dict[str, Any]], n: int) -> s
         return f"{head}no unprofiled step ran before the window in this process (it {how}); {suggest}"
     if ran <= SETTLING_STEPS:
         return (f"{head}the {'' if ran == 1 else f'{ran} '}unprofiled {steps} before the window ({steps} "
-                f"{_ranges(list(range(first, end + 1)))}) {'is' if ran == 1 else 'are'} the process's first {steps} "
+                f"{ranges_text(range(first, end + 1))}) {'is' if ran == 1 else 'are'} the process's first {steps} "
                 f"(warm-up); {suggest}")
     if ran - SETTLING_STEPS >= MIN_BASELINE:
         return (f"{head}only {n} unprofiled {'step was' if n == 1 else 'steps were'} timed before the window "
@@ -158,16 +159,6 @@ def _steps_setting(start: int, length: int) -> str:
         return "[" + ", ".join(str(start + i) for i in range(length)) + "]"
     return f'"{start}-{start + length - 1}"'
 
-
-def _ranges(nums: list[int]) -> str:
-    """3, 4, 5, 9 -> "3-5, 9"."""
-    out: list[list[int]] = []
-    for v in sorted(set(nums)):
-        if out and v == out[-1][1] + 1:
-            out[-1][1] = v
-        else:
-            out.append([v, v])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
 def _secs(s: float) -> str:

@@ -26,6 +26,7 @@ import msgspec
 from distprof.analysis.records_hang import Evidence, Frame, HangCollective, HangRank, HangResult, ThreadStack
 from distprof.rundir.layout import HANG, HANG_STACKS, rank_of_dir
 from distprof.rundir.walk import walk
+from distprof.util.intervals import ranges_text
 
 __all__ = ["HangInput", "analyse", "clock_text", "hang_result", "parse_stacks", "read_evidence", "verdict_text"]
 
@@ -278,16 +279,6 @@ def _role_result(role: str, ranks: dict[int, RankInput]) -> HangResult:
                       role=role, flight_recorder=fr)
 
 
-def _ranges(nums: list[int]) -> str:
-    out, i = [], 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(out)
-
 
 def verdict_text(res: HangResult) -> str:
     """The verdict in one sentence (the terminal's first line; ``verdict`` in --json)."""
@@ -295,7 +286,7 @@ def verdict_text(res: HangResult) -> str:
         return "no hang evidence"
     if not res.hung:
         resumed = [x.rank for x in res.ranks if x.state == "resumed"]
-        extra = (f" (rank {_ranges(resumed)} stalled past the timeout once and went on: slow, not hung)"
+        extra = (f" (rank {ranges_text(resumed, ',')} stalled past the timeout once and went on: slow, not hung)"
                  if resumed else "")
         return f"no hang: every rank with evidence was still ending steps{extra}"
     by = {x.rank: x for x in res.ranks}
@@ -309,13 +300,13 @@ def verdict_text(res: HangResult) -> str:
                 f"phase {x.phase}" if x.phase else "", "holding the GIL in C code" if x.state == "stuck_in_c" else ""]
         where.append(f"rank {r} is " + ", ".join(b for b in bits if b))
     if silent:
-        where.append(f"rank{'s' if len(silent) > 1 else ''} {_ranges(silent)} wrote no evidence")
+        where.append(f"rank{'s' if len(silent) > 1 else ''} {ranges_text(silent, ',')} wrote no evidence")
     c = res.collective
     if c is None:
-        who = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
+        who = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {ranges_text(res.stuck_ranks, ',')}"
         return f"{who} stopped ending steps outside any recorded collective; " + "; ".join(where)
-    ranks = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {_ranges(res.stuck_ranks)}"
-    waiting = f"rank {c.waiting[0]} waits" if len(c.waiting) == 1 else f"ranks {_ranges(c.waiting)} wait"
+    ranks = f"rank{'s' if len(res.stuck_ranks) > 1 else ''} {ranges_text(res.stuck_ranks, ',')}"
+    waiting = f"rank {c.waiting[0]} waits" if len(c.waiting) == 1 else f"ranks {ranges_text(c.waiting, ',')} wait"
     return (f"{ranks} never entered {c.name} #{c.seq} of group {c.group} (seq {c.seq}); {waiting} "
             f"there{' since ' + clock_text(c.since) if c.since else ''}; " + "; ".join(where))
 

@@ -20,6 +20,7 @@ __all__ = [
     "intersect",
     "length",
     "merge",
+    "ranges_text",
     "subtract",
     "union",
     "union_length",
@@ -112,3 +113,18 @@ def union_length(intervals: Iterable[tuple[float, float]]) -> float:
     """Total length covered by ``(start, end)`` pairs, overlaps counted once."""
     pairs = np.asarray(list(intervals), dtype=np.float64).reshape(-1, 2)
     return covered_length(pairs[:, 0], pairs[:, 1])
+
+
+def ranges_text(nums: Iterable[int], sep: str = ", ", limit: int | None = None) -> str:
+    """Whole numbers (ranks, steps) as their runs: ``3, 4, 5, 9`` -> ``"3-5, 9"``; at most ``limit`` runs, then
+    ``... (N in all)``."""
+    runs: list[list[int]] = []
+    for v in sorted(set(nums)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if limit is not None and len(parts) > limit:
+        return sep.join(parts[:limit]) + f" ... ({sum(b - a + 1 for a, b in runs)} in all)"
+    return sep.join(parts)

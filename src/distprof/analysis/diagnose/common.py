@@ -17,6 +17,7 @@ from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_
 from distprof.analysis.records import RankStep, StepBreakdown, StepRow
 from distprof.analysis.records_diag import Finding, FindingEvidence, WhatIf
 from distprof.trace.ranks import unranked_label
+from distprof.util.intervals import ranges_text
 
 logger = logging.getLogger(__name__)
 
@@ -151,16 +152,7 @@ def step_key(row: StepRow) -> Any:
 
 def fmt_ranges(nums: Iterable[int], limit: int = 6) -> str:
     """``2-3, 5-6``: consecutive numbers as ranges, at most ``limit`` of them (then ``... (N in all)``)."""
-    nums = sorted(set(nums))
-    parts = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ", ".join(parts) if len(parts) <= limit else ", ".join(parts[:limit]) + f" ... ({len(nums)} in all)"
+    return ranges_text(nums, limit=limit)
 
 
 def steps_text(keys: list[Any]) -> str:
