@@ -46,7 +46,7 @@ from distprof.analysis import diff as diff_mod
 from distprof.analysis import steps as steps_mod
 from distprof.analysis import stragglers as stragglers_mod
 from distprof.analysis import summary as summary_mod
-from distprof.analysis.diagnose.hang import hang_finding
+from distprof.analysis.diagnose.hang import hang_finding, with_hang
 from distprof.analysis.investigation import Investigation
 from distprof.analysis.parallel import Progress, SplitPool, map_files
 from distprof.analysis.records import (
@@ -495,8 +495,8 @@ def diagnose_result(path: str, selection: Selection | None = None, workers: int 
                               device=False, caveats=[]), thresholds=diagnose_mod.THRESHOLDS,
                               errors=errors, warnings=[f"no trace was read: {e}"], files_read=_evidence_read(hang))
     out = diagnosis_result(inv)
+    out.findings = with_hang(out.findings, hang)
     if hang is not None:
-        out.findings = sorted([hang, *out.findings], key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
         if not out.files_read:  # every trace unreadable: the evidence was read (exit 1, not 2)
             out.files_read = _evidence_read(hang)
     return out

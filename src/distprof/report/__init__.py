@@ -19,6 +19,7 @@ from typing import Any
 from distprof.analysis import analyze
 from distprof.analysis.analyze import Investigation
 from distprof.analysis.diagnose import Finding, analysed, diagnose
+from distprof.analysis.diagnose.hang import hang_finding, with_hang
 from distprof.analysis.parallel import Progress
 from distprof.analysis.records import to_json
 from distprof.analysis.records_diag import DiffResult
@@ -125,7 +126,7 @@ def report_of(inv: Investigation, out: str, compare: str | None = None, selectio
         raise TraceError(f"{path}: nothing to report, no trace could be read "
                          f"({'; '.join(e.message for e in inv.run.errors) or 'no trace matches the selection'}); "
                          f"{out} was not written")
-    findings = diagnose(inv)
+    findings = with_hang(diagnose(inv), hang_finding(path))  # a stalled job's evidence beside the traces
     env = inv.envelope()
     env["warnings"] = env["warnings"] + analysed(inv).caveats
     # memory snapshots read count too (as diagnose's): a report of snapshots alone is not a run of nothing read

@@ -15,6 +15,8 @@ from distprof.analysis.records import to_json
 from distprof.cli import app
 from distprof.rundir.layout import HANG, HANG_STACKS
 
+DATA = os.path.join(os.path.dirname(__file__), "..", "..", "data")
+
 T0 = 1_700_000_000.0
 
 
@@ -217,3 +219,16 @@ def test_diagnose_has_the_hang_finding_even_without_a_trace(tmp_path):
     (f,) = res.findings
     assert f.id == "hang" and f.evidence.ranks == [2] and f.evidence.role == "train"
     assert "all_reduce #6 (group 0)" in f.evidence.names and f.cost_us == 50e6
+
+
+def test_the_report_carries_the_hang_finding_beside_the_traces(tmp_path):
+    import shutil
+
+    from distprof.report import write_report
+
+    hung_run(tmp_path / "run")
+    shutil.copy(os.path.join(DATA, "hta", "cpu_only_rank-34.pt.trace.json.gz"),
+                tmp_path / "run" / "train" / "rank00000" / "step00000001-00000001.pt.trace.json.gz")
+    r = write_report(str(tmp_path / "run"), str(tmp_path / "r.html"), workers=1)
+    assert r["findings"][0]["id"] == "hang" and r["findings"][0]["evidence"]["ranks"] == [2]
+    assert "all_reduce #6 (group 0)" in (tmp_path / "r.html").read_text()

@@ -1,6 +1,6 @@
 """The ``hang`` finding: a run directory holding hang evidence of a stalled job (:mod:`distprof.analysis.hang`)
 says which ranks the others wait for. Unlike the other rules it reads no trace (a hung window is never
-exported), so :func:`~distprof.analysis.analyze.diagnose_result` adds it beside the traces' findings, first when
+exported), so :func:`with_hang` adds it beside the traces' findings (``diagnose`` and the report), first when
 the job hangs: its cost is the longest stall (the job made no progress for that long)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from distprof.analysis.hang import analyse, read_evidence
 from distprof.analysis.records_diag import Finding, FindingEvidence
 
-__all__ = ["hang_finding"]
+__all__ = ["hang_finding", "with_hang"]
 
 
 def hang_finding(path: str) -> Finding | None:
@@ -39,3 +39,11 @@ def hang_finding(path: str) -> Finding | None:
         fix=f"look at where rank(s) {', '.join(map(str, res.stuck_ranks)) or '?'} stand (distprof hang {path}): "
             "a data loader, a lock or a C call that never returns, or a branch that skips a collective on some "
             "ranks; every rank must issue a group's collectives in the same order")
+
+
+def with_hang(findings: list[Finding], hang: Finding | None) -> list[Finding]:
+    """``findings`` with the ``hang`` finding ranked in by the step time it costs (as every finding is), for
+    ``diagnose`` and the report alike."""
+    if hang is None:
+        return findings
+    return sorted([hang, *findings], key=lambda f: (-f.cost_us, f.id, str(f.evidence.role)))
