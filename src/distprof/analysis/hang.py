@@ -26,6 +26,7 @@ import msgspec
 from distprof.analysis.records_hang import Evidence, Frame, HangCollective, HangRank, HangResult, ThreadStack
 from distprof.rundir.layout import HANG, HANG_STACKS, rank_of_dir
 from distprof.rundir.walk import walk
+from distprof.trace.vocab import collective_name
 from distprof.util.intervals import ranges_text
 
 __all__ = ["HangInput", "analyse", "clock_text", "hang_result", "parse_stacks", "read_evidence", "verdict_text"]
@@ -163,7 +164,7 @@ def _recorder(ev: Evidence) -> dict[str, _Pos]:
         pending = [e for e in es if not e.retired]
         first = min(pending, key=lambda e: e.collective_seq_id) if pending else None
         completed = entered if first is None else first.collective_seq_id - 1
-        out[name] = _Pos(entered, completed, {e.collective_seq_id: e.profiling_name for e in es},
+        out[name] = _Pos(entered, completed, {e.collective_seq_id: collective_name(e.profiling_name) for e in es},
                          None if first is None else first.time_created_ns / 1e9)
     return out
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["COLLECTIVES", "GroupRecord", "install", "installed", "snapshot", "uninstall"]
+__all__ = ["COLLECTIVES", "GroupRecord", "install", "installed", "position", "snapshot", "uninstall"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
                "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "reduce", "all_to_all",
@@ -156,3 +156,11 @@ def snapshot() -> list[dict[str, Any]]:
     with _lock:
         recs = list(_groups.values())
     return [r.as_dict() for r in recs]
+
+
+def position() -> tuple[tuple[int, int], ...]:
+    """Every group's (entered, completed) numbers: what the watchdog compares between ticks, without a copy of
+    the history."""
+    with _lock:
+        recs = list(_groups.values())
+    return tuple((r.entered, r.completed) for r in recs)

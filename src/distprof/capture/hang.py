@@ -106,6 +106,7 @@ class HangWatch:
         self._timing = False
         self.fired = False
         self.writes = 0
+        self._where: tuple[Any, ...] = ()  # where the stalled evidence saw the training thread (_place)
         self._seen: int | None = None  # the step count the watchdog saw last, and since when
         self._since = time.time()
 
@@ -202,9 +203,21 @@ class HangWatch:
                 if self._stacks is not None:
                     faulthandler.cancel_dump_traceback_later()  # this thread runs: it writes the stacks itself
                 self._window_line(g, now - since)  # first: once hang.json says stalled, the evidence is whole
+                self._where = self._place()
                 self._write("stalled", g, since, full=True)
                 logger.warning("distprof: %s rank %s: no step ended for %.0f s (step %s); hang evidence written to %s",
                                self._who["role"], self._who["rank"], now - since, g, self._rel)
+            elif self.fired and (where := self._place()) != self._where:
+                # Stalled, and still moving inside the step: a slow step (a window starting, a long phase) reached
+                # its collective after the evidence was written. The evidence says where the rank is now.
+                self._where = where
+                self._write("stalled", g, since, full=True)
+
+    @staticmethod
+    def _place() -> tuple[Any, ...]:
+        """Where the training thread stands inside a step: its collective numbers and its outermost phase."""
+        top = annotate._STATE.top
+        return collrec.position(), None if top is None else top.name
 
     def _arm(self) -> None:
         if self._stacks is not None:

@@ -25,6 +25,7 @@ __all__ = [
     "Kind",
     "ThreadKind",
     "collective_kind",
+    "collective_name",
     "collective_source",
     "engine_parent",
     "engine_stage",
@@ -162,6 +163,12 @@ def is_comm_kernel(name: str) -> bool:
 
 
 _COMM_HOST_PREFIXES = ("nccl:", "gloo:", "rccl:", "hccl:", "mpi:", "ucc:")
+
+
+def collective_name(name: str) -> str:
+    """A collective's name without its backend's prefix: the Flight Recorder's ``gloo:all_reduce`` /
+    ``nccl:all_reduce`` is ``all_reduce``, as ``torch.distributed`` calls it."""
+    return name.split(":", 1)[1] if name.startswith(_COMM_HOST_PREFIXES) else name
 
 
 def is_comm_host_event(name: str) -> bool:

@@ -93,7 +93,7 @@ def test_the_flight_recorder_numbers_match_when_distprof_saw_no_collective(tmp_p
     write(tmp_path, 1, evidence(1, flight_recorder=fr(8, False)))
     res = hang_result(str(tmp_path / ""))
     assert res.collective is not None and res.collective.source == "flight_recorder"
-    assert (res.collective.seq, res.collective.name, res.stuck_ranks) == (9, "gloo:all_reduce", [1, 2, 3])
+    assert (res.collective.seq, res.collective.name, res.stuck_ranks) == (9, "all_reduce", [1, 2, 3])
     assert res.flight_recorder
 
 

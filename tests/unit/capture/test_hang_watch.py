@@ -139,6 +139,52 @@ def test_the_watchdog_writes_stalled_evidence_and_takes_it_back_when_steps_go_on
     assert os.path.exists(out / "train" / "rank00000" / HANG_STACKS)
 
 
+def test_stalled_evidence_follows_a_rank_that_moves_into_its_collective(tmp_path):
+    """A step slow enough to fire the watchdog (here: stuck in ``train/data``), that then reaches its collective
+    and hangs there: the evidence says where the rank is now, not where the watchdog first saw it (CI caught the
+    first version naming the collective only through the Flight Recorder)."""
+    out = tmp_path / "run"
+    cfg = distprof.ProfilerConfig.from_dict({"enable": True, "save_path": str(out), "steps": [50],
+                                             "torch": {"activities": ["cpu"]},
+                                             "hang": {"enabled": True, "timeout_s": 1}})
+    evidence = out / "train" / "rank00000" / HANG
+    go_on, release = threading.Event(), threading.Event()
+    # collrec's own wrapper around a collective that blocks until the test releases it (one process cannot
+    # hang a real gloo collective: a world of one completes at once).
+    hung_all_reduce = collrec._wrap("all_reduce", lambda tensor, op=None, group=None, async_op=False: release.wait(60))
+
+    def train():
+        prof = distprof.Profiler(cfg, role="train", rank=0, world_size=1)
+        with prof:
+            for step in range(3):
+                with distprof.annotate("train/data"):
+                    if step == 1:
+                        go_on.wait(60)
+                with distprof.annotate("train/allreduce"):
+                    if step == 1:
+                        hung_all_reduce(None)
+                prof.step()
+
+    t = threading.Thread(target=train, name="trainer")
+    t.start()
+    try:
+        ev = wait_for(lambda: (e := read(evidence)) and e["state"] == "stalled" and e, "stalled evidence")
+        assert ev["phase"] == "train/data" and not ev["in_collective"]
+        go_on.set()
+        ev = wait_for(lambda: (e := read(evidence)) and e["in_collective"] and e, "evidence in the collective")
+        assert ev["state"] == "stalled" and ev["step"] == 1 and ev["phase"] == "train/allreduce"
+        (g,) = [g for g in ev["groups"] if g["entered"] > g["completed"]]
+        assert g["entered_name"] == "all_reduce"
+        main = next(s for s in ev["stacks"] if s["main"])
+        assert main["frames"][-1]["func"] == "wait"
+    finally:
+        go_on.set()
+        release.set()
+        t.join(60)
+        collrec.uninstall()
+    assert read(evidence)["state"] in ("resumed", "stopped")
+
+
 def test_telemetry_keeps_its_phases_beside_hang_evidence(tmp_path):
     cfg = distprof.ProfilerConfig.from_dict({"save_path": str(tmp_path), "telemetry": True,
                                              "hang": {"enabled": True, "timeout_s": 60}})
