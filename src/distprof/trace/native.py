@@ -11,12 +11,21 @@ from __future__ import annotations
 
 from distprof.trace.columns import Columns
 
-__all__ = ["available", "reduce_native"]
+__all__ = ["available", "reduce_native", "use"]
+
+_on = True
 
 
 def available() -> bool:
     """Whether the native scanner is loaded (built, its ABI the one this module speaks, not switched off)."""
     return False
+
+
+def use(on: bool) -> bool:
+    """Switch the native path on or off in this process (tests read one file both ways); the previous setting."""
+    global _on
+    prev, _on = _on, bool(on)
+    return prev
 
 
 def reduce_native(data: bytes) -> Columns | None:
