@@ -21,7 +21,12 @@ LOG_LEVEL = "DISTPROF_LOG_LEVEL"
 # Seconds one object-store request may wait for an answer (rundir/netfs.py): profiler and CLI alike.
 STORE_TIMEOUT = "DISTPROF_STORE_TIMEOUT_S"
 
-NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL, STORE_TIMEOUT})
+# "0" switches the native trace decoder off (trace/nativelib.py); any other value, or none, uses it where built.
+NATIVE = "DISTPROF_NATIVE"
+# The path of a native decoder library to load instead of the installed one (tests and benchmarks).
+NATIVE_LIB = "DISTPROF_NATIVE_LIB"
+
+NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL, STORE_TIMEOUT, NATIVE, NATIVE_LIB})
 
 _applied: list[str | None] = []
 
