@@ -69,7 +69,7 @@ def _find() -> tuple[ctypes.CDLL | None, str | None, Path | None]:
     if chosen:
         file = Path(chosen).resolve()  # a bare name would make the loader search the system's folders
         if not file.is_file():
-            return None, f"{NATIVE_LIB}={chosen}: no such file", None
+            return None, f"{NATIVE_LIB}={chosen}: {'not a file' if file.exists() else 'no such file'}", None
         return (*_open(file), file)
     for file in candidates():
         if file.is_file():

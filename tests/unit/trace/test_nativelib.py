@@ -113,7 +113,7 @@ def test_what_is_not_the_library_is_one_line_never_a_traceback(monkeypatch, tmp_
     assert nativelib.load() is None
     why = nativelib.why_not()
     assert why and "\n" not in why and len(why) < 600
-    expect = {"missing": "no such file", "folder": "no such file", "libc": "no dp_abi_version"}.get(what,
+    expect = {"missing": "no such file", "folder": "not a file", "libc": "no dp_abi_version"}.get(what,
                                                                                                    "does not load")
     assert expect in why, why
 
