@@ -54,7 +54,8 @@ def test_the_install_built_it_where_cargo_is_installed():
         pytest.skip(f"no cargo and no library: the Python path reads every trace ({nativelib.why_not()})")
     pytest.fail(f"cargo is on PATH but the native decoder does not load: {nativelib.why_not()}. Build it with the "
                 f"install (pip install -e . in the checkout: it puts distprof/_native<suffix> into src/distprof/), or "
-                f"point {NATIVE_LIB} at a build (cargo build --release --manifest-path native/Cargo.toml)")
+                f"build it with cargo build --release --manifest-path native/Cargo.toml and set "
+                f"{NATIVE_LIB}=native/target/release/libdistprof_native.so")
 
 
 @pytest.mark.parametrize("value", ["0", "off", " False "])
