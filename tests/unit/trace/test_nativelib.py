@@ -52,10 +52,11 @@ def test_the_install_built_it_where_cargo_is_installed():
         return
     if shutil.which("cargo") is None:
         pytest.skip(f"no cargo and no library: the Python path reads every trace ({nativelib.why_not()})")
+    target = nativelib.candidates()[0]
     pytest.fail(f"cargo is on PATH but the native decoder does not load: {nativelib.why_not()}. Build it with the "
-                f"install (pip install -e . in the checkout: it puts distprof/_native<suffix> into src/distprof/), or "
-                f"build it with cargo build --release --manifest-path native/Cargo.toml and set "
-                f"{NATIVE_LIB}=native/target/release/libdistprof_native.so")
+                f"install (pip install -e . in the checkout writes {target}), or copy the library that "
+                f"cargo build --release --manifest-path native/Cargo.toml writes "
+                f"(native/target/release/libdistprof_native.so) to {target}")
 
 
 @pytest.mark.parametrize("value", ["0", "off", " False "])
