@@ -9,7 +9,8 @@ run, each in a fresh process:
   the workers (no pool overhead in it),
 - ``summary``, ``steps``, ``stragglers``, ``diagnose`` and ``merge`` as library calls (what the CLI verbs run), with
   ``--workers`` processes: wall time, peak RSS of the driver and the largest peak RSS among the workers, and the
-  state one rank's result brings to the driver (its pickled size).
+  state one rank's result brings to the driver (its pickled size); with the native decoder built, each verb again
+  with it switched off (``DISTPROF_NATIVE=0``, rows marked ``py``), side by side.
 
 Run: python benchmarks/bench_scale.py [--ranks 64,256,1024] [--workers 2] [--tile 4] [--verbs summary,steps,...]
 Targets (issue 12): the per-rank verbs within 1.5x of the floor; driver memory grows only by the compact
@@ -110,8 +111,9 @@ def make_set(n: int, tile: int, out: str) -> list[str]:
     return paths
 
 
-def run(code: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+def run(code: str, *args: str, env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,6 +133,10 @@ def main() -> int:
         ap.error(f"no DLRM trace (*.json.gz) in {SOURCE}: pass --source FOLDER")
     verbs = args.verbs.split(",")
     missed = []
+    from distprof.trace import nativelib
+    print(nativelib.status_line())
+    # With the native decoder, each verb runs twice side by side: with it, then with the Python decoder ("py").
+    modes = [("", None), (" py", {"DISTPROF_NATIVE": "0"})] if nativelib.load() is not None else [("", None)]
     print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9}")
     for n in (int(x) for x in args.ranks.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
@@ -141,13 +147,14 @@ def main() -> int:
             print(f"{n:>5} {'floor':12} {target_floor:7.2f}s {1.0:8.2f}x {'':>9} {'':>9}   "
                   f"({size:.0f} MB gzipped, {floor['events']:,} events; pool of {args.workers}: {floor['pool_wall']:.2f}s)")
             for verb in verbs:
-                got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(args.workers), tmp)
-                ratio = got["wall"] / target_floor
-                state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
-                print(f"{n:>5} {verb:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB {got['worker_mb']:6.0f} MB "
-                      f"{state:>9}")
-                if verb in PER_RANK_VERBS and ratio > TARGET:
-                    missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
+                for tag, env in modes:
+                    got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(args.workers), tmp, env=env)
+                    ratio = got["wall"] / target_floor
+                    state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
+                    print(f"{n:>5} {verb + tag:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB "
+                          f"{got['worker_mb']:6.0f} MB {state:>9}")
+                    if verb in PER_RANK_VERBS and ratio > TARGET and not tag:
+                        missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
             sys.stdout.flush()
     for m in missed:
         print(f"MISSED: {m}")

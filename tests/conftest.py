@@ -42,9 +42,12 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    """No DISTPROF_* or rank variables leak in from the machine running the tests."""
+    """No DISTPROF_* or rank variables leak in from the machine running the tests; except the native decoder's
+    switch and library (``DISTPROF_NATIVE=0 pytest`` runs the suite on the Python decoder, child processes too)."""
+    keep = ("DISTPROF_NATIVE", "DISTPROF_NATIVE_LIB")
     for key in list(os.environ):
-        if key.startswith("DISTPROF_") or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        if (key.startswith("DISTPROF_") and key not in keep) or key in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                                         "LOCAL_WORLD_SIZE"):
             monkeypatch.delenv(key)
 
 

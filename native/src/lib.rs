@@ -197,10 +197,20 @@ impl<'a> P<'a> {
                         if !h.iter().all(|x| x.is_ascii_hexdigit()) {
                             return Err(Unsure(i));
                         }
-                        let d = |x: u8| (x as char).to_digit(16).unwrap_or(0);
-                        let cp = (d(h[0]) << 12) | (d(h[1]) << 8) | (d(h[2]) << 4) | d(h[3]);
-                        if (0xD800..0xE000).contains(&cp) {
-                            return Err(Unsure(i));
+                        let cp = hex4(h);
+                        if (0xDC00..0xE000).contains(&cp) {
+                            return Err(Unsure(i)); // a low surrogate first: msgspec refuses the run
+                        }
+                        if (0xD800..0xDC00).contains(&cp) {
+                            // a high surrogate must come with its low one (one code point beyond the BMP, as
+                            // json.dumps writes it); alone, msgspec refuses the run
+                            let l = b.get(i + 6..i + 12).ok_or(Unsure(i))?;
+                            if &l[..2] != b"\\u" || !l[2..].iter().all(|x| x.is_ascii_hexdigit())
+                                || !(0xDC00..0xE000).contains(&hex4(&l[2..]))
+                            {
+                                return Err(Unsure(i));
+                            }
+                            i += 6;
                         }
                         i += 6;
                     }
@@ -321,6 +331,12 @@ impl<'a> P<'a> {
             _ => self.number().map(|_| ()),
         }
     }
+}
+
+/// Four hex digits (checked by the caller) as a number.
+#[inline]
+fn hex4(h: &[u8]) -> u32 {
+    h.iter().take(4).fold(0, |v, &x| (v << 4) | (x as char).to_digit(16).unwrap_or(0))
 }
 
 /// An integer token (checked by `number`) as i64; None when it overflows.
@@ -879,6 +895,8 @@ mod tests {
             r#"[{"ph":"X","pid":1.5}]"#,
             r#"[{"ph":"X","n\u0061me":"a"}]"#,
             r#"[{"ph":"X","x":"\ud800"}]"#,
+            r#"[{"ph":"X","x":"\ud800\u0041"}]"#,
+            r#"[{"ph":"X","x":"\udc00\ud800"}]"#,
             r#"[1]"#,
             r#"[{"ph":"X"}] x"#,
             "[{\"ph\":\"X\",\"x\":\"a\tb\"}]",
@@ -893,6 +911,12 @@ mod tests {
         assert_eq!(list_end(b" ]"), 1);
         assert_eq!(list_end(br#"{"a":1}, {"b""#), -1);
         assert_eq!(list_end(br#"{"a":1} {"b":2}]"#), -1);
+    }
+
+    #[test]
+    fn a_surrogate_pair_is_one_character() {
+        let r = run(r#"[{"ph":"X","name":"\ud83d\ude00"}]"#);
+        assert_eq!(r.status, 0);
     }
 
     #[test]

@@ -429,10 +429,12 @@ class Columns:
         self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
         self.meta.update({base + j: m for j, m in other.meta.items()})
         self.rpc_ext.update(other.rpc_ext)
-        if other.shapes:
+        # add()'s rule across runs: the first part with shaped ops decides; once one had none with shapes (False),
+        # the search is over for the stream, so later parts' shapes are not taken (as a one-process read drops them).
+        if self.has_shapes is not False and other.has_shapes is not None:
             self.shapes.update({base + j: v for j, v in other.shapes.items()})
-        if other.has_shapes is not None and self.has_shapes is not True:
-            self.has_shapes = other.has_shapes
+            if self.has_shapes is None:
+                self.has_shapes = other.has_shapes
         self.sizes.update({base + j: m for j, m in other.sizes.items()})
         self.rpc_sizes.update(other.rpc_sizes)
         self.comm_dims.update({base + j: v for j, v in other.comm_dims.items()})

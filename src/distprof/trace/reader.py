@@ -279,12 +279,7 @@ class TraceStream:
             pending, size = ([buf], len(buf)) if buf else ([], 0)
         else:
             buf = b"".join(pending)
-            if self._defer and (end := native.list_end(buf)) > 0:
-                # The native decoder found where the events list ends: its last events are one more run (the
-                # whole list, for a file smaller than a batch), and only the keys after it are read here.
-                self._deferred += 1
-                yield Tail(b"".join((b"[", memoryview(buf)[:end], b"]")))
-                buf = buf[end:]
+            buf = yield from self._tail(buf)
             events, rest, ended = self._cut.take(buf, final=True) if buf else ([], 0, False)
             yield events
             buf = buf[rest:]
@@ -296,6 +291,16 @@ class TraceStream:
                 logger.info("%s: bytes after the events list ignored", self.path)
             return
         self._trailer(buf, chunks)
+
+    def _tail(self, buf: bytes) -> Generator[Tail, None, bytes]:
+        """Where the native decoder finds the events list's end in the last bytes: its last events are one more
+        run (the whole list, for a file smaller than a batch), and only what follows (returned) is read here."""
+        end = native.list_end(buf) if self._defer else -1
+        if end <= 0:
+            return buf
+        self._deferred += 1
+        yield Tail(b"".join((b"[", memoryview(buf)[:end], b"]")))
+        return buf[end:]
 
     def _span_runs(self, chunks: Generator[bytes, None, None], buf: bytes, read: int, plain: tuple[int, tuple[int, int]]
                    ) -> Generator[Span, None, tuple[Generator[bytes, None, None], bytes]]:
