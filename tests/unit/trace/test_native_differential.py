@@ -1,0 +1,217 @@
+"""The native decoder against the Python path, its oracle (issue 24): wherever ``native.reduce_native(run)``
+answers, the answer is the :class:`~distprof.trace.columns.Columns` ``reduce_run(run)`` builds (compared in the
+canonical form of ``nativecheck.canon``: ids replaced by what they stand for), and where ``reduce_run`` finds no
+events (the run does not decode) the native path does not answer either.
+
+Checked on every trace under tests/data (cut into runs as the reader cuts them, and whole; each file's
+``TraceTable`` read with the native path on and off), on a fixed corpus of well-formed Kineto-like runs (where the
+native path must answer), and on hypothesis-built runs of hostile events (every phase and unknown ones, fields of
+the wrong type, numbers at the bounds, escapes, invalid UTF-8, duplicate keys ...).
+
+The native halves need the library, built by ``pip install -e .`` where cargo exists; without it these tests run
+the Python side only (the oracle must never raise), and ``test_native_built_where_cargo_is`` fails where cargo is on
+PATH but the library is not loaded (never a silent skip).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+
+import msgspec
+import pytest
+from conftest import DATA
+from hypothesis import HealthCheck, given, settings
+from nativekit import CORPUS, canon, diff, hostile_run, require_built, table_canon, typed_run
+
+from distprof.trace import native
+from distprof.trace.columns import Columns, reduce_run
+from distprof.trace.reader import TraceStream, open_trace
+from distprof.trace.runs import Span
+from distprof.trace.source import read_span
+from distprof.trace.table import TraceTable
+
+RUN_BATCH = 1 << 16  # the reader's batch here: small, so that every file gives several runs
+
+
+def _traces() -> list[str]:
+    out = []
+    for root, _, files in os.walk(DATA):
+        for f in files:
+            if f.endswith(".json.gz") or (f.endswith(".json") and f not in ("run.json", "role.json")):
+                out.append(os.path.join(root, f))
+    return sorted(out)
+
+
+TRACES = _traces()
+SMALL = [p for p in TRACES if os.path.getsize(p) < 200_000]
+
+
+def _id(p: str) -> str:
+    return os.path.relpath(p, DATA).replace(os.sep, "/").removesuffix(".json.gz")
+
+
+@pytest.fixture
+def native_state():
+    prev = native.use(True)
+    yield
+    native.use(prev)
+
+
+def check(data: bytes, must_answer: bool = False) -> Columns | None:
+    """The contract on one run: the Python path never raises; the native path answers only where the run decodes,
+    and then with the same columns (and columns that survive a pickle, as a worker's do)."""
+    py = reduce_run(data)
+    nat = native.reduce_native(data)
+    if py is None:
+        assert nat is None, f"the run does not decode, yet the native path answered: {data[:300]!r}"
+        return None
+    if nat is None:
+        assert not (must_answer and native.available()), f"the native path did not answer: {data[:300]!r}"
+        return py
+    assert isinstance(nat, Columns), type(nat)
+    a, b = canon(py), canon(nat)
+    assert a == b, f"native != Python: {diff(a, b)}; run: {data[:300]!r}"
+    again = canon(pickle.loads(pickle.dumps(nat)))
+    assert again == a, f"native columns change in a pickle: {diff(a, again)}"
+    return py
+
+
+# ---- the library is there where it can be ----------------------------------------------------------------
+def test_native_built_where_cargo_is():
+    require_built()
+
+
+# ---- real traces ------------------------------------------------------------------------------------------
+def _runs(path: str) -> list[bytes]:
+    """The runs the reader hands to workers (``batches(defer=True)``), as bytes."""
+    t = TraceStream(path, lean=True, batch_bytes=RUN_BATCH)
+    out = []
+    for b in t.batches(defer=True):
+        if isinstance(b, Span):
+            out.append(bytes(read_span(b.path, b.start, b.end, brackets=True, ident=b.ident)))
+        elif isinstance(b, (bytes, bytearray)):
+            out.append(bytes(b))
+    return out
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[msgspec.Raw] = []
+
+
+def _whole(path: str) -> bytes:
+    """The file's whole events list as one run (each event's bytes as they are in the file)."""
+    data = gzip.open(path).read() if path.endswith(".gz") else open(path, "rb").read()
+    try:
+        raws = msgspec.json.decode(data, type=_Doc).traceEvents
+    except msgspec.ValidationError:
+        raws = msgspec.json.decode(data, type=list[msgspec.Raw])
+    return b"[" + b",".join(bytes(r) for r in raws) + b"]"
+
+
+@pytest.mark.parametrize("path", TRACES, ids=_id)
+def test_trace_runs_native_equals_python(path):
+    """Every run the reader cuts from the file, and the whole events list: native == Python; the native path
+    answers on all of them (a scanner that always falls back fails here)."""
+    runs = _runs(path)
+    assert runs or os.path.getsize(path) < 60_000, "the reader cut no runs from a file of several batches"
+    for data in [*runs, _whole(path)]:
+        check(data, must_answer=True)
+
+
+def test_plain_file_spans(tmp_path):
+    """A plain (not gzipped) copy: the reader hands out spans of the file; their bytes, native == Python."""
+    src = next(p for p in TRACES if "rank00000" in p and "ddp-gloo" in p)
+    plain = tmp_path / "rank0.pt.trace.json"
+    plain.write_bytes(gzip.open(src).read())
+    t = TraceStream(str(plain), lean=True, batch_bytes=RUN_BATCH)
+    spans = [b for b in t.batches(defer=True) if isinstance(b, Span)]
+    assert spans, "no spans from a plain file of several batches"
+    for s in spans:
+        check(bytes(read_span(s.path, s.start, s.end, brackets=True, ident=s.ident)), must_answer=True)
+
+
+def _table(path: str, on: bool) -> TraceTable:
+    native.use(on)
+    tb = TraceTable.read(open_trace(path, lean=True))
+    assert tb is not None
+    return tb
+
+
+# Python against itself without the library: one small file keeps the comparison itself tested.
+@pytest.mark.parametrize("path", TRACES if native.available() else SMALL[:1], ids=_id)
+def test_table_native_on_equals_off(path, native_state):
+    """The table every verb reads, with the native path on and off: every column bit for bit, every dict."""
+    off, on = table_canon(_table(path, False)), table_canon(_table(path, True))
+    assert on == off, diff(off, on)
+
+
+# ---- a fixed corpus of well-formed runs: the native path must answer -------------------------------------
+@pytest.mark.parametrize("data", CORPUS, ids=[f"corpus{i}" for i in range(len(CORPUS))])
+def test_corpus(data):
+    assert reduce_run(data) is not None, "the corpus holds runs that decode"
+    check(data, must_answer=True)
+
+
+def test_runs_appended_mixed(native_state):
+    """Runs reduced apart and appended in file order (a file some of whose runs fall back): native and Python
+    pieces mixed in any order give the columns of the whole."""
+    whole = reduce_run(b"[" + b",".join(CORPUS[i][1:-1] for i in range(len(CORPUS))) + b"]")
+    assert whole is not None
+    for pick in ("native", "python", "alternate"):
+        c = Columns()
+        for i, data in enumerate(CORPUS):
+            use_native = pick == "native" or (pick == "alternate" and i % 2 == 0)
+            part = native.reduce_native(data) if use_native else None
+            c.extend(part if part is not None else reduce_run(data))
+        a, b = canon(whole), canon(c)
+        # has_shapes is per batch: a run appended keeps the first answer
+        a.pop("has_shapes"), b.pop("has_shapes")
+        assert a == b, f"{pick}: {diff(a, b)}"
+
+
+# ---- hostile runs -----------------------------------------------------------------------------------------
+_H = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                      HealthCheck.function_scoped_fixture])
+
+
+@_H
+@given(hostile_run())
+def test_hostile_runs(data):
+    check(data)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(typed_run())
+def test_typed_runs(data):
+    """Well-typed events with values at the edges (most of these decode)."""
+    check(data)
+
+
+# ---- nesting: the oracle's limit moves with the caller's stack -------------------------------------------
+@pytest.mark.parametrize("depth", [200, 600, 990, 1200, 100_000])
+@pytest.mark.parametrize("where", ["args", "unread", "dims"])
+def test_deep_nesting_native_refuses(depth, where):
+    """msgspec counts nesting against the interpreter's recursion limit, frames already on the stack included, so
+    whether a deep run decodes depends on who calls: the native path must not answer there (it answers None below
+    any depth Python could give up at; see /work/b32 finding F2)."""
+    deep = b"[" * depth + b"]" * depth
+    data = {"args": b'[{"ph":"X","cat":"kernel","args":{"x":' + deep + b'}}]',
+            "unread": b'[{"ph":"B","foo":' + deep + b'}]',
+            "dims": b'[{"ph":"X","name":"aten::mm","args":{"Input Dims":' + deep + b'}}]'}[where]
+    if depth < 300:  # (well within any caller's stack: the two agree)
+        check(data)
+    else:
+        reduce_run(data)  # never raises
+        assert native.reduce_native(data) is None
+
+
+@pytest.mark.xfail(strict=True, raises=RecursionError,
+                   reason="trace.commargs._ranks: json.loads of a deeply nested string raises RecursionError "
+                          "(finding F1)")
+def test_deep_ranks_string_is_no_traceback():
+    data = (b'[{"ph":"X","cat":"kernel","args":{"Collective name":"a","Process Group Ranks":"' + b"[" * 100_000 +
+            b'"}}]')
+    check(data)
+
