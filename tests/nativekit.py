@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
+from concurrent.futures import Future
 from functools import cache
 from typing import Any
 
@@ -395,3 +397,17 @@ CORPUS = [
     _run(*[_x(f"op{i % 7}", "cpu_op" if i % 3 else "kernel", float(i), 0.5, pid=i % 2, tid=i % 5, correlation=i)
            for i in range(300)]),
 ]
+
+
+class InlinePool:
+    """:class:`~distprof.trace.splitpool.SplitPool`'s interface in this process: each run is reduced when submitted,
+    so a table read takes the pool's path (runs reduced apart, then appended) without starting processes."""
+    workers, backlog = 2, 4
+
+    def submit(self, fn: Callable, *args: Any) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except Exception as e:  # (raised again where the reader takes the result)
+            f.set_exception(e)
+        return f

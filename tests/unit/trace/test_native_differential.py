@@ -18,18 +18,20 @@ from __future__ import annotations
 import gzip
 import os
 import pickle
+import tempfile
 
 import msgspec
 import pytest
 from conftest import DATA
 from hypothesis import HealthCheck, given, settings
-from nativekit import CORPUS, canon, diff, hostile_run, require_built, table_canon, typed_run
+from hypothesis import strategies as st
+from nativekit import CORPUS, InlinePool, canon, diff, hostile_run, require_built, table_canon, typed_run
 
 from distprof.trace import native
 from distprof.trace.columns import Columns, reduce_run
 from distprof.trace.reader import TraceStream, open_trace
 from distprof.trace.runs import Span
-from distprof.trace.source import read_span
+from distprof.trace.source import TraceError, read_span
 from distprof.trace.table import TraceTable
 
 RUN_BATCH = 1 << 16  # the reader's batch here: small, so that every file gives several runs
@@ -132,19 +134,22 @@ def test_plain_file_spans(tmp_path):
         check(bytes(read_span(s.path, s.start, s.end, brackets=True, ident=s.ident)), must_answer=True)
 
 
-def _table(path: str, on: bool) -> TraceTable:
+def _table(path: str, on: bool, pool: bool = False) -> dict:
     native.use(on)
-    tb = TraceTable.read(open_trace(path, lean=True))
+    t = TraceStream(path, lean=True, batch_bytes=RUN_BATCH) if pool else open_trace(path, lean=True)
+    tb = TraceTable.read(t, pool=InlinePool() if pool else None)  # type: ignore[arg-type]
     assert tb is not None
-    return tb
+    return table_canon(tb)
 
 
 # Python against itself without the library: one small file keeps the comparison itself tested.
 @pytest.mark.parametrize("path", TRACES if native.available() else SMALL[:1], ids=_id)
 def test_table_native_on_equals_off(path, native_state):
-    """The table every verb reads, with the native path on and off: every column bit for bit, every dict."""
-    off, on = table_canon(_table(path, False)), table_canon(_table(path, True))
-    assert on == off, diff(off, on)
+    """The table every verb reads, with the native path on and off, in one process and through a pool's path (runs
+    reduced apart, then appended): every column bit for bit, every dict."""
+    for pool in (False, True):
+        off, on = _table(path, False, pool), _table(path, True, pool)
+        assert on == off, f"pool {pool}: {diff(off, on)}"
 
 
 # ---- a fixed corpus of well-formed runs: the native path must answer -------------------------------------
@@ -187,6 +192,35 @@ def test_hostile_runs(data):
 def test_typed_runs(data):
     """Well-typed events with values at the edges (most of these decode)."""
     check(data)
+
+
+def _outcome(path: str, on: bool, pool: bool):
+    """The table of a file (or the error reading it gives), native path on or off, in tiny batches."""
+    prev = native.use(on)
+    try:
+        t = TraceStream(path, lean=True, batch_bytes=256)
+        tb = TraceTable.read(t, pool=InlinePool() if pool else None)  # type: ignore[arg-type]
+        return None if tb is None else table_canon(tb)
+    except TraceError as e:
+        return ("TraceError", str(e))
+    finally:
+        native.use(prev)
+
+
+@settings(max_examples=25 if native.available() else 5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(typed_run(), typed_run(), hostile_run()), min_size=1, max_size=6), st.booleans(),
+       st.booleans())
+def test_table_of_odd_file_native_on_equals_off(runs, gz, pool):
+    """A file of such events (some runs of which do not decode, so the reader falls back and salvages), read in
+    batches of 256 bytes with the native path on and off: the same table, or the same error."""
+    inner = [r.strip()[1:-1] for r in runs if r.strip().startswith(b"[") and r.strip().endswith(b"]")]
+    doc = b'{"traceEvents": [' + b",".join(i for i in inner if i.strip()) + b'], "baseTimeNanoseconds": 5}'
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "rank0.pt.trace.json" + (".gz" if gz else ""))
+        with (gzip.open if gz else open)(path, "wb") as f:
+            f.write(doc)
+        off, on = _outcome(path, False, pool), _outcome(path, True, pool)
+    assert on == off, diff(off, on) if isinstance(off, dict) and isinstance(on, dict) else (off, on)
 
 
 # ---- nesting: the oracle's limit moves with the caller's stack -------------------------------------------
