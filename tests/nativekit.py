@@ -73,6 +73,9 @@ def canon(c: Columns) -> dict[str, Any]:
         "streams_order": [value(k) for k in c.streams],
         "memory": [value(t) for t in c.memory], "unknown": value(dict(c.unknown)), "events": value(c.events),
         "has_shapes": value(c.has_shapes),
+        # the columns' types: appending a run (Columns.extend) needs arrays of the same typecode
+        "types": {col: (type(getattr(c, col)).__name__, getattr(getattr(c, col), "typecode", None))
+                  for col in ("ts", "dur", "kind", "name", "track", "arg_i", "arg_corr", "arg_ext", "arg_stream")},
     }
     for d in ("meta", "sizes", "rpc_ext", "rpc_sizes", "shapes", "comm_dims", "thread_names"):
         out[d] = value(getattr(c, d))
