@@ -41,34 +41,33 @@ def value(x: Any) -> Any:
     return ("other", type(x).__name__, repr(x))  # (a numpy scalar where Python gives an int is a difference)
 
 
-def _inverse(ids: dict, what: str) -> dict:
-    inv = {v: k for k, v in ids.items()}
-    assert len(inv) == len(ids), f"two {what} share an id: {ids}"
-    return inv
+def _numbers(col) -> tuple[str, bytes]:
+    a = np.asarray(col)
+    return (a.dtype.str, a.tobytes())  # bit for bit: -0.0 and 0.0 differ
 
 
-def _floats(a) -> list[str]:
-    return [repr(float(v)) for v in a]
+def _keys(col, ids: dict, what: str) -> list:
+    """Per row, the key its id stands for (typed: see :func:`value`)."""
+    by_id = {i: value(k) for k, i in ids.items()}
+    assert len(by_id) == len(ids), f"two {what} share an id: {ids}"
+    return [by_id.get(i, MISSING) for i in col]
 
 
 def canon(c: Columns) -> dict[str, Any]:
     """Everything a :class:`Columns` says, with its internal ids replaced by what they stand for: per row the name,
     kind, ts, dur and (pid, tid); the args rows with their stream's key; the dicts; the order names, threads and
     streams were first seen in (which dense ids and stream numbers follow)."""
-    names, tracks = _inverse(c.name_ids, "names"), _inverse(c.track_ids, "threads")
-    streams = _inverse(c.streams, "streams")
     n = len(c.ts)
     for col in ("dur", "kind", "name", "track"):
         assert len(getattr(c, col)) == n, f"column {col} has {len(getattr(c, col))} rows, ts has {n}"
     m = len(c.arg_i)
     for col in ("arg_corr", "arg_ext", "arg_stream"):
         assert len(getattr(c, col)) == m, f"column {col} has {len(getattr(c, col))} rows, arg_i has {m}"
-    rows = list(zip((value(names.get(int(i), MISSING)) for i in c.name), (int(k) for k in c.kind), _floats(c.ts),
-                    _floats(c.dur), (value(tracks.get(int(i), MISSING)) for i in c.track), strict=True))
-    args = list(zip((int(i) for i in c.arg_i), (int(v) for v in c.arg_corr), (int(v) for v in c.arg_ext),
-                    (value(streams.get(int(s), MISSING)) for s in c.arg_stream), strict=True))
     out: dict[str, Any] = {
-        "rows": rows, "args": args,
+        "name": _keys(c.name, c.name_ids, "names"), "track": _keys(c.track, c.track_ids, "threads"),
+        "kind": _numbers(c.kind), "ts": _numbers(c.ts), "dur": _numbers(c.dur),
+        "arg_i": _numbers(c.arg_i), "arg_corr": _numbers(c.arg_corr), "arg_ext": _numbers(c.arg_ext),
+        "arg_stream": _keys(c.arg_stream, c.streams, "streams"),
         "names_order": [value(k) for k in c.name_ids], "tracks_order": [value(k) for k in c.track_ids],
         "streams_order": [value(k) for k in c.streams],
         "memory": [value(t) for t in c.memory], "unknown": value(dict(c.unknown)), "events": value(c.events),
@@ -84,17 +83,23 @@ def canon(c: Columns) -> dict[str, Any]:
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> str:
     """The first difference of two canonical forms, in a line or a few (for assertion messages)."""
-    for k in a.keys() | b.keys():
+    for k in sorted(a.keys() | b.keys()):
         x, y = a.get(k), b.get(k)
         if x == y:
             continue
+        if _is_numbers(x) and _is_numbers(y) and x[0] == y[0]:
+            x, y = np.frombuffer(x[1], dtype=x[0]).tolist(), np.frombuffer(y[1], dtype=y[0]).tolist()
         if isinstance(x, list) and isinstance(y, list):
             if len(x) != len(y):
                 return f"{k}: {len(x)} vs {len(y)} entries; first: {x[:3]} vs {y[:3]}"
-            j = next(i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q)
-            return f"{k}[{j}]: {x[j]} vs {y[j]}"
+            j = next(i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q or repr(p) != repr(q))
+            return f"{k}[{j}]: {x[j]!r} vs {y[j]!r}"
         return f"{k}: {str(x)[:600]} vs {str(y)[:600]}"
     return "no difference"
+
+
+def _is_numbers(v: Any) -> bool:
+    return isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and isinstance(v[1], bytes)
 
 
 def table_canon(tb) -> dict[str, Any]:
@@ -392,11 +397,13 @@ CORPUS = [
          _x("k5", "gpu_user_annotation", 5.0, 1.0, pid=0, tid=7, correlation=-1),
          _x("sync", "cuda_sync", 6.0, 1.0, pid=0, tid=7, stream=7),
          _x("cudaStreamSynchronize", "cuda_runtime", 6.0, 1.0, correlation=9223372036854775807)),
-    # escapes, non-ASCII and whitespace, as writers other than Kineto write them
+    # escapes, non-ASCII and whitespace, as writers other than Kineto write them (one run each: a failure names it)
     b'[ {"ph":"X","name":"caf\\u00e9 \\/ \\"q\\" \\\\","cat":"cpu_op","pid":1,"tid":1,"ts":1,"dur":2,"args":{}} ,\n'
-    b' {"name":"\xc3\xa9\xf0\x9f\x98\x80","ph":"X","ts":2.0e0,"dur":0.5E1,"cat":"user_annotation","pid":"p","tid":"t"},'
-    b'{"ph":"X","name":"\\ud83d\\ude00","cat":"kernel","pid":0,"tid":1,"ts":3,"dur":1,"args":null},'
-    b'{"ph":"X","name":"k","cat":"kernel","pid":0,"tid":1,"ts":-0.0,"dur":-0.0,"args":{"correlation":null,"stream":"7"}}]',
+    b' {"ph":"X","name":"tab\\there\\nnl","cat":"cpu_op","pid":1,"tid":1,"ts":1,"dur":2} ]',
+    b'[{"name":"\xc3\xa9\xf0\x9f\x98\x80","ph":"X","ts":2.0e0,"dur":0.5E1,"cat":"user_annotation","pid":"p","tid":"t"}]',
+    # what json.dumps (ensure_ascii) writes for a character beyond the BMP: a surrogate pair
+    b'[{"ph":"X","name":"\\ud83d\\ude00","cat":"kernel","pid":0,"tid":1,"ts":3,"dur":1,"args":null}]',
+    b'[{"ph":"X","name":"k","cat":"kernel","pid":0,"tid":1,"ts":-0.0,"dur":-0.0,"args":{"correlation":null,"stream":"7"}}]',
     _run(*[_x(f"op{i % 7}", "cpu_op" if i % 3 else "kernel", float(i), 0.5, pid=i % 2, tid=i % 5, correlation=i)
            for i in range(300)]),
 ]

@@ -61,7 +61,7 @@ def native_state():
     native.use(prev)
 
 
-def check(data: bytes, must_answer: bool = False) -> Columns | None:
+def check(data: bytes, must_answer: bool = False, pickled: bool = True) -> Columns | None:
     """The contract on one run: the Python path never raises; the native path answers only where the run decodes,
     and then with the same columns (and columns that survive a pickle, as a worker's do)."""
     py = reduce_run(data)
@@ -75,8 +75,9 @@ def check(data: bytes, must_answer: bool = False) -> Columns | None:
     assert isinstance(nat, Columns), type(nat)
     a, b = canon(py), canon(nat)
     assert a == b, f"native != Python: {diff(a, b)}; run: {data[:300]!r}"
-    again = canon(pickle.loads(pickle.dumps(nat)))
-    assert again == a, f"native columns change in a pickle: {diff(a, again)}"
+    if pickled:
+        again = canon(pickle.loads(pickle.dumps(nat)))
+        assert again == a, f"native columns change in a pickle: {diff(a, again)}"
     return py
 
 
@@ -118,8 +119,8 @@ def test_trace_runs_native_equals_python(path):
     answers on all of them (a scanner that always falls back fails here)."""
     runs = _runs(path)
     assert runs or os.path.getsize(path) < 60_000, "the reader cut no runs from a file of several batches"
-    for data in [*runs, _whole(path)]:
-        check(data, must_answer=True)
+    for i, data in enumerate([_whole(path), *runs]):
+        check(data, must_answer=True, pickled=i == 0)
 
 
 def test_plain_file_spans(tmp_path):
