@@ -25,6 +25,12 @@ from nativekit import require_built
 from distprof.trace import native
 from distprof.trace.reader import TraceStream
 
+try:
+    from distprof.trace import nativelib  # (the loader: absent until the build half of issue 24 is merged)
+except ImportError:
+    nativelib = None
+NATIVE = native.available()  # (at collection, before the tests' environment is cleaned: see conftest._clean_env)
+
 CHILD = r'''
 import os, random, resource, sys
 from distprof.trace import native
@@ -32,6 +38,9 @@ from distprof.trace.columns import Columns, reduce_run
 
 run_path, last_path, use_native = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 reduce = native.reduce_native if use_native else reduce_run
+if use_native and not native.available():
+    print("the native path is not available in the child")
+    sys.exit(3)
 BIG = 50 << 20
 
 
@@ -130,7 +139,9 @@ def test_native_fuzz_in_a_child(tmp_path):
     require_built()
     last = tmp_path / "last.bin"
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    use = "1" if native.available() else "0"
+    use = "1" if NATIVE else "0"
+    if NATIVE:  # the child loads the library this process uses (the tests' environment has no DISTPROF_* variables)
+        env["DISTPROF_NATIVE_LIB"] = nativelib.load()._name
     proc = subprocess.run([sys.executable, "-c", CHILD, _small_run(tmp_path), str(last), use], capture_output=True,
                           text=True, env=env, timeout=300)
     if proc.returncode != 0:
