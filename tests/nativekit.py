@@ -133,7 +133,8 @@ def require_built() -> None:
     if nativelib.load() is not None and not native.available():
         pytest.fail("the native library loads but trace.native does not use it (native.available() is False)")
     if nativelib.load() is None and shutil.which("cargo") is not None:
-        pytest.fail(f"cargo is on PATH but the native decoder is not loaded: {nativelib.why_not()}; {BUILD_HINT}")
+        why = getattr(nativelib, "why_not", lambda: "no reason given")()
+        pytest.fail(f"cargo is on PATH but the native decoder is not loaded: {why}; {BUILD_HINT}")
 
 
 # ---- runs of Kineto-like events, well-formed and hostile (hypothesis) --------------------------------------
