@@ -12,6 +12,8 @@ previous one). Each measurement runs in a fresh process, so peak RSS is its own:
 - distprof summary, 2 workers: the same with the file's events list cut into runs that 2 worker processes decode
   and reduce (what `distprof summary` does by default with one file on a 2-core machine); target (issue 12):
   <= 0.7x the floor, >= 15x faster than HTA, peak RSS (the largest of the three processes) below the trace's size,
+- with the native decoder built (README: "The native decoder"), the two distprof rows again with it switched off
+  (``DISTPROF_NATIVE=0``): the Python decoder, side by side,
 - HolisticTraceAnalysis 0.5.0: `TraceAnalysis(trace_dir)` + `get_gpu_kernel_breakdown()`, when an
   interpreter with it is given (`--hta-python`); it is not a dependency of distprof.
 
@@ -100,10 +102,14 @@ def make_trace(size_mb: int, out_dir: str) -> str:
     return path
 
 
-def measure(python: str, code: str, arg: str) -> tuple[float, float, str]:
+PYTHON_DECODER = {"DISTPROF_NATIVE": "0"}  # the rows that read with the Python decoder (msgspec, then Columns)
+
+
+def measure(python: str, code: str, arg: str, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """Wall seconds and peak RSS (MB) of one fresh process."""
     t0 = time.perf_counter()
-    proc = subprocess.run(["/usr/bin/time", "-f", "%M", python, "-c", code, arg], capture_output=True, text=True)
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", python, "-c", code, arg], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
@@ -126,12 +132,18 @@ def main() -> int:
     path = make_trace(args.size_mb, tmp)
     size = os.path.getsize(path) / 1e6
     print(f"trace: {size:.0f} MB, tiled from {os.path.basename(SOURCE)}")
-    base = [("floor (msgspec typed decode)", sys.executable, FLOOR, path),
-            ("distprof summary", sys.executable, OURS, path),
-            ("distprof summary, 2 workers", sys.executable, OURS_SPLIT, path),
-            ("lean floor (what analyses decode)", sys.executable, FLOOR_LEAN, path)]
+    from distprof.trace import nativelib
+    print(nativelib.status_line())
+    native = nativelib.load() is not None
+    base = [("floor (msgspec typed decode)", sys.executable, FLOOR, path, None),
+            ("distprof summary", sys.executable, OURS, path, None),
+            ("distprof summary, 2 workers", sys.executable, OURS_SPLIT, path, None),
+            ("lean floor (what analyses decode)", sys.executable, FLOOR_LEAN, path, None)]
+    if native:  # the same two with the Python decoder, side by side
+        base[3:3] = [("  the same, Python decoder", sys.executable, OURS, path, PYTHON_DECODER),
+                     ("  2 workers, Python decoder", sys.executable, OURS_SPLIT, path, PYTHON_DECODER)]
     if args.hta_python:
-        base.append(("HolisticTraceAnalysis 0.5.0", args.hta_python, HTA, tmp))
+        base.append(("HolisticTraceAnalysis 0.5.0", args.hta_python, HTA, tmp, None))
     with open(path, "rb") as f:  # warm the page cache so the first measurement is not penalised
         while f.read(1 << 24):
             pass
@@ -139,10 +151,10 @@ def main() -> int:
     # best time; HTA, at ~25 s a run, runs in the first and last round only.
     best: dict[str, tuple[float, float]] = {}
     for r in range(args.rounds):
-        for name, py, code, arg in base:
+        for name, py, code, arg, env in base:
             if "Holistic" in name and r not in (0, args.rounds - 1):
                 continue
-            wall, rss, out = measure(py, code, arg)
+            wall, rss, out = measure(py, code, arg, env)
             if code is OURS_SPLIT:  # the workers' peak too: RSS here is the largest process of the three
                 rss = max(rss, int(out.split()[-1]) / 1024)
             if name not in best or wall < best[name][0]:

@@ -33,6 +33,7 @@ from distprof.cli_support import (
 from distprof.report import commands, telemetry_view
 from distprof.report import terminal as render
 from distprof.report.termfit import FitConsole
+from distprof.trace import nativelib
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Profile distributed PyTorch training from config, and get answers from the traces.")
@@ -61,7 +62,8 @@ def _version(value: bool) -> None:
     if value:
         from distprof.util.runtime import distprof_version
 
-        typer.echo(f"distprof {distprof_version()}")
+        typer.echo(f"distprof {distprof_version()}")  # the first line stays this alone: scripts read it
+        typer.echo(nativelib.status_line())
         raise typer.Exit()
 
 

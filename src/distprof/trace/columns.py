@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from itertools import compress, count, islice, repeat
@@ -197,9 +197,11 @@ class Columns:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _name_seq=None, _track_seq=None)
 
-    def read(self, t, sel: Selection, pool: Any | None = None) -> bool | None:
+    def read(self, t, sel: Selection, pool: Any | None = None, reduce: Any = None) -> bool | None:
         """Every batch of the stream ``t``: True; False when the file's rank or role is not selected (reading
-        stops there); None when a run the ``pool`` took could not be decoded whole (read it again without)."""
+        stops there); None when a run the ``pool`` took could not be decoded whole (read it again without).
+        ``reduce``: what the pool reduces each run with (:func:`reduce_run` unless the native decoder's)."""
+        reduce = reduce or reduce_run
         checked = False
         runs: list = []  # in file order: futures of runs reduced in the pool, Columns of batches read here
         for batch in (t.batches(defer=True) if pool is not None else t.batches()):
@@ -216,7 +218,7 @@ class Columns:
                 runs.append(here)
             else:
                 try:
-                    runs.append(pool.submit(reduce_run, batch))
+                    runs.append(pool.submit(reduce, batch))
                 except BrokenProcessPool:  # (a worker died before this run: see _drain)
                     _cancel(runs)
                     return None
@@ -274,14 +276,20 @@ class Columns:
         need = list(compress(range(len(xs)), map(_NEEDS_ARGS.__getitem__, ks)))
         if need:
             self._add_args(xs, need, base)
+        self._add_tail(lambda js: [xs[j].args for j in js], nids, base)
+
+    def _add_tail(self, args_of: Callable[[list[int]], list], nids: list[int], base: int) -> None:
+        """The args decoded for a few events of a batch (``args_of(js)``: the raw args of the batch's events ``js``):
+        record_param_comms' collective metadata,
+        the shaped ops' shapes, the ``nccl:*`` ranges' tensors."""
         rpc = self.name_ids.get("record_param_comms")
         if rpc is not None and rpc in nids:
-            self._add_rpc(xs, compress(range(len(nids)), map(rpc.__eq__, nids)), base)
+            self._add_rpc(args_of, list(compress(range(len(nids)), map(rpc.__eq__, nids))), base)
         if self.has_shapes is not False:
-            self._add_shapes(xs, nids, base)
-        self._add_comm_dims(xs, nids, base)
+            self._add_shapes(args_of, nids, base)
+        self._add_comm_dims(args_of, nids, base)
 
-    def _add_comm_dims(self, xs: list, nids: list[int], base: int) -> None:
+    def _add_comm_dims(self, args_of: Callable[[list[int]], list], nids: list[int], base: int) -> None:
         """The ``Input Dims`` / ``Input type`` of the batch's ``nccl:*`` ranges (a few per step; see
         :func:`~distprof.trace.commargs.from_input_dims`)."""
         if len(self.name_ids) != self._comm_names_checked:
@@ -291,12 +299,12 @@ class Columns:
             self._comm_names_checked = len(self.name_ids)
         if not self._comm_range_ids:
             return
-        need = list(compress(range(len(xs)), map(self._comm_range_ids.__contains__, nids)))
-        for j, a in zip(need, _decode_ops([xs[j].args for j in need]), strict=True):
+        need = list(compress(range(len(nids)), map(self._comm_range_ids.__contains__, nids)))
+        for j, a in zip(need, _decode_ops(args_of(need)), strict=True):
             if a.dims:
                 self.comm_dims[base + j] = (a.dims, a.types)
 
-    def _add_shapes(self, xs: list, nids: list[int], base: int) -> None:
+    def _add_shapes(self, args_of: Callable[[list[int]], list], nids: list[int], base: int) -> None:
         """The input shapes of the batch's SHAPED_OPS (one decoder call); a batch whose such ops carry none ends
         the search (``has_shapes`` False: the trace was written without record_shapes)."""
         if len(self.name_ids) != self._names_checked:  # names first seen in this batch
@@ -306,11 +314,11 @@ class Columns:
             self._names_checked = len(self.name_ids)
         if not self._shaped_ids:
             return
-        need = list(compress(range(len(xs)), map(self._shaped_ids.__contains__, nids)))
+        need = list(compress(range(len(nids)), map(self._shaped_ids.__contains__, nids)))
         if not need:
             return
         found = False
-        for j, a in zip(need, _decode_ops([xs[j].args for j in need]), strict=True):
+        for j, a in zip(need, _decode_ops(args_of(need)), strict=True):
             if a.dims is not None:
                 self.shapes[base + j] = (a.dims, a.types, a.concrete, a.seq)
                 found = True
@@ -346,7 +354,11 @@ class Columns:
         """The args of the complete events ``xs[j]`` for ``j`` in ``need`` (device work and its launches): ids,
         stream, collective metadata, all decoded in one call."""
         evs = list(map(xs.__getitem__, need))
-        al = _decode_many(list(map(_ARGS, evs)))
+        self._add_links(evs, need, _decode_many(list(map(_ARGS, evs))), base)
+
+    def _add_links(self, evs: list, need: list[int], al: list[_Args], base: int) -> None:
+        """The decoded args ``al`` of the events ``evs`` (rows ``need`` of the batch): ids, stream (the thread's
+        id, ``evs[k].tid``, where the args name none), collective metadata and sizes."""
         self.arg_i.extend(map(base.__add__, need))
         self.arg_corr.extend(_or_minus_one(list(map(_CORR, al))))
         self.arg_ext.extend(_or_minus_one(list(map(_EXT, al))))
@@ -373,11 +385,11 @@ class Columns:
             sids = list(map(streams.__getitem__, sts))
         return sids
 
-    def _add_rpc(self, xs: list, rpcs: Iterable[int], base: int) -> None:
-        """The collective metadata of the record_param_comms ops ``xs[j]`` for ``j`` in ``rpcs``, by event and by
+    def _add_rpc(self, args_of: Callable[[list[int]], list], rpcs: list[int], base: int) -> None:
+        """The collective metadata of the record_param_comms ops ``rpcs`` (rows of the batch), by event and by
         External id (the kernels they launch take it)."""
-        for j in rpcs:
-            a = _decode_args(xs[j].args)
+        for j, raw in zip(rpcs, args_of(rpcs), strict=True):
+            a = _decode_args(raw)
             if a.pg is not None or a.collective is not None:
                 self.meta[base + j] = (a.pg, a.collective)
                 sizes = comm_args(*_SIZES(a))

@@ -53,7 +53,7 @@ def _ranks(v: Any) -> tuple[int, ...] | None:
     if isinstance(v, str) and len(v) < 1 << 20:
         try:
             v = json.loads(v)
-        except ValueError:
+        except (ValueError, RecursionError):  # a string nested deeper than json can follow
             return None
     if isinstance(v, list) and all(_count(r) is not None for r in v):
         return tuple(int(r) for r in v)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from distprof.trace import native
 from distprof.trace.columns import Columns, dense, final_streams
 from distprof.trace.commargs import CommArgs, from_input_dims
 from distprof.trace.selection import Selection
@@ -120,7 +121,10 @@ class TraceTable:
         """
         sel = sel or Selection()
         cols = Columns()
-        ok = cols.read(t, sel, pool) if pool is not None else cols.read(t, sel)
+        fast = native.available()  # the native decoder reduces the runs (in the pool's workers, or here)
+        if fast and pool is None:
+            pool = native.INLINE
+        ok = cols.read(t, sel, pool, native.reduce_any if fast else None) if pool is not None else cols.read(t, sel)
         if ok is None and pool is not None:
             logger.info("%s: read again in one process (a run of events needs the salvaging reader)", t.path)
             cols = Columns()

@@ -20,8 +20,12 @@ WRAPPED_BY = "DISTPROF_WRAPPED_BY"
 LOG_LEVEL = "DISTPROF_LOG_LEVEL"
 # Seconds one object-store request may wait for an answer (rundir/netfs.py): profiler and CLI alike.
 STORE_TIMEOUT = "DISTPROF_STORE_TIMEOUT_S"
+# The native decoder (trace/nativelib.py): "0" switches it off in this process; NATIVE_LIB loads that library file
+# instead of the one the install built (tests and benchmarks build the crate into a temporary folder).
+NATIVE = "DISTPROF_NATIVE"
+NATIVE_LIB = "DISTPROF_NATIVE_LIB"
 
-NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL, STORE_TIMEOUT})
+NOT_SETTINGS = frozenset({WRAPPED_BY, LOG_LEVEL, STORE_TIMEOUT, NATIVE, NATIVE_LIB})
 
 _applied: list[str | None] = []
 

@@ -7,14 +7,31 @@ import sys
 
 import pytest
 from tracekit import X, write
+from typer.testing import CliRunner
 
 import distprof
+from distprof import cli
+from distprof.trace import nativelib
 from distprof.util.runtime import distprof_version
 
 
 def test_version_prints_the_installed_version():
+    """The first line is the version alone (scripts read it); the second says whether the native decoder is in use."""
     proc = subprocess.run([sys.executable, "-m", "distprof.cli", "--version"], capture_output=True, text=True, timeout=120)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, f"distprof {importlib.metadata.version('distprof')}\n", "")
+    first, *rest = proc.stdout.splitlines(keepends=True)
+    assert (proc.returncode, first, proc.stderr) == (0, f"distprof {importlib.metadata.version('distprof')}\n", "")
+    assert rest == [f"{nativelib.status_line()}\n"]
+
+
+def test_version_says_why_the_native_decoder_is_not_in_use(monkeypatch):
+    monkeypatch.setenv("DISTPROF_NATIVE", "0")
+    nativelib._forget()
+    try:
+        proc = CliRunner().invoke(cli.app, ["--version"])
+    finally:
+        nativelib._forget()
+    assert (proc.exit_code, proc.stdout) == (0, f"distprof {distprof_version()}\n"
+                                                "native decoder: not in use, switched off (DISTPROF_NATIVE=0)\n")
 
 
 def test_version_without_installed_metadata_is_the_package_own(monkeypatch):
@@ -33,4 +50,4 @@ def test_python_m_distprof_runs_the_cli(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert [(o["name"], o["count"]) for o in json.loads(proc.stdout)["ops"]] == [("aten::mm", 1)]
     proc = subprocess.run([sys.executable, "-m", "distprof", "--version"], capture_output=True, text=True, timeout=120)
-    assert (proc.returncode, proc.stdout) == (0, f"distprof {distprof_version()}\n")
+    assert (proc.returncode, proc.stdout.splitlines()[0]) == (0, f"distprof {distprof_version()}")

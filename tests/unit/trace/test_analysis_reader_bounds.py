@@ -119,3 +119,14 @@ def test_a_corrupt_region_says_how_many_bytes_and_events_it_cost(tmp_path, junk)
     assert code == 0 and f"about {r['events_lost_estimate']:,} events lost (an estimate" in line
     assert f"{r['bytes_skipped']:,} bytes that are not valid JSON skipped" in line
 
+
+
+def test_a_group_ranks_string_nested_past_json_depth_is_no_traceback():
+    """Found by the native decoder's differential fuzzing: "Process Group Ranks" as a string of 1,000 nested
+    brackets made json.loads raise RecursionError out of the reduction. The ranks are unknown instead."""
+    from distprof.trace.columns import reduce_run
+
+    run = ('[{"ph":"X","cat":"kernel","args":{"Collective name":"a","Process Group Ranks":"' + "[" * 1000
+           + '"}}]').encode()
+    cols = reduce_run(run)
+    assert cols is not None and cols.meta == {0: (None, "a")}
