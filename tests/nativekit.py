@@ -22,6 +22,8 @@ from distprof.trace.columns import Columns
 
 BUILD_HINT = ("build it with `pip install -e .` in the repository (setuptools-rust runs cargo on native/); "
               "DISTPROF_NATIVE=0 switches it off on purpose")
+# (read at import, during collection: conftest._clean_env removes DISTPROF_* variables in every test)
+SWITCHED_OFF = os.environ.get("DISTPROF_NATIVE") == "0"
 MISSING = ("<missing>",)  # an id a column holds that its dict does not name
 
 
@@ -122,7 +124,7 @@ def table_canon(tb) -> dict[str, Any]:
 
 def require_built() -> None:
     """Fail (never skip) where the library can be built but is not loaded: cargo on PATH, not switched off."""
-    if native.available() or os.environ.get("DISTPROF_NATIVE") == "0":
+    if native.available() or SWITCHED_OFF:
         return
     try:
         from distprof.trace import nativelib  # (the loader: absent until the build half of issue 24 is merged)
