@@ -217,12 +217,14 @@ def _outcome(path: str, on: bool, pool: bool, batch: int = 256):
 
 @settings(max_examples=25 if native.available() else 5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.one_of(typed_run(), typed_run(), hostile_run()), min_size=1, max_size=6), st.booleans(),
-       st.booleans())
-def test_table_of_odd_file_native_on_equals_off(runs, gz, pool):
-    """A file of such events (some runs of which do not decode, so the reader falls back and salvages), read in
-    batches of 256 bytes with the native path on and off: the same table, or the same error."""
+       st.booleans(), st.one_of(st.none(), st.floats(0, 1)))
+def test_table_of_odd_file_native_on_equals_off(runs, gz, pool, cut):
+    """A file of such events (some runs of which do not decode, so the reader falls back and salvages; ``cut``: the
+    file cut off there), read in batches of 256 bytes with the native path on and off: the same table, or the same
+    error."""
     inner = [r.strip()[1:-1] for r in runs if r.strip().startswith(b"[") and r.strip().endswith(b"]")]
     doc = b'{"traceEvents": [' + b",".join(i for i in inner if i.strip()) + b'], "baseTimeNanoseconds": 5}'
+    doc = doc if cut is None else doc[:int(len(doc) * cut)]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "rank0.pt.trace.json" + (".gz" if gz else ""))
         with (gzip.open if gz else open)(path, "wb") as f:
