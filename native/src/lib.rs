@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// The version of this C ABI (`dp_abi_version`): `distprof.trace.nativelib.ABI` must equal it.
-pub const ABI: u32 = 1;
+pub const ABI: u32 = 2;
 
 #[derive(Default)]
 struct Fx(u64);
@@ -811,6 +811,38 @@ pub unsafe extern "C" fn dp_run_column(h: *const Run, which: u32, n: *mut u64) -
     }
 }
 
+/// Where a list's elements end: `data` holds the elements of a JSON list (whitespace and values separated by commas,
+/// from its first element on) followed by the list's `]` and anything after it. The offset of that `]`; -1 when the
+/// bytes are no such thing (malformed, cut off, nested over 256 levels). The reader uses it to hand the last events
+/// of a file to the scanner as one more run, the keys after the events list to itself.
+///
+/// # Safety
+/// `data` must point to `len` readable bytes (or be null with len 0).
+#[no_mangle]
+pub unsafe extern "C" fn dp_list_end(data: *const u8, len: usize) -> i64 {
+    let b: &[u8] = if data.is_null() || len == 0 { &[] } else { std::slice::from_raw_parts(data, len) };
+    std::panic::catch_unwind(|| list_end(b)).unwrap_or(-1)
+}
+
+fn list_end(b: &[u8]) -> i64 {
+    let mut p = P { b, i: 0 };
+    let run = || -> R<usize> {
+        if p.peek()? == b']' {
+            return Ok(p.i);
+        }
+        loop {
+            p.skip(1)?;
+            match p.peek()? {
+                b',' => p.i += 1,
+                b']' => return Ok(p.i),
+                _ => return Err(Unsure(p.i)),
+            }
+        }
+    };
+    let mut run = run;
+    run().map_or(-1, |i| i as i64)
+}
+
 /// # Safety
 /// `h` must come from dp_run_scan, freed once.
 #[no_mangle]
@@ -853,6 +885,14 @@ mod tests {
         ] {
             assert_eq!(run(s).status, 1, "{s}");
         }
+    }
+
+    #[test]
+    fn finds_where_a_list_ends() {
+        assert_eq!(list_end(br#"{"a":[1,"]"]}, {"b":2} ], "k": [{},{}]}"#), 23);
+        assert_eq!(list_end(b" ]"), 1);
+        assert_eq!(list_end(br#"{"a":1}, {"b""#), -1);
+        assert_eq!(list_end(br#"{"a":1} {"b":2}]"#), -1);
     }
 
     #[test]

@@ -27,7 +27,7 @@ import numpy as np
 
 from distprof.trace.commargs import CommArgs, comm_args
 from distprof.trace.events import Complete, Instant, Int64, Meta
-from distprof.trace.runs import decode_run
+from distprof.trace.runs import Tail, decode_run
 from distprof.trace.selection import Selection
 from distprof.trace.vocab import KIND_OF_CATEGORY, SHAPED_OPS, Kind
 
@@ -104,7 +104,7 @@ for _k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME, Kind.DEVICE_SYNC
     _NEEDS_ARGS[_k] = True
 
 
-def _decode_args(raw: msgspec.Raw) -> _Args:
+def _decode_args(raw: msgspec.Raw | bytes | bytearray) -> _Args:
     if not raw:
         return _NO_ARGS
     try:
@@ -216,6 +216,12 @@ class Columns:
                 here = Columns()
                 here.add(batch)
                 runs.append(here)
+            elif isinstance(batch, Tail):
+                tail = reduce(batch.data)
+                if tail is None:  # (as a run the pool could not decode whole)
+                    _cancel(runs)
+                    return None
+                runs.append(tail)
             else:
                 try:
                     runs.append(pool.submit(reduce, batch))

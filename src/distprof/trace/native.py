@@ -20,7 +20,7 @@ import logging
 from collections import Counter
 from concurrent.futures import Future
 from itertools import count
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 import numpy as np
@@ -33,7 +33,7 @@ from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INLINE", "available", "reduce_any", "reduce_native", "use"]
+__all__ = ["INLINE", "available", "list_end", "reduce_any", "reduce_native", "use"]
 
 _on = True
 _lib: Any = None  # the CDLL with the scanner's functions declared, False once it could not be had
@@ -63,6 +63,8 @@ def _load() -> Any:
             lib.dp_run_column.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
             lib.dp_run_free.restype = None
             lib.dp_run_free.argtypes = [ctypes.c_void_p]
+            lib.dp_list_end.restype = ctypes.c_int64
+            lib.dp_list_end.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
             _lib = lib
     return _lib
 
@@ -80,13 +82,24 @@ def use(on: bool) -> bool:
     return prev
 
 
+def _address(data: bytes | bytearray) -> Any:
+    """The bytes' address for the scanner, read in place (a bytearray: a run read from the file between brackets)."""
+    buf = ctypes.c_char_p(data) if isinstance(data, bytes) else (ctypes.c_char * len(data)).from_buffer(data)
+    return ctypes.cast(buf, ctypes.c_void_p)
+
+
+def list_end(data: bytes) -> int:
+    """Where the elements of a list that ``data`` begins inside end: the offset of the list's ``]``; -1 when
+    the bytes are no such thing, or the native decoder is not in use (the reader then cuts the events itself)."""
+    lib = _load() if _on else None
+    return int(lib.dp_list_end(_address(data), len(data))) if lib else -1
+
+
 class _Scan:
     """One scan's columns, as numpy views of the scanner's buffers (valid until :meth:`free`)."""
 
     def __init__(self, lib: Any, data: bytes | bytearray) -> None:
-        # The bytes are read in place (a bytearray: a run read from the file between brackets, read_span).
-        buf = ctypes.c_char_p(data) if isinstance(data, bytes) else (ctypes.c_char * len(data)).from_buffer(data)
-        self._lib, self._h = lib, lib.dp_run_scan(ctypes.cast(buf, ctypes.c_void_p), len(data))
+        self._lib, self._h = lib, lib.dp_run_scan(_address(data), len(data))
         self.status = lib.dp_run_info(self._h, 0)
         self.events = lib.dp_run_info(self._h, 2)
 
@@ -97,7 +110,7 @@ class _Scan:
         size = n.value * np.dtype(dt).itemsize
         if not size:
             return np.empty(0, dtype=dt)
-        return np.frombuffer((ctypes.c_char * size).from_address(ptr), dtype=dt)
+        return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dt)
 
     def cols(self) -> dict[str, np.ndarray]:
         return {c.split()[0]: self.col(i) for i, c in enumerate(_COLS)}
@@ -137,7 +150,7 @@ class _Row:
     """An event the :class:`Columns` methods read the args of (and, for metadata and memory, its other fields)."""
     __slots__ = ("args", "name", "pid", "tid", "ts")
 
-    def __init__(self, args: bytes, name: str = "", pid: Any = 0, tid: Any = 0, ts: float = 0.0) -> None:
+    def __init__(self, args: Any, name: str = "", pid: Any = 0, tid: Any = 0, ts: float = 0.0) -> None:
         self.args, self.name, self.pid, self.tid, self.ts = args, name, pid, tid, ts
 
 
@@ -158,7 +171,7 @@ class _Rows:
         return _Row(self._data[a:a + int(self._len[j])], tid=self._tid[int(self._track[j])])
 
 
-def _spans(data: bytes, off: np.ndarray, ln: np.ndarray) -> list[bytes]:
+def _spans(data: bytes | bytearray, off: np.ndarray, ln: np.ndarray) -> list[Any]:
     return [data[a:a + n] for a, n in zip(off.tolist(), ln.tolist(), strict=True)]
 
 
@@ -195,10 +208,10 @@ def _build(data: bytes | bytearray, s: _Scan) -> Columns:
     if n:
         cols._add_tail(rows.args, name.tolist(), 0)
     if len(c["tn_pid"]):
-        cols._thread_names(_Row(a, "thread_name", toks[p], toks[t]) for a, p, t in zip(
+        cols._thread_names(cast(Any, _Row)(a, "thread_name", toks[p], toks[t]) for a, p, t in zip(
             _spans(data, c["tn_off"], c["tn_len"]), c["tn_pid"].tolist(), c["tn_tid"].tolist(), strict=True))
     if len(c["mem_ts"]):
-        cols._memory(_Row(a, "[memory]", ts=t)
+        cols._memory(cast(Any, _Row)(a, "[memory]", ts=t)
                      for a, t in zip(_spans(data, c["mem_off"], c["mem_len"]), c["mem_ts"].tolist(), strict=True))
     return cols
 
@@ -260,11 +273,13 @@ def reduce_any(data: bytes | Span) -> Columns | None:
     hands each run to, in this process or in a worker."""
     if isinstance(data, Span):
         try:
-            data = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
+            whole = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
         except TraceError:
             return None
-    cols = reduce_native(data)
-    return cols if cols is not None else reduce_run(data)
+    else:
+        whole = data
+    cols = reduce_native(whole)
+    return cols if cols is not None else reduce_run(bytes(whole) if isinstance(whole, bytearray) else whole)
 
 
 class _Inline:

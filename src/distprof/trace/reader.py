@@ -38,6 +38,7 @@ from typing import Any
 import msgspec
 
 from distprof.rundir.manifest import WindowRecord
+from distprof.trace import native
 from distprof.trace.cutter import Cutter
 from distprof.trace.events import (
     Complete,
@@ -56,7 +57,7 @@ from distprof.trace.events import (
 )
 from distprof.trace.jsonscan import WS, members, reason, what
 from distprof.trace.listing import rank_from_name
-from distprof.trace.runs import RUN_END, Span, decode_run, last_run_end
+from distprof.trace.runs import RUN_END, Span, Tail, decode_run, last_run_end
 from distprof.trace.salvage import ReadReport, Skipped
 from distprof.trace.source import TraceError, byte_chunks, plain_file, read_span
 
@@ -278,6 +279,12 @@ class TraceStream:
             pending, size = ([buf], len(buf)) if buf else ([], 0)
         else:
             buf = b"".join(pending)
+            if self._defer and (end := native.list_end(buf)) > 0:
+                # The native decoder found where the events list ends: its last events are one more run (the
+                # whole list, for a file smaller than a batch), and only the keys after it are read here.
+                self._deferred += 1
+                yield Tail(b"".join((b"[", memoryview(buf)[:end], b"]")))
+                buf = buf[end:]
             events, rest, ended = self._cut.take(buf, final=True) if buf else ([], 0, False)
             yield events
             buf = buf[rest:]

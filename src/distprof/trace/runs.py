@@ -18,7 +18,7 @@ from distprof.trace.events import lean_list_decoder
 from distprof.trace.jsonscan import is_utf8
 from distprof.trace.source import TraceError, read_span
 
-__all__ = ["RUN_END", "Span", "decode_run", "last_run_end"]
+__all__ = ["RUN_END", "Span", "Tail", "decode_run", "last_run_end"]
 
 # Where one event ends and the next begins: `}`, a comma, `{`. Stricter than the cutter's cut (a `}` before `]` or
 # the end is no run's end), so that a run never reaches into the keys after the events list.
@@ -40,6 +40,12 @@ def last_run_end(buf: bytes) -> tuple[int, int]:
         if lo == 0:
             return 0, 0
         w *= 8
+
+
+class Tail(NamedTuple):
+    """The last events of a file as one run (the JSON list of them), cut where the native decoder found the events
+    list's end: reduced where the file is read (it is short, and a small file never starts a pool's workers)."""
+    data: bytes
 
 
 class Span(NamedTuple):

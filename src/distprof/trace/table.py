@@ -122,10 +122,9 @@ class TraceTable:
         sel = sel or Selection()
         cols = Columns()
         fast = native.available()  # the native decoder reduces the runs (in the pool's workers, or here)
-        if fast and pool is None:
-            pool = native.INLINE
-        ok = cols.read(t, sel, pool, native.reduce_any if fast else None) if pool is not None else cols.read(t, sel)
-        if ok is None and pool is not None:
+        runs: Any = pool if pool is not None or not fast else native.INLINE
+        ok = cols.read(t, sel, runs, native.reduce_any if fast else None) if runs is not None else cols.read(t, sel)
+        if ok is None and runs is not None:
             logger.info("%s: read again in one process (a run of events needs the salvaging reader)", t.path)
             cols = Columns()
             ok = cols.read(t, sel)

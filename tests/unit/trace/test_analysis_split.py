@@ -18,6 +18,7 @@ from tracekit import DLRM, TRACES, X, same_table, write
 
 from distprof.analysis import analyze
 from distprof.analysis.parallel import SplitPool
+from distprof.trace import native
 from distprof.trace.reader import TraceError, TraceStream, decode_run
 from distprof.trace.selection import Selection
 from distprof.trace.table import TraceTable
@@ -129,7 +130,8 @@ def test_a_small_file_never_starts_the_workers(tmp_path):
     path = write(tmp_path / "small.json", [X("op", 0, 5), X("op", 10, 5)])
     with SplitPool(2) as p:
         tb, t = _read(path, p)
-        assert tb.info.events == 2 and t._deferred == 0 and p._pool is None
+        # (with the native decoder, the events are one run all the same: reduced here, as the file's tail)
+        assert tb.info.events == 2 and t._deferred == (1 if native.available() else 0) and p._pool is None
 
 
 _REAL_PLAIN = gzip.open(REAL[0], "rb").read()
