@@ -116,19 +116,28 @@ def _costed(tb: TraceTable, idx: np.ndarray) -> tuple | None:
     """The table ops at ``idx`` whose shapes fit their formula: (events, FLOPs, bytes, has a FLOP formula, dtypes,
     Sequence numbers (-1: none), shape signatures)."""
     ev, fl, by, isf, dts, seqs, sigs = [], [], [], [], [], [], []
+    known: dict[tuple[int, str], tuple | None] = {}  # a step repeats its ops' shapes: each is costed once
     for j in idx.tolist():
-        name = tb.names[tb.name[j]]
+        nid = int(tb.name[j])
         dims, types, concrete, seq = tb.shapes[j]
-        c = flops_mod.cost(name, dims, types, concrete)
-        if c is None:
+        key = (nid, repr((dims, types, concrete)))  # (exact: JSON's values, inf and big ints included)
+        got = known.get(key, False)
+        if got is False:
+            name = tb.names[nid]
+            c = flops_mod.cost(name, dims, types, concrete)
+            got = known[key] = None if c is None else (
+                c, flops_mod.TABLE[name].flops is not None,
+                "x".join(str(d).replace(" ", "") for d in dims if isinstance(d, list) and d))
+        if got is None:
             continue
+        c, is_flop, sig = got
         ev.append(j)
         fl.append(c[0])
         by.append(c[1])
-        isf.append(flops_mod.TABLE[name].flops is not None)
+        isf.append(is_flop)
         dts.append(c[2])
         seqs.append(seq if type(seq) is int else -1)
-        sigs.append("x".join(str(d).replace(" ", "") for d in dims if isinstance(d, list) and d))
+        sigs.append(sig)
     if not ev:
         return None
     return (np.array(ev, dtype=np.int64), np.array(fl), np.array(by), np.array(isf, dtype=bool), dts,
