@@ -121,8 +121,9 @@ def _costed(tb: TraceTable, idx: np.ndarray) -> tuple | None:
         nid = int(tb.name[j])
         dims, types, concrete, seq = tb.shapes[j]
         key = (nid, repr((dims, types, concrete)))  # (exact: JSON's values, inf and big ints included)
-        got = known.get(key, False)
-        if got is False:
+        if key in known:
+            got = known[key]
+        else:
             name = tb.names[nid]
             c = flops_mod.cost(name, dims, types, concrete)
             got = known[key] = None if c is None else (
