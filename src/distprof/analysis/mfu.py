@@ -112,19 +112,26 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     return {"shapes": True, "steps": rows, "top": dict(top), "devices": tb.devices}
 
 
+# Each op shape's cost, (name, repr of its inputs) -> (cost, has a FLOP formula, shape signature) or None, kept across
+# the files a process reads: a step repeats its ops' shapes, and every rank of a job runs the same ones. Bounded.
+_KNOWN: dict[tuple[str, str], tuple | None] = {}
+_KNOWN_MAX = 1 << 16
+
+
 def _costed(tb: TraceTable, idx: np.ndarray) -> tuple | None:
     """The table ops at ``idx`` whose shapes fit their formula: (events, FLOPs, bytes, has a FLOP formula, dtypes,
     Sequence numbers (-1: none), shape signatures)."""
     ev, fl, by, isf, dts, seqs, sigs = [], [], [], [], [], [], []
-    known: dict[tuple[int, str], tuple | None] = {}  # a step repeats its ops' shapes: each is costed once
+    known = _KNOWN
+    if len(known) > _KNOWN_MAX:
+        known.clear()
     for j in idx.tolist():
-        nid = int(tb.name[j])
+        name = tb.names[tb.name[j]]
         dims, types, concrete, seq = tb.shapes[j]
-        key = (nid, repr((dims, types, concrete)))  # (exact: JSON's values, inf and big ints included)
+        key = (name, repr((dims, types, concrete)))  # (exact: JSON's values, inf and big ints included)
         if key in known:
             got = known[key]
         else:
-            name = tb.names[nid]
             c = flops_mod.cost(name, dims, types, concrete)
             got = known[key] = None if c is None else (
                 c, flops_mod.TABLE[name].flops is not None,
