@@ -6,8 +6,8 @@ Each batch is reduced column by column with map() over attribute getters, so the
 only the ``args`` the analyses need are decoded (correlation and External ids, stream, collective metadata),
 for device work and the runtime calls that launch it, in one decoder call per batch. The input shapes of the CPU ops
 FLOPs are computed for (:data:`~distprof.trace.vocab.SHAPED_OPS`) are decoded too, while the trace has them: the
-first batch with such ops and no ``Input Dims`` (``record_shapes`` off) ends that for the stream, so a trace without
-shapes pays one decode of a few ops.
+stream's first such op without ``Input Dims`` (``record_shapes`` off) ends that for the stream (a one-process
+read then decodes no more), whatever batch or run it falls in.
 """
 
 from __future__ import annotations
@@ -311,8 +311,10 @@ class Columns:
                 self.comm_dims[base + j] = (a.dims, a.types)
 
     def _add_shapes(self, args_of: Callable[[list[int]], list], nids: list[int], base: int) -> None:
-        """The input shapes of the batch's SHAPED_OPS (one decoder call); a batch whose such ops carry none ends
-        the search (``has_shapes`` False: the trace was written without record_shapes)."""
+        """The input shapes of the batch's SHAPED_OPS (one decoder call). The stream's first such op decides
+        ``has_shapes``: without ``Input Dims`` (the trace was written without record_shapes) it is False and no
+        later batch is decoded; its shapes are the ones taken (:meth:`extend`, the table). A rule of the first op,
+        not of the first batch, so that where a stream is cut (batches, runs) never changes the answer."""
         if len(self.name_ids) != self._names_checked:  # names first seen in this batch
             for nm, sid in islice(self.name_ids.items(), self._names_checked, None):
                 if nm in SHAPED_OPS:
@@ -323,13 +325,12 @@ class Columns:
         need = list(compress(range(len(nids)), map(self._shaped_ids.__contains__, nids)))
         if not need:
             return
-        found = False
-        for j, a in zip(need, _decode_ops(args_of(need)), strict=True):
+        ops = _decode_ops(args_of(need))
+        if self.has_shapes is None:
+            self.has_shapes = ops[0].dims is not None
+        for j, a in zip(need, ops, strict=True):  # (kept even when False: a run reduced apart may follow a True)
             if a.dims is not None:
                 self.shapes[base + j] = (a.dims, a.types, a.concrete, a.seq)
-                found = True
-        if self.has_shapes is None or found:
-            self.has_shapes = found
 
     def _memory(self, instants: Iterable[Instant]) -> None:
         """The allocator's figures of the batch's ``[memory]`` events (an event whose args do not fit is left out)."""
@@ -429,12 +430,13 @@ class Columns:
         self.arg_stream.extend(array("q", [moved.get(v, v) for v in other.arg_stream]) if moved else other.arg_stream)
         self.meta.update({base + j: m for j, m in other.meta.items()})
         self.rpc_ext.update(other.rpc_ext)
-        # add()'s rule across runs: the first part with shaped ops decides; once one had none with shapes (False),
-        # the search is over for the stream, so later parts' shapes are not taken (as a one-process read drops them).
-        if self.has_shapes is not False and other.has_shapes is not None:
-            self.shapes.update({base + j: v for j, v in other.shapes.items()})
+        # _add_shapes' rule across runs: the stream's first shaped op decides (the first part that has one);
+        # a part's shapes are taken only when that decision is True.
+        if other.has_shapes is not None:
             if self.has_shapes is None:
                 self.has_shapes = other.has_shapes
+            if self.has_shapes:
+                self.shapes.update({base + j: v for j, v in other.shapes.items()})
         self.sizes.update({base + j: m for j, m in other.sizes.items()})
         self.rpc_sizes.update(other.rpc_sizes)
         self.comm_dims.update({base + j: v for j, v in other.comm_dims.items()})

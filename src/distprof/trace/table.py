@@ -154,7 +154,7 @@ class TraceTable:
         self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]
         self._classify_tracks()
         self._identity(t, cols.unknown, n)
-        self.shapes, self.has_shapes = cols.shapes, cols.has_shapes
+        self.shapes, self.has_shapes = (cols.shapes if cols.has_shapes else {}), cols.has_shapes
         if cols.memory:
             m = np.array(cols.memory, dtype=np.float64)
             self.mem_ts = m[:, 0] - self.t0

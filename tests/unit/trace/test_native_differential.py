@@ -252,6 +252,25 @@ def test_shapes_stop_the_same_way_on_and_off(tmp_path, gz):
     assert on == off, diff(off, on)
 
 
+@pytest.mark.parametrize("first_has_dims", [False, True])
+def test_the_first_shaped_op_decides_wherever_the_file_is_cut(tmp_path, first_has_dims):
+    """has_shapes is the stream's first shaped op's: the same table at every batch size, one process or the pool's
+    path, native on or off (found by a red-team pass: the rule was once the first *batch*'s, so where a batch or
+    a run was cut changed FLOPs and MFU)."""
+    filler = [{"ph": "X", "name": "my_op", "ts": i, "dur": 0.5, "args": {"External id": i}} for i in range(40)]
+    dims = {"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}
+    ops = [{"ph": "X", "name": "aten::mm", "ts": 100 + i, "dur": 1, "args": dims if (i == 0) == first_has_dims
+            else {}} for i in range(3)]
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": filler[:20] + ops[:1] + filler[20:] + ops[1:]}))
+    seen = {(_outcome(str(path), on, pool, batch)["has_shapes"] if on or not pool else None) for on in (False, True)
+            for pool in (False, True) for batch in (64, 256, 1 << 20)} - {None}
+    tables = [_outcome(str(path), on, pool, batch) for on in (False, True) for pool in (False, True)
+              for batch in (64, 256, 1 << 20)]
+    assert seen == {("bool", first_has_dims)}
+    assert all(t == tables[0] for t in tables)
+
+
 # ---- nesting: the oracle's limit moves with the caller's stack -------------------------------------------
 @pytest.mark.parametrize("depth", [200, 600, 990, 1200, 100_000])
 @pytest.mark.parametrize("where", ["args", "unread", "dims"])
