@@ -477,7 +477,7 @@ def _renumber(sparse: array, theirs: dict[Any, int], ours: dict[Any, int], seq) 
     return array("q", lut[np.frombuffer(sparse, dtype=np.int64)].tobytes())
 
 
-def reduce_run(data: bytes) -> Columns | None:
+def reduce_run(data: bytes | bytearray) -> Columns | None:
     """A run of whole events (cut from one file's events list by the reader) decoded and reduced, in a worker;
     None when it does not decode whole as lean events (the file is then read again on the salvaging path)."""
     events = decode_run(data)

@@ -27,8 +27,7 @@ import numpy as np
 
 from distprof.trace import nativelib
 from distprof.trace.columns import _NEEDS_ARGS, Columns, _Args, _decode_args, reduce_run
-from distprof.trace.runs import Span
-from distprof.trace.source import TraceError, read_span
+from distprof.trace.runs import Span, run_bytes
 from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
 
 logger = logging.getLogger(__name__)
@@ -271,15 +270,11 @@ def reduce_native(data: bytes | bytearray) -> Columns | None:
 def reduce_any(data: bytes | Span) -> Columns | None:
     """A run reduced natively where the scanner answers, else on the Python path (``reduce_run``): what reading
     hands each run to, in this process or in a worker."""
-    if isinstance(data, Span):
-        try:
-            whole = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
-        except TraceError:
-            return None
-    else:
-        whole = data
+    whole = run_bytes(data)
+    if whole is None:
+        return None
     cols = reduce_native(whole)
-    return cols if cols is not None else reduce_run(bytes(whole) if isinstance(whole, bytearray) else whole)
+    return cols if cols is not None else reduce_run(whole)
 
 
 class _Inline:

@@ -18,7 +18,7 @@ from distprof.trace.events import lean_list_decoder
 from distprof.trace.jsonscan import is_utf8
 from distprof.trace.source import TraceError, read_span
 
-__all__ = ["RUN_END", "Span", "Tail", "decode_run", "last_run_end"]
+__all__ = ["RUN_END", "Span", "Tail", "decode_run", "last_run_end", "run_bytes"]
 
 # Where one event ends and the next begins: `}`, a comma, `{`. Stricter than the cutter's cut (a `}` before `]` or
 # the end is no run's end), so that a run never reaches into the keys after the events list.
@@ -56,17 +56,24 @@ class Span(NamedTuple):
     ident: tuple[int, int] | None = None  # the file's (device, inode): a file replaced since is not read
 
 
-def decode_run(data: bytes | Span) -> list | None:
+def run_bytes(data: bytes | bytearray | Span) -> bytes | bytearray | None:
+    """A run's JSON list: the bytes given, or a :class:`Span` read from its file between brackets (None when the
+    file can no longer be read as it was)."""
+    if not isinstance(data, Span):
+        return data
+    try:
+        return read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
+    except TraceError:
+        return None
+
+
+def decode_run(data: bytes | bytearray | Span) -> list | None:
     """A run of whole events (``TraceStream.batches(defer=True)``: the JSON list of them, or a :class:`Span` of
     the file) as lean events; None unless all of it decodes typed in one call (the file is then read again on the
     path that salvages element by element)."""
-    if isinstance(data, Span):
-        try:
-            whole = read_span(data.path, data.start, data.end, brackets=True, ident=data.ident)
-        except TraceError:
-            return None
-    else:
-        whole = data
+    whole = run_bytes(data)
+    if whole is None:
+        return None
     try:
         events = lean_list_decoder.decode(whole)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
