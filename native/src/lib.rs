@@ -23,7 +23,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 
 /// The version of this C ABI (`dp_abi_version`): `distprof.trace.nativelib.ABI` must equal it.
-pub const ABI: u32 = 2;
+pub const ABI: u32 = 3;
 
 /// The interning maps hash with the standard library's randomly seeded SipHash: names, threads and streams come
 /// from untrusted input, and a fixed hash lets crafted keys collide (a run of 144,000 names that differ in their
@@ -100,6 +100,15 @@ pub struct Run {
     mem_off: Vec<u64>,
     mem_len: Vec<u64>,
     tables: [(Vec<u8>, Vec<u64>); 3], // names, cats, tokens
+    // What merge's first pass reads (`distprof.analysis.merge_scan`): where its own decoding of an event would
+    // differ (a timed event's ts, or any event's tid, of the wrong type or out of bounds; an empty ph), m_bad is
+    // set and merge reads the run itself. The verbs' columns above do not depend on these.
+    m_bad: u8,
+    m_first: f64,   // the smallest ts of the timed phases (X and TIMED), +inf when none
+    m_max_tid: i64, // the largest int tid of any event, at least 0
+    pn_pid: Vec<u32>, // metadata process_name events: pid token, args span
+    pn_off: Vec<u64>,
+    pn_len: Vec<u64>,
 }
 
 struct P<'a> {
@@ -519,6 +528,8 @@ const K_ARGS: u8 = 128;
 
 /// The phases the lean events know besides X, M and i (each an empty placeholder: fields skipped).
 const UNREAD: &[u8] = b"BEICbnestfPONDRcSTpFVv()";
+/// The phases whose ts merge reads (the earliest one is a file's start), besides X.
+const TIMED: &[u8] = b"iIstfBEbenC";
 
 fn float_of(p: &P, v: V) -> Option<f64> {
     match v {
@@ -603,6 +614,24 @@ impl<'a> Scanner<'a> {
             }
         };
         let span = a.as_ref().map_or((0, 0), |x| x.span);
+        // merge's first pass: every event's tid (`Int64 | str`, 0 when absent), the timed phases' ts (`Time`)
+        match tid {
+            V::Absent | V::Str(..) => {}
+            V::Int(s, e) => out.m_max_tid = out.m_max_tid.max(parse_i64(&b[s..e]).unwrap_or(0)),
+            _ => out.m_bad = 1,
+        }
+        if phase == b'X' || TIMED.contains(&phase) {
+            match float_of(p, ts).filter(|t| (-9e15..=9e15).contains(t)) {
+                Some(t) => {
+                    if t < out.m_first {
+                        out.m_first = t;
+                    }
+                }
+                None => out.m_bad = 1,
+            }
+        } else if phase == 0 {
+            out.m_bad = 1; // no struct of merge's takes an empty phase
+        }
         match phase {
             b'X' => {
                 let (nm, ct) = (text(name)?, text(cat)?);
@@ -657,6 +686,11 @@ impl<'a> Scanner<'a> {
                     out.tn_off.push(span.0 as u64);
                     out.tn_len.push((span.1 - span.0) as u64);
                 }
+                if nm == b"process_name" {
+                    out.pn_pid.push(pt);
+                    out.pn_off.push(span.0 as u64);
+                    out.pn_len.push((span.1 - span.0) as u64);
+                }
             }
             b'i' => {
                 let nm = text(name)?;
@@ -704,7 +738,7 @@ fn scan_into<'a>(b: &'a [u8], out: &mut Run, sc: &mut Scanner<'a>) -> R<()> {
 }
 
 fn scan(b: &[u8]) -> Run {
-    let mut out = Run::default();
+    let mut out = Run { m_first: f64::INFINITY, ..Run::default() };
     let mut sc = Scanner {
         names: Table::new(),
         cats: Table::new(),
@@ -741,7 +775,9 @@ pub unsafe extern "C" fn dp_run_scan(data: *const u8, len: usize) -> *mut Run {
     Box::into_raw(Box::new(s))
 }
 
-/// 0: the status; 1: where the scanner stopped; 2: the events read.
+/// 0: the status; 1: where the scanner stopped; 2: the events read; for merge: 3, whether its own decoding could
+/// differ (then it reads the run itself); 4, the earliest ts of the timed events (the f64's bits); 5, the largest
+/// int tid (at least 0; the i64's bits).
 ///
 /// # Safety
 /// `h` must come from dp_run_scan and not be freed.
@@ -755,6 +791,9 @@ pub unsafe extern "C" fn dp_run_info(h: *const Run, which: u32) -> u64 {
         0 => s.status as u64,
         1 => s.err_at,
         2 => s.events,
+        3 => s.m_bad as u64,
+        4 => s.m_first.to_bits(),
+        5 => s.m_max_tid as u64,
         _ => 0,
     }
 }
@@ -802,6 +841,9 @@ pub unsafe extern "C" fn dp_run_column(h: *const Run, which: u32, n: *mut u64) -
         23 => col!(s.tables[1].1),
         24 => col!(s.tables[2].0),
         25 => col!(s.tables[2].1),
+        26 => col!(s.pn_pid),
+        27 => col!(s.pn_off),
+        28 => col!(s.pn_len),
         _ => {
             *n = 0;
             std::ptr::null()
@@ -905,6 +947,18 @@ mod tests {
     fn minus_zero_integer_is_plus_zero() {
         let r = run(r#"[{"ph":"X","ts":-0},{"ph":"X","ts":-0.0}]"#);
         assert!(r.ts[0].is_sign_positive() && r.ts[1].is_sign_negative());
+    }
+
+    #[test]
+    fn reads_what_merge_needs() {
+        let r = run(r#"[{"ph":"s","ts":-2.5,"tid":9},{"ph":"X","ts":3,"tid":"t"},{"ph":"M","name":"process_name","pid":4,"args":{"name":"a"}},{"ph":"P","tid":12}]"#);
+        assert_eq!((r.status, r.m_bad, r.m_first, r.m_max_tid), (0, 0, -2.5, 12));
+        assert_eq!((r.pn_pid.len(), r.pn_len[0]), (1, 12));
+        for s in [r#"[{"ph":"s","ts":"1"}]"#, r#"[{"ph":"P","tid":1.5}]"#, r#"[{"ph":"f","ts":1e16}]"#, r#"[{"ph":""}]"#] {
+            let r = run(s);
+            assert_eq!((r.status, r.m_bad), (0, 1), "{s}");
+        }
+        assert_eq!(run("[]").m_first, f64::INFINITY);
     }
 
     #[test]

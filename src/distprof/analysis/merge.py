@@ -37,24 +37,21 @@ import logging
 import os
 import posixpath
 import tempfile
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Union, cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 import msgspec
-import numpy as np
 
 from distprof.analysis.analyze import nothing_read
 from distprof.analysis.fragments import Joiner, Part, PartWriter
-from distprof.analysis.lanes import overlap_lanes
+from distprof.analysis.merge_scan import _TIMED, _meta_name, _Scan, _scan, _stream
 from distprof.analysis.parallel import Progress, map_files
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.trace.listing import TraceFile, find_traces
-from distprof.trace.reader import Duration, Event, Int64, Time, TraceStream
+from distprof.trace.reader import Duration, Int64, Time
 from distprof.trace.selection import Selection
-from distprof.trace.vocab import profiler_step
 from distprof.util.problem import Problem
 
 logger = logging.getLogger(__name__)
@@ -62,56 +59,12 @@ logger = logging.getLogger(__name__)
 __all__ = ["FLOW_STRIDE", "PID_STRIDE", "VIEWER_LIMIT_BYTES", "merge_traces"]
 
 _enc = msgspec.json.Encoder()
-_TIMED = ("X", "i", "I", "s", "f", "t", "B", "E", "b", "e", "n", "C")
 _FLOW = ("s", "t", "f")
 PID_STRIDE = 1000  # output pid = file index * PID_STRIDE + the file's own pid index
 FLOW_STRIDE = 10**10  # output flow id = file index * FLOW_STRIDE + id (stays below 2**53 for JS viewers)
 VIEWER_LIMIT_BYTES = 500 * 10**6  # JSON a browser viewer can be expected to load (see the module docstring)
 
 
-# ---- what the two passes decode ---------------------------------------------------------------------------
-# Pass 1 reads, per phase, only what it uses (complete events' spans, metadata names, every timed event's
-# time and every event's thread); the other fields are skipped, not built. Fields are in Kineto's order
-# (msgspec matches keys fastest in the order they come).
-class _Seen(msgspec.Struct, gc=False, tag_field="ph"):
-    pass
-
-
-class _SeenX(_Seen, tag="X"):
-    pid: Int64 | str = 0
-    tid: Int64 | str = 0
-    ts: Time = 0.0
-    dur: Duration = 0.0
-
-
-class _SeenXNamed(_Seen, tag="X"):  # with --steps: the ProfilerStep#N events are found by name
-    name: str = ""
-    pid: Int64 | str = 0
-    tid: Int64 | str = 0
-    ts: Time = 0.0
-    dur: Duration = 0.0
-
-
-class _SeenM(_Seen, tag="M"):
-    name: str = ""
-    pid: Int64 | str = 0
-    tid: Int64 | str = 0
-    args: msgspec.Raw = msgspec.Raw(b"")
-
-
-_SEEN_TIMED = tuple(msgspec.defstruct(f"_SeenT{ord(p)}", [("tid", Int64 | str, 0), ("ts", Time, 0.0)],
-                                      bases=(_Seen,), tag=p) for p in _TIMED if p != "X")
-_SEEN_OTHER = tuple(msgspec.defstruct(f"_SeenO{ord(p)}", [("tid", Int64 | str, 0)], bases=(_Seen,), tag=p)
-                    for p in "PONDRcSTpFVv()")
-
-
-def _seen_decoders(x: type) -> tuple[msgspec.json.Decoder, msgspec.json.Decoder]:
-    members = (x, _SeenM, *_SEEN_TIMED, *_SEEN_OTHER)
-    union = Union[members]  # type: ignore[valid-type]  # noqa: UP007 (a union built at run time)
-    return msgspec.json.Decoder(list[union]), msgspec.json.Decoder(union)
-
-
-_SEEN_DECODERS = {False: _seen_decoders(_SeenX), True: _seen_decoders(_SeenXNamed)}  # by: names wanted
 _NO_ID = -(2**63) - 1  # pass 2's "absent" pid / tid: no Int64 equals it, so it never stands for a value read
 _NO_TIME = float("inf")  # pass 2's "absent" ts / dur (a time read is at most 9e15)
 _RAW = msgspec.Raw(b"")
@@ -148,131 +101,11 @@ class _Out(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 _OUT_DECODERS = (msgspec.json.Decoder(list[_Out]), msgspec.json.Decoder(_Out))
-_TIMED_SEEN = frozenset((_SeenX, _SeenXNamed, *_SEEN_TIMED))
-
-
-def _stream(f: TraceFile, on_read: Callable[[int], None] | None, lean: bool, decoders: tuple) -> TraceStream:
-    """The reader's stream over ``f`` (its checks, salvage and bounded memory), decoding events as ``decoders``
-    say; ``lean`` picks how an element that does not fit is told from a broken one (see TraceStream._event)."""
-    return TraceStream(f.path, manifest_rank=f.manifest_rank, role=f.role, window=f.window, on_read=on_read, lean=lean,
-                       decoders=decoders)
-
-
-class _MetaArgs(msgspec.Struct):
-    name: str | None = None
-
-
-@dataclass
-class _Scan:
-    """What pass 1 learns about one file (and, set by the driver, where pass 2 puts it)."""
-    file: TraceFile
-    role: str | None
-    rank: int | None
-    offset_us: float
-    first: float  # the file's earliest timestamp, in its own time base
-    first_us: float  # the same, absolute
-    named: dict = field(default_factory=dict)  # pid -> its process_name (pids that have one)
-    thread_names: dict = field(default_factory=dict)  # (pid, tid) -> name
-    lanes: dict = field(default_factory=dict)  # (pid, tid, ts, dur) of X events moved off their thread -> lane (> 0)
-    flow_lanes: dict = field(default_factory=dict)  # (pid, tid, ts) of a moved X event -> its lane
-    moved: int = 0  # X events moved to lanes
-    max_tid: int = 0
-    step_ranges: list = field(default_factory=list)  # (start, end) of the selected ProfilerSteps, own time base
-    index: int = 0  # pass 2: the file's place in the output
-    label: str = ""
-
-    @property
-    def path(self) -> str:  # map_files reads .path (sizes, errors)
-        return self.file.path
 
 
 def _label(role: str | None, rank: int | None, path: str) -> str:
     who = f"rank {rank}" if rank is not None else path.rsplit("/", 1)[-1]
     return f"{role} {who}" if role else who
-
-
-def _scan(f: TraceFile, on_read: Callable[[int], None] | None = None, selection: Selection | None = None) -> _Scan:
-    """Pass 1 over one file (in a worker): clocks, names, steps, and the complete events to move to lanes."""
-    pick = selection is not None and selection.steps is not None
-    t = _stream(f, on_read, True, _SEEN_DECODERS[pick])
-    first = None
-    named: dict = {}  # pid -> its process_name (the last one written)
-    thread_names: dict = {}
-    threads: dict[tuple[Any, Any], int] = {}  # (pid, tid) of complete events -> thread number
-    xt, xs, xd = array("q"), array("d"), array("d")  # per complete event: thread number, ts, dur
-    max_tid = 0
-    steps: list[tuple[float, float]] = []
-    x_type = _SeenXNamed if pick else _SeenX
-    for batch in t.batches():
-        max_tid = max([max_tid, *(x for x in _tids(batch) if type(x) is int)])  # a few distinct tids per batch
-        xe = [e for e in batch if type(e) is x_type]
-        xt.extend([threads.setdefault((e.pid, e.tid), len(threads)) for e in xe])
-        xs.extend([e.ts for e in xe])
-        xd.extend([e.dur for e in xe])
-        low = min([e.ts for e in batch if type(e) in _TIMED_SEEN], default=None)
-        if low is not None and (first is None or low < first):
-            first = low
-        if pick and selection is not None:
-            steps += _step_ranges(xe, selection)
-        _meta_names(batch, named, thread_names)
-    first = first or 0.0
-    scan = _Scan(f, t.role, t.rank, t.offset_us, first, first + t.offset_us, named, thread_names, max_tid=max_tid,
-                 step_ranges=steps)
-    if xt:
-        _move_to_lanes(scan, list(threads), xt, xs, xd)
-    if scan.moved:
-        logger.info("%s: %d complete events overlap others on their thread; moved to lane threads",
-                    f.path, scan.moved)
-    return scan
-
-
-def _step_ranges(xe: list[Any], selection: Selection) -> list[tuple[float, float]]:
-    """(start, end) of the complete events (any decoded kind with ts, dur, name) that are a selected step's
-    ``ProfilerStep#N``."""
-    return [(e.ts, e.ts + e.dur) for e in xe if (n := profiler_step(e.name)) is not None and selection.step_ok(n)]
-
-
-def _tids(batch: list[Event]) -> set:
-    try:
-        return set([e.tid for e in batch])
-    except AttributeError:  # the reader's placeholder for an event of a phase merge does not read
-        return set([e.tid for e in batch if isinstance(e, _Seen)])
-
-
-def _meta_names(batch: list[Event], named: dict, thread_names: dict) -> None:
-    """The names of processes and threads the batch's metadata events give (the last one written wins)."""
-    for e in [e for e in batch if type(e) is _SeenM]:
-        if e.name == "process_name":
-            named[e.pid] = _meta_name(e)
-        elif e.name == "thread_name":
-            thread_names[(e.pid, e.tid)] = _meta_name(e)
-
-
-def _move_to_lanes(scan: _Scan, keys: list[tuple[Any, Any]], xt: array, xs: array, xd: array) -> None:
-    """Per thread (``xt``: each complete event's thread, ``keys[n]``: thread n's (pid, tid)), the complete events
-    that overlap others there, moved to lane threads (``scan.lanes``, ``scan.flow_lanes``, ``scan.moved``)."""
-    tn = np.frombuffer(xt, dtype=np.int64)
-    ts = np.frombuffer(xs, dtype="d")
-    dur = np.frombuffer(xd, dtype="d")
-    order = np.argsort(tn, kind="stable")
-    cuts = np.flatnonzero(np.diff(tn[order])) + 1
-    for idx in np.split(order, cuts):
-        lanes = overlap_lanes(ts[idx] - scan.first, dur[idx])
-        moved = np.flatnonzero(lanes)
-        if not len(moved):
-            continue
-        pid, tid = keys[tn[idx[0]]]
-        for k, lane in zip(idx[moved].tolist(), lanes[moved].tolist(), strict=False):
-            scan.lanes[(pid, tid, xs[k], xd[k])] = lane
-            scan.flow_lanes[(pid, tid, xs[k])] = lane
-        scan.moved += len(moved)
-
-
-def _meta_name(e: Any) -> str | None:
-    try:
-        return msgspec.json.decode(e.args, type=_MetaArgs).name if e.args else None
-    except (msgspec.DecodeError, RecursionError):  # args of another shape, or nested deeper than msgspec goes
-        return None
 
 
 class _FileWriter:
@@ -352,7 +185,7 @@ class _FileWriter:
             if ph == "M":
                 e.ts = _NO_TIME
                 if e.name == "process_name":
-                    e.args = msgspec.Raw(_enc.encode({"name": self.process_name(pid, _meta_name(e))}))
+                    e.args = msgspec.Raw(_enc.encode({"name": self.process_name(pid, _meta_name(e.args))}))
                 if e.dur != _NO_TIME:
                     e.dur = round(e.dur * 1000.0) / 1000.0 if e.dur else _NO_TIME
             else:

@@ -58,7 +58,8 @@ from typing import Any, BinaryIO
 import msgspec
 
 from distprof.analysis.analyze import nothing_read
-from distprof.analysis.merge import VIEWER_LIMIT_BYTES, _first_pass, _labels, _Scan, _selected
+from distprof.analysis.merge import VIEWER_LIMIT_BYTES, _first_pass, _labels, _selected
+from distprof.analysis.merge_scan import _Scan
 from distprof.analysis.parallel import Progress
 from distprof.analysis.writing import atomic_output, check_output
 from distprof.trace.listing import find_traces

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import struct
 from collections import Counter
 from concurrent.futures import Future
 from itertools import count
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 import msgspec
 import numpy as np
@@ -32,7 +33,7 @@ from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INLINE", "available", "list_end", "reduce_any", "reduce_native", "use"]
+__all__ = ["INLINE", "MergeRun", "available", "list_end", "merge_run", "reduce_any", "reduce_native", "use"]
 
 _on = True
 _lib: Any = None  # the CDLL with the scanner's functions declared, False once it could not be had
@@ -43,7 +44,7 @@ _KINDS = len(_NEEDS_ARGS)
 _COLS = ("ts f8", "dur f8", "name u4", "cat u4", "track u4", "corr i8", "ext i8", "skind u1", "sval i8", "aoff u8",
          "alen u8", "track_pid u4", "track_tid u4", "tn_pid u4", "tn_tid u4", "tn_off u8", "tn_len u8", "mem_ts f8",
          "mem_off u8", "mem_len u8", "names_blob u1", "names_off u8", "cats_blob u1", "cats_off u8", "toks_blob u1",
-         "toks_off u8")
+         "toks_off u8", "pn_pid u4", "pn_off u8", "pn_len u8")
 _ANSWERED, _PY_ARGS = 0, 3  # the run's status when the scanner answered; skind of args msgspec must decode
 
 
@@ -110,6 +111,9 @@ class _Scan:
         if not size:
             return np.empty(0, dtype=dt)
         return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dt)
+
+    def info(self, which: int) -> int:
+        return int(self._lib.dp_run_info(self._h, which))
 
     def cols(self) -> dict[str, np.ndarray]:
         return {c.split()[0]: self.col(i) for i, c in enumerate(_COLS)}
@@ -263,6 +267,50 @@ def reduce_native(data: bytes | bytearray) -> Columns | None:
         if s.status != _ANSWERED:
             return None
         return _build(data, s)
+    finally:
+        s.free()
+
+
+class MergeRun(NamedTuple):
+    """What merge's first pass reads of a run (:mod:`distprof.analysis.merge_scan`), as its own decoding of the same
+    events gives it: the earliest ts of the timed events (None when there is none), the largest int tid (at
+    least 0), per complete event its (pid, tid), ts, dur and name, and the metadata names in order: process_name as
+    (pid, raw args), thread_name as (pid, tid, raw args)."""
+    first: float | None
+    max_tid: int
+    threads: list[tuple[Any, Any]]  # the complete events' (pid, tid), by number
+    thread: np.ndarray  # per complete event, its number in ``threads``
+    ts: np.ndarray
+    dur: np.ndarray
+    names: list[str]  # the complete events' names, by number
+    name: np.ndarray  # per complete event, its number in ``names``
+    process_names: list[tuple[Any, Any]]
+    thread_names: list[tuple[Any, Any, Any]]
+
+
+def merge_run(data: bytes | bytearray) -> MergeRun | None:
+    """The run ``data`` read for merge's first pass natively; None when the scanner is absent or not sure, or where
+    merge's own decoding of an event could differ from the verbs' (merge then decodes the run itself)."""
+    lib = _load() if _on else None
+    if not lib:
+        return None
+    s = _Scan(lib, data)
+    try:
+        if s.status != _ANSWERED or s.info(3):
+            return None
+        c = s.cols()
+        toks = _tokens(c["toks_blob"], c["toks_off"])
+        first = struct.unpack("<d", struct.pack("<Q", s.info(4)))[0]
+        max_tid = struct.unpack("<q", struct.pack("<Q", s.info(5)))[0]
+        threads = list(zip([toks[i] for i in c["track_pid"].tolist()], [toks[i] for i in c["track_tid"].tolist()],
+                           strict=True))
+        return MergeRun(None if first == float("inf") else first, max_tid, threads, c["track"].astype(np.int64),
+                        c["ts"].copy(), c["dur"].copy(), _texts(c["names_blob"], c["names_off"]),
+                        c["name"].astype(np.int64),
+                        [(toks[p], a) for p, a in zip(c["pn_pid"].tolist(), _spans(data, c["pn_off"], c["pn_len"]),
+                                                      strict=True)],
+                        [(toks[p], toks[t], a) for p, t, a in zip(c["tn_pid"].tolist(), c["tn_tid"].tolist(),
+                                                                  _spans(data, c["tn_off"], c["tn_len"]), strict=True)])
     finally:
         s.free()
 

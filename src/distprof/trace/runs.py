@@ -67,15 +67,15 @@ def run_bytes(data: bytes | bytearray | Span) -> bytes | bytearray | None:
         return None
 
 
-def decode_run(data: bytes | bytearray | Span) -> list | None:
+def decode_run(data: bytes | bytearray | Span, decoder: msgspec.json.Decoder = lean_list_decoder) -> list | None:
     """A run of whole events (``TraceStream.batches(defer=True)``: the JSON list of them, or a :class:`Span` of
-    the file) as lean events; None unless all of it decodes typed in one call (the file is then read again on the
-    path that salvages element by element)."""
+    the file) as lean events (or as ``decoder``, a list decoder, decodes them: merge's); None unless all of it
+    decodes typed in one call (the file is then read again on the path that salvages element by element)."""
     whole = run_bytes(data)
     if whole is None:
         return None
     try:
-        events = lean_list_decoder.decode(whole)
+        events = decoder.decode(whole)
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         return None
     return events if whole.isascii() or is_utf8(whole) else None

@@ -18,7 +18,8 @@ from tracekit import cli
 
 from distprof import Profiler, ProfilerConfig
 from distprof.analysis import find_traces, read_trace
-from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces, overlap_lanes
+from distprof.analysis.lanes import overlap_lanes
+from distprof.analysis.merge import FLOW_STRIDE, PID_STRIDE, merge_traces
 
 DLRM = os.path.join(DATA, "dlrm-8rank-v100")
 
