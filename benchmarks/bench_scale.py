@@ -39,6 +39,7 @@ RUN_VERB = """
 import json, resource, sys, time, os
 verb, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
 from distprof.analysis import analyze
+u0 = resource.getrusage(resource.RUSAGE_SELF)
 t0 = time.perf_counter()
 if verb == "merge":
     from distprof.analysis.merge import merge_traces
@@ -46,7 +47,8 @@ if verb == "merge":
 else:
     getattr(analyze, verb)(path, workers=workers)
 wall = time.perf_counter() - t0
-stats = {"wall": wall, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+u1 = resource.getrusage(resource.RUSAGE_SELF)
+stats = {"wall": wall, "driver_cpu": u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime, "driver_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
          "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 if verb != "merge":  # what one rank's result weighs on its way to the driver (pickled), after the timing
     import pickle, glob
@@ -137,7 +139,10 @@ def main() -> int:
     print(nativelib.status_line())
     # With the native decoder, each verb runs twice side by side: with it, then with the Python decoder ("py").
     modes = [("", None), (" py", {"DISTPROF_NATIVE": "0"})] if nativelib.load() is not None else [("", None)]
-    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9}")
+    # driver CPU: what the driver itself computes while the verb runs (pickles in, combine, its share of the reading
+    # when there is one file): the serial part, which more workers do not shorten.
+    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9} "
+          f"{'driver CPU':>10}")
     for n in (int(x) for x in args.ranks.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
             files = make_set(n, args.tile, os.path.join(tmp, "run"))
@@ -152,7 +157,7 @@ def main() -> int:
                     ratio = got["wall"] / target_floor
                     state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
                     print(f"{n:>5} {verb + tag:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB "
-                          f"{got['worker_mb']:6.0f} MB {state:>9}")
+                          f"{got['worker_mb']:6.0f} MB {state:>9} {got['driver_cpu']:9.2f}s")
                     if verb in PER_RANK_VERBS and ratio > TARGET and not tag:
                         missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
             sys.stdout.flush()

@@ -22,8 +22,10 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 
+mod merge;
+
 /// The version of this C ABI (`dp_abi_version`): `distprof.trace.nativelib.ABI` must equal it.
-pub const ABI: u32 = 3;
+pub const ABI: u32 = 4;
 
 /// The interning maps hash with the standard library's randomly seeded SipHash: names, threads and streams come
 /// from untrusted input, and a fixed hash lets crafted keys collide (a run of 144,000 names that differ in their

@@ -38,7 +38,7 @@ import os
 import posixpath
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -49,8 +49,10 @@ from distprof.analysis.fragments import Joiner, Part, PartWriter
 from distprof.analysis.merge_scan import _TIMED, _meta_name, _Scan, _scan, _stream
 from distprof.analysis.parallel import Progress, map_files
 from distprof.analysis.writing import atomic_output, check_output
+from distprof.trace import native
 from distprof.trace.listing import TraceFile, find_traces
 from distprof.trace.reader import Duration, Int64, Time
+from distprof.trace.runs import Tail, decode_run, run_bytes
 from distprof.trace.selection import Selection
 from distprof.util.problem import Problem
 
@@ -170,6 +172,44 @@ class _FileWriter:
             self.ids[orig] = got
         return got
 
+    def events(self, batch: Any, keep: Callable[[_Out], bool] | None) -> tuple[bytes | memoryview, int] | None:
+        """A batch of decoded events, or a run of them (``batches(defer=True)``), as the output's JSON (without the
+        list's brackets) and how many; None for a run that does not decode whole."""
+        if not isinstance(batch, list):
+            whole = run_bytes(batch.data if isinstance(batch, Tail) else batch)
+            if whole is None:
+                return None
+            got = native.merge_rewrite(whole, self.first, self.start_ns, self.i, self.pids_of, self.process_names)
+            if got is not None:
+                return got
+            batch = decode_run(whole, _OUT_DECODERS[0])
+            if batch is None:
+                return None
+        if keep is not None:
+            batch = [e for e in batch if keep(e)]
+        if not batch:
+            return b"", 0
+        self.fix(batch)
+        return memoryview(_enc.encode(batch))[1:-1], len(batch)  # without the list's brackets (not copied)
+
+    def pids_of(self, pids: list[Any]) -> list[int]:
+        """The output pids of a natively rewritten run's pids (None: absent), first seen first, as :meth:`fix`
+        numbers them."""
+        out = []
+        for pid in pids:
+            pid = _NO_ID if pid is None else pid
+            new = self.alias.get(pid)
+            if new is None:
+                new = self.alias[pid] = self.pid(0 if pid == _NO_ID else pid)
+            out.append(new)
+        return out
+
+    def process_names(self, rows: list[tuple[Any, Any]]) -> list[bytes]:
+        """The new args of a natively rewritten run's process_name events ((pid or None, raw args)), as :meth:`fix`
+        writes them."""
+        return [_enc.encode({"name": self.process_name(_NO_ID if pid is None else pid, _meta_name(args))})
+                for pid, args in rows]
+
     def fix(self, batch: list[_Out]) -> None:
         """Every event of ``batch`` as it is written: this file's pids, lanes, one clock, scoped ids."""
         alias, lanes, flow_lanes = self.alias, self.scan.lanes, self.scan.flow_lanes
@@ -256,24 +296,39 @@ class _Written:
 
 def _write(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, folder: str, gz: bool,
            by_step: bool) -> _Written:
-    """Pass 2 over one file (in a worker): its events, changed for the merged output, as one part file."""
-    writer = _FileWriter(scan, base_us)
+    """Pass 2 over one file (in a worker): its events, changed for the merged output, as one part file. With the
+    native decoder, the runs in the middle of the events list are rewritten by it (:func:`native.merge_rewrite`:
+    the same bytes, tests/unit/analysis/test_merge_native.py), the rest here; a run it declines is decoded here,
+    and one that does not decode whole makes the file be written again on the path that salvages element by
+    element. Not with ``--steps`` or where pass 1 moved events to lanes (rare): then every event is decoded here."""
+    if native.available() and not by_step and not scan.lanes and not scan.flow_lanes:
+        got = _write_part(scan, on_read, base_us, folder, gz, None, runs=True)
+        if got is not None:
+            return got
+        logger.info("%s: written again in one process (a run of events needs the salvaging reader)", scan.path)
     keep = _in_steps(scan.step_ranges) if by_step else None
+    return cast(_Written, _write_part(scan, on_read, base_us, folder, gz, keep, runs=False))
+
+
+def _write_part(scan: _Scan, on_read: Callable[[int], None] | None, base_us: float, folder: str, gz: bool,
+                keep: Callable[[_Out], bool] | None, runs: bool) -> _Written | None:
+    writer = _FileWriter(scan, base_us)
     part = PartWriter(os.path.join(folder, f"{scan.index:06d}.part"), gz)
     events, sep = 0, b""
     stream = _stream(scan.file, on_read, False, _OUT_DECODERS)
     try:
-        for batch in cast("Iterator[list[_Out]]", stream.batches()):  # as _OUT_DECODERS decode them
-            if keep is not None:
-                batch = [e for e in batch if keep(e)]
-            if not batch:
-                continue
-            writer.fix(batch)
-            if sep:
-                part.write(sep)
-            data = _enc.encode(batch)
-            part.write(memoryview(data)[1:-1])  # the events, without the list's brackets (not copied)
-            sep, events = b",", events + len(batch)
+        for batch in stream.batches(defer=runs):
+            got = writer.events(batch, keep)
+            if got is None:
+                return None  # (the part is written again from the start)
+            data, n = got
+            if n:
+                if sep:
+                    part.write(sep)
+                part.write(data)
+                sep, events = b",", events + n
+        if runs and stream.needs_whole_read:
+            return None
         tail = writer.trailer()
         if tail:
             part.write(sep + b",".join(tail))

@@ -81,23 +81,33 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
     """``obj`` with every string equal to one seen before replaced by that one (dict keys, values, tuples, lists
     and dataclass fields, in place where it can). Results unpickled from workers hold their own copy of every
     kernel and op name; a thousand ranks name the same few hundred, so sharing them halves what the driver
-    holds per rank."""
+    holds per rank. It runs on the driver for every rank's result (serial work), so numbers are passed over
+    where they stand (no call per number) and a dataclass's field names are looked up once per type."""
     t = type(obj)
     if t is str:
         return seen.setdefault(obj, obj)
+    if t in _SCALARS:
+        return obj
     if t is dict:
-        return {(seen.setdefault(k, k) if type(k) is str else k): share_strings(v, seen) for k, v in obj.items()}
+        return {(seen.setdefault(k, k) if type(k) is str else k): (v if type(v) in _SCALARS else share_strings(v, seen))
+                for k, v in obj.items()}
     if t is tuple:  # most are rows of numbers: left as they are (rebuilding them would cost more than the walk)
         if all(type(v) in _SCALARS for v in obj):
             return obj
         return tuple(share_strings(v, seen) for v in obj)
     if t is list:
-        obj[:] = [share_strings(v, seen) for v in obj]
+        obj[:] = [v if type(v) in _SCALARS else share_strings(v, seen) for v in obj]
         return obj
-    if is_dataclass(obj) and not isinstance(obj, type):
-        for f in fields(obj):
-            setattr(obj, f.name, share_strings(getattr(obj, f.name), seen))
+    names = _FIELDS.get(t, _UNKNOWN)
+    if names is _UNKNOWN:
+        names = _FIELDS[t] = tuple(f.name for f in fields(t)) if is_dataclass(t) else ()
+    for name in names:
+        setattr(obj, name, share_strings(getattr(obj, name), seen))
     return obj
+
+
+_FIELDS: dict[type, Any] = {}  # a dataclass's field names, by type (other types: none)
+_UNKNOWN = object()
 
 
 def _size(path: str) -> int:

@@ -19,8 +19,9 @@ import ctypes
 import logging
 import struct
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import Future
-from itertools import count
+from itertools import accumulate, count, pairwise
 from typing import Any, ClassVar, NamedTuple, cast
 
 import msgspec
@@ -33,7 +34,8 @@ from distprof.trace.vocab import KIND_OF_CATEGORY, Kind
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["INLINE", "MergeRun", "available", "list_end", "merge_run", "reduce_any", "reduce_native", "use"]
+__all__ = ["INLINE", "MergeRun", "available", "list_end", "merge_rewrite", "merge_run", "reduce_any", "reduce_native",
+           "use"]
 
 _on = True
 _lib: Any = None  # the CDLL with the scanner's functions declared, False once it could not be had
@@ -65,6 +67,19 @@ def _load() -> Any:
             lib.dp_run_free.argtypes = [ctypes.c_void_p]
             lib.dp_list_end.restype = ctypes.c_int64
             lib.dp_list_end.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+            lib.dp_merge_parse.restype = ctypes.c_void_p
+            lib.dp_merge_parse.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_double, ctypes.c_int64,
+                                           ctypes.c_int64]
+            lib.dp_merge_emit.restype = ctypes.c_uint32
+            lib.dp_merge_emit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                          ctypes.c_size_t]
+            lib.dp_merge_info.restype = ctypes.c_uint64
+            lib.dp_merge_info.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+            lib.dp_merge_column.restype = ctypes.c_void_p
+            lib.dp_merge_column.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
+            lib.dp_merge_free.restype = None
+            lib.dp_merge_free.argtypes = [ctypes.c_void_p]
             _lib = lib
     return _lib
 
@@ -313,6 +328,48 @@ def merge_run(data: bytes | bytearray) -> MergeRun | None:
                                                                   _spans(data, c["tn_off"], c["tn_len"]), strict=True)])
     finally:
         s.free()
+
+
+def _buffer(lib: Any, h: Any, which: int, dtype: str) -> np.ndarray:
+    n = ctypes.c_uint64()
+    ptr = lib.dp_merge_column(h, which, ctypes.byref(n))
+    size = n.value * np.dtype(dtype).itemsize
+    return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dtype).copy() if size \
+        else np.empty(0, dtype=dtype)
+
+
+def merge_rewrite(data: bytes | bytearray, first: float, start_ns: int, index: int,
+                  pids: Callable[[list[Any]], list[int]],
+                  process_names: Callable[[list[tuple[Any, Any]]], list[bytes]]) -> tuple[bytes, int] | None:
+    """The run ``data`` rewritten natively for merge's output (``native/src/merge.rs``): the events, without the
+    list's brackets, and how many; None when the scanner is absent or not sure (merge then writes the run itself).
+    ``pids(values)`` gives the output pid of each of the run's pids (first seen first; None: absent), and
+    ``process_names([(pid, raw args)])`` the new args of its process_name metadata events: merge's own rules."""
+    lib = _load() if _on else None
+    if not lib or not -(2**62) < start_ns < 2**62:
+        return None
+    h = lib.dp_merge_parse(_address(data), len(data), float(first), int(start_ns), int(index))
+    try:
+        if lib.dp_merge_info(h, 0) != _ANSWERED:
+            return None
+        raw, off = _buffer(lib, h, 0, "u1").tobytes(), _buffer(lib, h, 1, "u8").tolist()
+        toks = [None if a == b else msgspec.json.decode(raw[a:b]) if raw[a:a + 1] == b'"' else int(raw[a:b])
+                for a, b in pairwise(off)]  # an int, a string, None: absent
+        out_pids = np.array(pids(toks), dtype=np.int64)
+        pn = [(toks[p], a) for p, a in zip(
+            _buffer(lib, h, 2, "u4").tolist(), _spans(data, _buffer(lib, h, 3, "u8"), _buffer(lib, h, 4, "u8")),
+            strict=True)]
+        texts = process_names(pn) if pn else []
+        blob = b"".join(texts)
+        ends = np.array([0, *accumulate(map(len, texts))], dtype=np.uint64)
+        pid_buf, end_buf = out_pids.ctypes.data_as(ctypes.c_void_p), ends.ctypes.data_as(ctypes.c_void_p)
+        status = lib.dp_merge_emit(h, _address(data), len(data), pid_buf, len(out_pids),
+                                   _address(blob) if blob else None, len(blob), end_buf, len(ends))
+        if status != _ANSWERED:
+            return None
+        return _buffer(lib, h, 5, "u1").tobytes(), int(lib.dp_merge_info(h, 2))
+    finally:
+        lib.dp_merge_free(h)
 
 
 def reduce_any(data: bytes | Span) -> Columns | None:

@@ -27,7 +27,7 @@ __all__ = ["ABI", "README_SECTION", "candidates", "load", "path", "status_line",
 log = logging.getLogger(__name__)
 
 # The C ABI this distprof speaks; native/src/lib.rs's dp_abi_version() returns the one it was built with.
-ABI = 3
+ABI = 4
 README_SECTION = "The native decoder"
 # Where the library lands in the package: pyproject.toml, [[tool.setuptools-rust.ext-modules]] target.
 STEM = "_native"

@@ -175,7 +175,7 @@ class TraceStream:
         Raises :class:`TraceError` (one line naming the file) when the file is not a trace or nothing
         in it could be read; what a partly read file lost is in :attr:`report` when the stream ends.
 
-        ``defer`` (lean streams): full batches in the middle of the events list come as ``bytes`` instead, a run
+        ``defer``: full batches in the middle of the events list come as ``bytes`` instead, a run
         of whole events cut where an event ends and the next begins, for :func:`decode_run` to decode elsewhere
         (another core); the start, the end and anything the fast path cannot cut are decoded here as usual.
         Such runs are not counted in :attr:`event_count`, and are not checked: a run that does not decode
@@ -189,7 +189,7 @@ class TraceStream:
         # process) may have read keys that this pass ignores.
         self.offset_us, self.distributed_info, self.device_properties, self.role = 0.0, None, [], self._given_role
         self._resolve_rank()
-        self._defer, self._deferred, self.needs_whole_read = defer and self.lean, 0, False
+        self._defer, self._deferred, self.needs_whole_read = defer, 0, False
         for batch in self._batches():
             if batch:
                 if isinstance(batch, list):

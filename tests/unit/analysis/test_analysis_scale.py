@@ -25,3 +25,20 @@ def test_share_strings_keeps_every_value():
     b = share_strings({"".join(["k"] * 3): ("".join(["x", "x"]), [1, "y"]), 4: None}, seen)
     assert a == b and [k for k in b if k == "kkk"][0] is [k for k in a if k == "kkk"][0]
     assert b["kkk"][0] is a["kkk"][0]
+
+
+def test_share_strings_reaches_into_dataclasses_and_leaves_numbers_and_classes_alone():
+    from dataclasses import dataclass, field
+
+    @dataclass
+    class Rec:
+        name: str
+        per: dict = field(default_factory=dict)
+        rows: list = field(default_factory=list)
+
+    seen: dict = {}
+    a = share_strings([Rec("".join(["op", "1"]), {"".join(["k", "1"]): 2.5}, [1, (3, "x")])], seen)
+    b = share_strings([Rec("".join(["op", "1"]), {"".join(["k", "1"]): 2.5}, [1, (3, "".join("x"))]), Rec, 7, None],
+                      seen)
+    assert a[0] == b[0] and b[1] is Rec and b[2:] == [7, None]
+    assert b[0].name is a[0].name and next(iter(b[0].per)) is next(iter(a[0].per))

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from distprof.analysis.investigation import Investigation
 from distprof.analysis.launch import LAUNCH_BOUND_HOST_WAIT_SHARE, LAUNCH_BOUND_IDLE_SHARE, LAUNCH_BOUND_LAUNCH_SHARE
@@ -223,6 +224,7 @@ class Job:
         self.device = any(x.temporal and x.temporal.device for rs in self.by_role.values() for row in rs
                           for x in row.ranks)
         self._names: dict[tuple, dict[str, float]] = {}
+        self._matrices: dict[tuple, tuple[dict[str, int], dict[Any, int], np.ndarray]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
         # (role, step key, rank) -> the straggler's root-cause excess in that step: other rules judge the role
         # without it, so one cause is not reported (and costed) twice
@@ -277,6 +279,25 @@ class Job:
             n = max(len(mine), 1)
             self._names[key] = {k: v / n for k, v in total.items()}
         return self._names[key]
+
+    def names_matrix(self, role: Any, ranks: tuple[Any, ...], which: str
+                     ) -> tuple[dict[str, int], dict[Any, int], np.ndarray]:
+        """:meth:`names_per_step` of ``ranks`` as one matrix, built once: the row of each name any of them has, the
+        column of each rank, and the figures (0 where a rank lacks the name). The medians over the other ranks,
+        taken for every candidate rank, are then one numpy call each instead of a loop over ranks per name."""
+        key = (role, ranks, which)
+        if key not in self._matrices:
+            per = [self.names_per_step(role, r, which) for r in ranks]
+            rows: dict[str, int] = {}
+            for d in per:
+                for name in d:
+                    rows.setdefault(name, len(rows))
+            m = np.zeros((len(rows), len(ranks)))
+            for j, d in enumerate(per):
+                if d:
+                    m[[rows[n] for n in d], j] = list(d.values())
+            self._matrices[key] = (rows, {r: j for j, r in enumerate(ranks)}, m)
+        return self._matrices[key]
 
     def kernel_names(self, role: Any, rank: Any, keep: Callable[[str], bool]) -> dict[str, float]:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}

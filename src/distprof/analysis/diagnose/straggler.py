@@ -7,6 +7,8 @@ import logging
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
+
 from distprof.analysis.diagnose.common import (
     SECONDARY_SHARE,
     STRAGGLER_CONSISTENCY,
@@ -55,15 +57,22 @@ def _phase_causes(mine: list[RankStep], others: list[list[RankStep]], n_steps: i
 def _name_causes(job: Job, role: Any, rank: Any, others: list[list[RankStep]], n_steps: int
                  ) -> list[dict[str, Any]]:
     """Per kernel (not collectives) and op (self time, not communication) of the rank: its time per step over the
-    other ranks' median."""
+    other ranks' median (numpy's median over the role's matrix of names by rank: the same value as
+    :func:`median_of` over the others, a name a rank lacks counting 0)."""
     cands: list[dict[str, Any]] = []
     other_ranks = sorted({o.rank for os_ in others for o in os_ if o.rank is not None})
+    everyone = tuple(sorted({rank, *other_ranks}, key=repr)) if rank is not None else tuple(other_ranks)
     for which, keep, kind in (("kernels", lambda n: not is_comm_kernel(n), "kernel"),
                               ("ops", lambda n: not is_comm_host_event(n) and not n.startswith(STEP_PREFIX), "op")):
         own = {k: v for k, v in job.names_per_step(role, rank, which).items() if keep(k)}
-        theirs = [job.names_per_step(role, r, which) for r in other_ranks]
-        for name, v in own.items():
-            med = median_of(t.get(name, 0.0) for t in theirs)
+        if not own:
+            continue
+        if other_ranks:
+            rows, cols, m = job.names_matrix(role, everyone, which)
+            meds = np.median(m[np.ix_([rows[n] for n in own], [cols[r] for r in other_ranks])], axis=1).tolist()
+        else:
+            meds = [0.0] * len(own)
+        for (name, v), med in zip(own.items(), meds, strict=True):
             cands.append({"kind": kind, "name": name, "per_step": [v - med] * n_steps, "rank_us": v, "median_us": med})
     return cands
 
