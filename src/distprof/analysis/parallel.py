@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields, is_dataclass
+from itertools import islice
 from typing import Any
 
 from distprof.rundir.layout import is_url
@@ -106,6 +107,7 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
     return obj
 
 
+_IN_FLIGHT = 4  # files submitted per worker ahead of the results (map_files)
 _FIELDS: dict[type, Any] = {}  # a dataclass's field names, by type (other types: none)
 _UNKNOWN = object()
 
@@ -222,7 +224,17 @@ def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
     seen: dict[str, str] = {}
     counter = multiprocessing.get_context().Value("q", 0)
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as executor:
-        pending = {executor.submit(_in_pool, fn, f): k for k, f in enumerate(files)}
+        # A few files per worker in flight, the next submitted as one finishes: waiting on every file at once
+        # made each wake-up cost one lock per file still pending (a million at 1,024 ranks, seconds of the
+        # driver's serial time).
+        queue = iter(enumerate(files))
+        pending: dict = {}
+
+        def fill() -> None:
+            for k, f in islice(queue, max(0, _IN_FLIGHT * workers - len(pending))):
+                pending[executor.submit(_in_pool, fn, f)] = k
+
+        fill()
         while pending:
             # Wake up now and then to show bytes read by the workers, not only finished files.
             done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -236,4 +248,5 @@ def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
             state.bytes_done = min(counter.value, state.bytes_total)
             if progress:
                 progress(state)
+            fill()
     return out
