@@ -367,7 +367,9 @@ def merge_rewrite(data: bytes | bytearray, first: float, start_ns: int, index: i
                                    _address(blob) if blob else None, len(blob), end_buf, len(ends))
         if status != _ANSWERED:
             return None
-        return _buffer(lib, h, 5, "u1").tobytes(), int(lib.dp_merge_info(h, 2))
+        n = ctypes.c_uint64()
+        ptr = lib.dp_merge_column(h, 5, ctypes.byref(n))
+        return ctypes.string_at(ptr, n.value) if n.value else b"", int(lib.dp_merge_info(h, 2))
     finally:
         lib.dp_merge_free(h)
 
