@@ -93,7 +93,7 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
         return {(seen.setdefault(k, k) if type(k) is str else k): (v if type(v) in _SCALARS else share_strings(v, seen))
                 for k, v in obj.items()}
     if t is tuple:  # most are rows of numbers: left as they are (rebuilding them would cost more than the walk)
-        if all(type(v) in _SCALARS for v in obj):
+        if _SCALARS.issuperset(map(type, obj)):
             return obj
         return tuple(share_strings(v, seen) for v in obj)
     if t is list:

@@ -225,6 +225,7 @@ class Job:
                           for x in row.ranks)
         self._names: dict[tuple, dict[str, float]] = {}
         self._matrices: dict[tuple, tuple[dict[str, int], dict[Any, int], np.ndarray]] = {}
+        self._phase_rows: dict[int, tuple[StepRow, dict[str, int], np.ndarray, list[Any]]] = {}
         self.straggler_roles: set[Any] = set()  # filled by the straggler rule, which runs first
         # (role, step key, rank) -> the straggler's root-cause excess in that step: other rules judge the role
         # without it, so one cause is not reported (and costed) twice
@@ -298,6 +299,22 @@ class Job:
                     m[[rows[n] for n in d], j] = list(d.values())
             self._matrices[key] = (rows, {r: j for j, r in enumerate(ranks)}, m)
         return self._matrices[key]
+
+    def phase_matrix(self, row: StepRow) -> tuple[dict[str, int], np.ndarray, list[Any]]:
+        """One step's phases by rank, built once: the column of each phase any rank has, the figures (one row per
+        rank of ``row.ranks``, 0 where a rank lacks the phase) and the ranks."""
+        got = self._phase_rows.get(id(row))
+        if got is None or got[0] is not row:
+            idx: dict[str, int] = {}
+            for x in row.ranks:
+                for n in x.phases:
+                    idx.setdefault(n, len(idx))
+            m = np.zeros((len(row.ranks), len(idx)))
+            for i, x in enumerate(row.ranks):
+                if x.phases:
+                    m[i, [idx[n] for n in x.phases]] = list(x.phases.values())
+            got = self._phase_rows[id(row)] = (row, idx, m, [x.rank for x in row.ranks])
+        return got[1], got[2], got[3]
 
     def kernel_names(self, role: Any, rank: Any, keep: Callable[[str], bool]) -> dict[str, float]:
         return {k: v for k, v in self.names_per_step(role, rank, "kernels").items() if keep(k)}

@@ -41,16 +41,23 @@ logger = logging.getLogger(__name__)
 __all__ = ["straggler"]
 
 
-def _phase_causes(mine: list[RankStep], others: list[list[RankStep]], n_steps: int) -> list[dict[str, Any]]:
-    """Per phase of the rank or the others: its excess over the others' median, per step."""
+def _phase_causes(job: Job, rank: Any, rows: list[StepRow], mine: list[RankStep], n_steps: int
+                  ) -> list[dict[str, Any]]:
+    """Per phase of the rank or the others: its excess over the others' median, per step (numpy's median over
+    each step's matrix of phases by rank, built once for every candidate: the same value as :func:`median_of`
+    over the others, a phase a rank lacks counting 0)."""
+    per_row = [job.phase_matrix(row) for row in rows]
+    meds = []
+    for idx, m, ranks in per_row:
+        others = np.array([r != rank for r in ranks], dtype=bool)
+        meds.append((idx, np.median(m[others], axis=0).tolist() if others.any() else [0.0] * len(idx)))
     cands: list[dict[str, Any]] = []
-    names = {n for x in mine for n in x.phases} | {n for os_ in others for o in os_ for n in o.phases}
-    for name in names:
-        ex = [x.phases.get(name, 0.0) - median_of(o.phases.get(name, 0.0) for o in os_)
-              for x, os_ in zip(mine, others, strict=False)]
+    for name in {n for idx, _, _ in per_row for n in idx}:
+        med = [md[idx[name]] if name in idx else 0.0 for idx, md in meds]
+        ex = [x.phases.get(name, 0.0) - m for x, m in zip(mine, med, strict=False)]
         cands.append({"kind": "phase", "name": name, "per_step": ex,
                       "rank_us": sum(x.phases.get(name, 0.0) for x in mine) / n_steps,
-                      "median_us": sum(median_of(o.phases.get(name, 0.0) for o in os_) for os_ in others) / n_steps})
+                      "median_us": sum(med) / n_steps})
     return cands
 
 
@@ -92,7 +99,7 @@ def _root_causes(job: Job, role: Any, rank: Any, rows: list[StepRow]) -> list[di
     collectives), ops (self time, not communication), and its start of the step."""
     mine = [next(x for x in row.ranks if x.rank == rank) for row in rows]
     others = [[x for x in row.ranks if x.rank != rank] for row in rows]
-    cands = [*_phase_causes(mine, others, len(rows)), *_name_causes(job, role, rank, others, len(rows)),
+    cands = [*_phase_causes(job, rank, rows, mine, len(rows)), *_name_causes(job, role, rank, others, len(rows)),
              _late_start(mine, others, rows)]
     for c in cands:
         c["excess_us"] = sum(c["per_step"]) / len(rows)
