@@ -90,14 +90,17 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
     if t in _SCALARS:
         return obj
     if t is dict:
-        return {(seen.setdefault(k, k) if type(k) is str else k): (v if type(v) in _SCALARS else share_strings(v, seen))
+        return {(seen.setdefault(k, k) if type(k) is str else k):
+                (v if type(v) in _SCALARS else seen.setdefault(v, v) if type(v) is str else share_strings(v, seen))
                 for k, v in obj.items()}
     if t is tuple:  # most are rows of numbers: left as they are (rebuilding them would cost more than the walk)
         if _SCALARS.issuperset(map(type, obj)):
             return obj
-        return tuple(share_strings(v, seen) for v in obj)
+        return tuple([v if type(v) in _SCALARS else seen.setdefault(v, v) if type(v) is str else share_strings(v, seen)
+                      for v in obj])
     if t is list:
-        obj[:] = [v if type(v) in _SCALARS else share_strings(v, seen) for v in obj]
+        obj[:] = [v if type(v) in _SCALARS else seen.setdefault(v, v) if type(v) is str else share_strings(v, seen)
+                  for v in obj]
         return obj
     names = _FIELDS.get(t, _UNKNOWN)
     if names is _UNKNOWN:
