@@ -200,7 +200,10 @@ impl<'a> Parser<'a> {
             }
         };
         let (ph, cat, name) = (text(F_PH)?, text(F_CAT)?, text(F_NAME)?);
-        let (bp, sc, scope, cname) = (text(F_BP)?, text(F_S)?, text(F_SCOPE)?, text(F_CNAME)?);
+        // (bp, s, scope, cname default to None: only null is left out; an empty string is written)
+        for k in [F_BP, F_S, F_SCOPE, F_CNAME] {
+            text(k)?;
+        }
         let pid = match v[F_PID] {
             J::Absent => self.pid(Key::Absent),
             J::Int(i) => self.pid(Key::Int(i)),
@@ -245,7 +248,9 @@ impl<'a> Parser<'a> {
         let flow = |k: usize| -> R<Option<i64>> {
             match v[k] {
                 J::Absent | J::Null => Ok(None),
-                J::Int(i) if (0..FLOW_STRIDE / 2).contains(&i) => Ok(Some(self.index * FLOW_STRIDE + i)),
+                J::Int(i) if (0..FLOW_STRIDE / 2).contains(&i) => {
+                    self.index.checked_mul(FLOW_STRIDE).and_then(|x| x.checked_add(i)).map(Some).ok_or(Unsure(at))
+                }
                 _ => Err(Unsure(at)),
             }
         };
@@ -311,10 +316,12 @@ impl<'a> Parser<'a> {
             w.key(F_ID);
             itoa(w.o, i);
         }
-        w.text(F_BP, bp);
-        w.text(F_S, sc);
-        w.text(F_SCOPE, scope);
-        w.text(F_CNAME, cname);
+        for k in [F_BP, F_S, F_SCOPE, F_CNAME] {
+            if let J::Str(s, e) = v[k] {
+                w.key(k);
+                w.o.extend_from_slice(&b[s - 1..e + 1]);
+            }
+        }
         for k in [F_SF, F_ESF] {
             match v[k] {
                 J::Int(i) => {
@@ -392,7 +399,7 @@ impl W<'_> {
         self.o.extend_from_slice(NAMES[k]);
         self.o.extend_from_slice(b"\":");
     }
-    /// A string field, left out when empty (msgspec leaves out a default).
+    /// A string field whose default is "" (ph, cat, name): left out when empty, as msgspec leaves out a default.
     #[inline]
     fn text(&mut self, k: usize, t: &[u8]) {
         if !t.is_empty() {
@@ -635,6 +642,14 @@ mod tests {
             String::from_utf8(r.out).unwrap(),
             r#"{"ph":"X","name":"k","pid":2000,"tid":"t","ts":1.007,"dur":1.0,"args":{"a": 1}},{"ph":"M","name":"process_name","pid":2000,"tid":0,"args":{"name":"x"}},{"ph":"s","pid":2001,"tid":0,"ts":2.005,"id":20000000005}"#
         );
+    }
+
+    #[test]
+    fn an_empty_string_is_written_where_the_default_is_none() {
+        let s = br#"[{"ph":"X","bp":"","s":null,"cname":"","cat":""}]"#;
+        let mut r = parse_run(s, 0.0, 0, 0);
+        assert!(emit(&mut r, &[1], b"", &[0]));
+        assert_eq!(String::from_utf8(r.out).unwrap(), r#"{"ph":"X","pid":1,"tid":0,"ts":0.0,"dur":0.0,"bp":"","cname":""}"#);
     }
 
     #[test]

@@ -24,12 +24,18 @@ each), "go" lets the export finish. The test signals the job exactly while it ex
 """
 
 import os
+import signal
 import sys
 import threading
 
 import torch
 
 import distprof
+
+# The tests send SIGINT as a terminal's Ctrl-C does. A suite started in the background by a shell without job
+# control hands every process SIGINT ignored, and Python then installs no KeyboardInterrupt handler: put Python's
+# own back, as a job started from a terminal has it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 HOW, SAVE = sys.argv[1], sys.argv[2]
 STYLE = sys.argv[3] if len(sys.argv) > 3 else "startstop"

@@ -108,7 +108,8 @@ _MERGE_ODD = st.sampled_from([
     b'{"ph":"X","ts":1,"tts":null,"s":null,"cname":"good","sf":3,"esf":"e","stack":[1, 2],"flow_in":true}',
     b'{"ph":"X","ts":9e15,"dur":0.0004}', b'{"ph":"i","ts":1.0005,"dur":0}', b'{"ph":"M","name":"process_name",'
     b'"args":"x"}', b'{"ph":"M","name":"process_name","pid":"w","dur":2,"args":{"name":"\\u00e9"}}',
-    b'{"ph":"X","ts":-0.0,"dur":-0.0,"pid":-0,"tid":-0}', b'{"ph":"X","ts":12,"unknown":{"a":[1]},"cat":""}'])
+    b'{"ph":"X","ts":-0.0,"dur":-0.0,"pid":-0,"tid":-0}', b'{"ph":"X","ts":12,"unknown":{"a":[1]},"cat":""}',
+    b'{"ph":"s","ts":1,"bp":"","s":"","scope":"","cname":""}'])  # (None defaults: "" is written)
 
 
 @st.composite
