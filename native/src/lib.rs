@@ -22,6 +22,14 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 
+/// A column's address for ctypes, its length in elements written through `n` (a raw pointer the caller checked).
+macro_rules! col {
+    ($n:expr, $v:expr) => {{
+        *$n = $v.len() as u64;
+        $v.as_ptr() as *const u8
+    }};
+}
+
 mod merge;
 
 /// The version of this C ABI (`dp_abi_version`): `distprof.trace.nativelib.ABI` must equal it.
@@ -711,7 +719,8 @@ impl<'a> Scanner<'a> {
     }
 }
 
-fn scan_into<'a>(b: &'a [u8], out: &mut Run, sc: &mut Scanner<'a>) -> R<()> {
+/// A run: a JSON list of events (valid UTF-8, nothing but whitespace after its `]`), `event` called at each.
+fn each_event<'a>(b: &'a [u8], mut event: impl FnMut(&mut P<'a>) -> R<()>) -> R<()> {
     if std::str::from_utf8(b).is_err() {
         return Err(Unsure(0));
     }
@@ -721,7 +730,7 @@ fn scan_into<'a>(b: &'a [u8], out: &mut Run, sc: &mut Scanner<'a>) -> R<()> {
         p.i += 1;
     } else {
         loop {
-            sc.event(&mut p, out)?;
+            event(&mut p)?;
             match p.peek()? {
                 b',' => p.i += 1,
                 b']' => {
@@ -737,6 +746,10 @@ fn scan_into<'a>(b: &'a [u8], out: &mut Run, sc: &mut Scanner<'a>) -> R<()> {
         return Err(Unsure(p.i));
     }
     Ok(())
+}
+
+fn scan_into<'a>(b: &'a [u8], out: &mut Run, sc: &mut Scanner<'a>) -> R<()> {
+    each_event(b, |p| sc.event(p, out))
 }
 
 fn scan(b: &[u8]) -> Run {
@@ -810,42 +823,36 @@ pub unsafe extern "C" fn dp_run_column(h: *const Run, which: u32, n: *mut u64) -
         return std::ptr::null();
     }
     let s = &*h;
-    macro_rules! col {
-        ($v:expr) => {{
-            *n = $v.len() as u64;
-            $v.as_ptr() as *const u8
-        }};
-    }
     match which {
-        0 => col!(s.ts),
-        1 => col!(s.dur),
-        2 => col!(s.name),
-        3 => col!(s.cat),
-        4 => col!(s.track),
-        5 => col!(s.corr),
-        6 => col!(s.ext),
-        7 => col!(s.skind),
-        8 => col!(s.sval),
-        9 => col!(s.aoff),
-        10 => col!(s.alen),
-        11 => col!(s.track_pid),
-        12 => col!(s.track_tid),
-        13 => col!(s.tn_pid),
-        14 => col!(s.tn_tid),
-        15 => col!(s.tn_off),
-        16 => col!(s.tn_len),
-        17 => col!(s.mem_ts),
-        18 => col!(s.mem_off),
-        19 => col!(s.mem_len),
-        20 => col!(s.tables[0].0),
-        21 => col!(s.tables[0].1),
-        22 => col!(s.tables[1].0),
-        23 => col!(s.tables[1].1),
-        24 => col!(s.tables[2].0),
-        25 => col!(s.tables[2].1),
-        26 => col!(s.pn_pid),
-        27 => col!(s.pn_off),
-        28 => col!(s.pn_len),
+        0 => col!(n, s.ts),
+        1 => col!(n, s.dur),
+        2 => col!(n, s.name),
+        3 => col!(n, s.cat),
+        4 => col!(n, s.track),
+        5 => col!(n, s.corr),
+        6 => col!(n, s.ext),
+        7 => col!(n, s.skind),
+        8 => col!(n, s.sval),
+        9 => col!(n, s.aoff),
+        10 => col!(n, s.alen),
+        11 => col!(n, s.track_pid),
+        12 => col!(n, s.track_tid),
+        13 => col!(n, s.tn_pid),
+        14 => col!(n, s.tn_tid),
+        15 => col!(n, s.tn_off),
+        16 => col!(n, s.tn_len),
+        17 => col!(n, s.mem_ts),
+        18 => col!(n, s.mem_off),
+        19 => col!(n, s.mem_len),
+        20 => col!(n, s.tables[0].0),
+        21 => col!(n, s.tables[0].1),
+        22 => col!(n, s.tables[1].0),
+        23 => col!(n, s.tables[1].1),
+        24 => col!(n, s.tables[2].0),
+        25 => col!(n, s.tables[2].1),
+        26 => col!(n, s.pn_pid),
+        27 => col!(n, s.pn_off),
+        28 => col!(n, s.pn_len),
         _ => {
             *n = 0;
             std::ptr::null()

@@ -441,30 +441,7 @@ fn itoa(o: &mut Vec<u8>, v: i64) {
 
 fn parse_run(b: &[u8], first: f64, start_ns: i64, index: i64) -> MergeRun {
     let mut ps = Parser { first, start_ns, index, pids: FxMap::default(), run: MergeRun::default() };
-    let res = (|| -> R<()> {
-        if std::str::from_utf8(b).is_err() {
-            return Err(Unsure(0));
-        }
-        let mut p = P { b, i: 0 };
-        p.expect(b'[')?;
-        if p.peek()? == b']' {
-            p.i += 1;
-        } else {
-            loop {
-                ps.event(&mut p)?;
-                match p.peek()? {
-                    b',' => p.i += 1,
-                    b']' => {
-                        p.i += 1;
-                        break;
-                    }
-                    _ => return Err(Unsure(p.i)),
-                }
-            }
-        }
-        p.ws();
-        if p.i != b.len() { Err(Unsure(p.i)) } else { Ok(()) }
-    })();
+    let res = each_event(b, |p| ps.event(p));
     if let Err(Unsure(at)) = res {
         return MergeRun { status: 1, err_at: at as u64, ..MergeRun::default() };
     }
@@ -583,19 +560,13 @@ pub unsafe extern "C" fn dp_merge_column(h: *const MergeRun, which: u32, n: *mut
         return std::ptr::null();
     }
     let r = &*h;
-    macro_rules! col {
-        ($v:expr) => {{
-            *n = $v.len() as u64;
-            $v.as_ptr() as *const u8
-        }};
-    }
     match which {
-        0 => col!(r.pid_blob),
-        1 => col!(r.pid_off),
-        2 => col!(r.pn_pid),
-        3 => col!(r.pn_off),
-        4 => col!(r.pn_len),
-        5 => col!(r.out),
+        0 => col!(n, r.pid_blob),
+        1 => col!(n, r.pid_off),
+        2 => col!(n, r.pn_pid),
+        3 => col!(n, r.pn_off),
+        4 => col!(n, r.pn_len),
+        5 => col!(n, r.out),
         _ => {
             *n = 0;
             std::ptr::null()

@@ -119,13 +119,7 @@ class _Scan:
         self.events = lib.dp_run_info(self._h, 2)
 
     def col(self, which: int) -> np.ndarray:
-        _, dt = _COLS[which].split()
-        n = ctypes.c_uint64()
-        ptr = self._lib.dp_run_column(self._h, which, ctypes.byref(n))
-        size = n.value * np.dtype(dt).itemsize
-        if not size:
-            return np.empty(0, dtype=dt)
-        return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dt)
+        return _column(self._lib.dp_run_column, self._h, which, _COLS[which].split()[1])
 
     def info(self, which: int) -> int:
         return int(self._lib.dp_run_info(self._h, which))
@@ -330,12 +324,19 @@ def merge_run(data: bytes | bytearray) -> MergeRun | None:
         s.free()
 
 
-def _buffer(lib: Any, h: Any, which: int, dtype: str) -> np.ndarray:
+def _column(getter: Any, h: Any, which: int, dtype: str) -> np.ndarray:
+    """Column ``which`` of the handle ``h`` (``dp_run_column`` / ``dp_merge_column``) as a numpy view of the
+    library's buffer: valid until the handle is freed."""
     n = ctypes.c_uint64()
-    ptr = lib.dp_merge_column(h, which, ctypes.byref(n))
+    ptr = getter(h, which, ctypes.byref(n))
     size = n.value * np.dtype(dtype).itemsize
-    return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dtype).copy() if size \
-        else np.empty(0, dtype=dtype)
+    if not size:
+        return np.empty(0, dtype=dtype)
+    return np.frombuffer(memoryview((ctypes.c_char * size).from_address(ptr)), dtype=dtype)
+
+
+def _buffer(lib: Any, h: Any, which: int, dtype: str) -> np.ndarray:
+    return _column(lib.dp_merge_column, h, which, dtype)
 
 
 def merge_rewrite(data: bytes | bytearray, first: float, start_ns: int, index: int,
