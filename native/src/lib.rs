@@ -281,6 +281,29 @@ impl<'a> P<'a> {
             Err(Unsure(self.i))
         }
     }
+    /// The members of an object at i (after whitespace): `member` gets each key (its span inside the quotes and
+    /// whether it has escapes) after the `:` and reads the value; i ends after the `}`.
+    #[inline]
+    fn members(&mut self, mut member: impl FnMut(&mut Self, Str) -> R<()>) -> R<()> {
+        self.expect(b'{')?;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            let key = self.string()?;
+            self.expect(b':')?;
+            member(self, key)?;
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                _ => return Err(Unsure(self.i)),
+            }
+        }
+    }
     /// Any value, checked and skipped.
     fn skip(&mut self, depth: u32) -> R<()> {
         if depth > MAX_DEPTH {
@@ -288,26 +311,7 @@ impl<'a> P<'a> {
         }
         match self.peek()? {
             b'"' => self.string().map(|_| ()),
-            b'{' => {
-                self.i += 1;
-                if self.peek()? == b'}' {
-                    self.i += 1;
-                    return Ok(());
-                }
-                loop {
-                    self.string()?;
-                    self.expect(b':')?;
-                    self.skip(depth + 1)?;
-                    match self.peek()? {
-                        b',' => self.i += 1,
-                        b'}' => {
-                            self.i += 1;
-                            return Ok(());
-                        }
-                        _ => return Err(Unsure(self.i)),
-                    }
-                }
-            }
+            b'{' => self.members(|p, _| p.skip(depth + 1)),
             b'[' => {
                 self.i += 1;
                 if self.peek()? == b']' {
@@ -433,70 +437,60 @@ fn args(p: &mut P) -> R<Args> {
         a.skind = ARGS_PY;
         return Ok(a);
     }
-    p.i += 1;
     let mut seen = 0u8;
-    if p.peek()? != b'}' {
-        loop {
-            let (s, e, esc) = p.string()?;
-            p.expect(b':')?;
-            let which = if esc {
-                0xff
-            } else {
-                match &p.b[s..e] {
-                    b"correlation" => 1,
-                    b"External id" => 2,
-                    b"stream" => 4,
-                    b"Process Group Name" | b"Collective name" | b"In msg nelems" | b"Out msg nelems" | b"dtype"
-                    | b"Group size" | b"Process Group Ranks" | b"Process Group Description" | b"Seq"
-                    | b"In split size" | b"Out split size" => 0xff,
-                    _ => 0,
-                }
-            };
-            if which == 0xff || seen & which != 0 {
-                a.skind = ARGS_PY; // escaped or repeated keys, collective metadata: msgspec decides
+    p.members(|p, (s, e, esc)| {
+        let which = if esc {
+            0xff
+        } else {
+            match &p.b[s..e] {
+                b"correlation" => 1,
+                b"External id" => 2,
+                b"stream" => 4,
+                b"Process Group Name" | b"Collective name" | b"In msg nelems" | b"Out msg nelems" | b"dtype"
+                | b"Group size" | b"Process Group Ranks" | b"Process Group Description" | b"Seq"
+                | b"In split size" | b"Out split size" => 0xff,
+                _ => 0,
             }
-            seen |= which;
-            match which {
-                1 | 2 => match arg_int(p)? {
-                    Some(v) => {
-                        if which == 1 { a.corr = v } else { a.ext = v }
-                    }
-                    None => a.skind = ARGS_PY,
-                },
-                4 => match p.peek()? {
-                    b'n' => p.lit(b"null")?,
-                    b'"' => {
-                        let s = p.i;
-                        p.string()?;
-                        if a.skind != ARGS_PY {
-                            a.skind = 2;
-                        }
-                        a.sval = (s, p.i);
-                    }
-                    b'-' | b'0'..=b'9' => {
-                        let (s, e, int) = p.number()?;
-                        if !int || parse_i64(&p.b[s..e]).is_none() {
-                            a.skind = ARGS_PY;
-                        } else if a.skind != ARGS_PY {
-                            a.skind = 1;
-                        }
-                        a.sval = (s, e);
-                    }
-                    _ => {
-                        p.skip(1)?;
-                        a.skind = ARGS_PY;
-                    }
-                },
-                _ => p.skip(1)?,
-            }
-            match p.peek()? {
-                b',' => p.i += 1,
-                b'}' => break,
-                _ => return Err(Unsure(p.i)),
-            }
+        };
+        if which == 0xff || seen & which != 0 {
+            a.skind = ARGS_PY; // escaped or repeated keys, collective metadata: msgspec decides
         }
-    }
-    p.i += 1;
+        seen |= which;
+        match which {
+            1 | 2 => match arg_int(p)? {
+                Some(v) => {
+                    if which == 1 { a.corr = v } else { a.ext = v }
+                }
+                None => a.skind = ARGS_PY,
+            },
+            4 => match p.peek()? {
+                b'n' => p.lit(b"null")?,
+                b'"' => {
+                    let s = p.i;
+                    p.string()?;
+                    if a.skind != ARGS_PY {
+                        a.skind = 2;
+                    }
+                    a.sval = (s, p.i);
+                }
+                b'-' | b'0'..=b'9' => {
+                    let (s, e, int) = p.number()?;
+                    if !int || parse_i64(&p.b[s..e]).is_none() {
+                        a.skind = ARGS_PY;
+                    } else if a.skind != ARGS_PY {
+                        a.skind = 1;
+                    }
+                    a.sval = (s, e);
+                }
+                _ => {
+                    p.skip(1)?;
+                    a.skind = ARGS_PY;
+                }
+            },
+            _ => p.skip(1)?,
+        }
+        Ok(())
+    })?;
     a.span.1 = p.i;
     Ok(a)
 }
@@ -563,52 +557,42 @@ impl<'a> Scanner<'a> {
 
     fn event(&mut self, p: &mut P<'a>, out: &mut Run) -> R<()> {
         let at = p.i;
-        p.expect(b'{')?;
         let (mut ph, mut name, mut cat, mut pid, mut tid, mut ts, mut dur) =
             (V::Absent, V::Absent, V::Absent, V::Absent, V::Absent, V::Absent, V::Absent);
         let mut a: Option<Args> = None;
         let mut seen = 0u8;
-        if p.peek()? != b'}' {
-            loop {
-                let (s, e, esc) = p.string()?;
-                if esc {
-                    return Err(Unsure(s)); // a key with escapes may name any field
-                }
-                p.expect(b':')?;
-                let k = match &p.b[s..e] {
-                    b"ph" => K_PH,
-                    b"name" => K_NAME,
-                    b"cat" => K_CAT,
-                    b"pid" => K_PID,
-                    b"tid" => K_TID,
-                    b"ts" => K_TS,
-                    b"dur" => K_DUR,
-                    b"args" => K_ARGS,
-                    _ => 0,
-                };
-                if seen & k != 0 {
-                    return Err(Unsure(s)); // a field given twice
-                }
-                seen |= k;
-                match k {
-                    K_PH => ph = value(p)?,
-                    K_NAME => name = value(p)?,
-                    K_CAT => cat = value(p)?,
-                    K_PID => pid = value(p)?,
-                    K_TID => tid = value(p)?,
-                    K_TS => ts = value(p)?,
-                    K_DUR => dur = value(p)?,
-                    K_ARGS => a = Some(args(p)?),
-                    _ => p.skip(1)?,
-                }
-                match p.peek()? {
-                    b',' => p.i += 1,
-                    b'}' => break,
-                    _ => return Err(Unsure(p.i)),
-                }
-            }
+        p.members(|p, (s, e, esc)| {
+        if esc {
+            return Err(Unsure(s)); // a key with escapes may name any field
         }
-        p.i += 1;
+        let k = match &p.b[s..e] {
+            b"ph" => K_PH,
+            b"name" => K_NAME,
+            b"cat" => K_CAT,
+            b"pid" => K_PID,
+            b"tid" => K_TID,
+            b"ts" => K_TS,
+            b"dur" => K_DUR,
+            b"args" => K_ARGS,
+            _ => 0,
+        };
+        if seen & k != 0 {
+            return Err(Unsure(s)); // a field given twice
+        }
+        seen |= k;
+        match k {
+            K_PH => ph = value(p)?,
+            K_NAME => name = value(p)?,
+            K_CAT => cat = value(p)?,
+            K_PID => pid = value(p)?,
+            K_TID => tid = value(p)?,
+            K_TS => ts = value(p)?,
+            K_DUR => dur = value(p)?,
+            K_ARGS => a = Some(args(p)?),
+            _ => p.skip(1)?,
+        }
+            Ok(())
+        })?;
         out.events += 1;
         let b = p.b;
         let phase = match ph {

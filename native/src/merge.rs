@@ -158,37 +158,27 @@ impl<'a> Parser<'a> {
     fn event(&mut self, p: &mut P<'a>) -> R<()> {
         let at = p.i;
         let u = Unsure(at);
-        p.expect(b'{')?;
         let mut v = [J::Absent; 23];
         let mut sp = [(0usize, 0usize); 23];
         let mut seen = 0u32;
-        if p.peek()? != b'}' {
-            loop {
-                let (s, e, esc) = p.string()?;
-                if esc {
-                    return Err(Unsure(s));
-                }
-                p.expect(b':')?;
-                match field(&p.b[s..e]) {
-                    Some(k) => {
-                        if seen & (1 << k) != 0 {
-                            return Err(Unsure(s)); // a field given twice
-                        }
-                        seen |= 1 << k;
-                        let (j, a, e) = jvalue(p)?;
-                        v[k] = j;
-                        sp[k] = (a, e);
-                    }
-                    None => p.skip(1)?,
-                }
-                match p.peek()? {
-                    b',' => p.i += 1,
-                    b'}' => break,
-                    _ => return Err(Unsure(p.i)),
-                }
-            }
+        p.members(|p, (s, e, esc)| {
+        if esc {
+            return Err(Unsure(s));
         }
-        p.i += 1;
+        match field(&p.b[s..e]) {
+            Some(k) => {
+                if seen & (1 << k) != 0 {
+                    return Err(Unsure(s)); // a field given twice
+                }
+                seen |= 1 << k;
+                let (j, a, e) = jvalue(p)?;
+                v[k] = j;
+                sp[k] = (a, e);
+            }
+            None => p.skip(1)?,
+        }
+            Ok(())
+        })?;
         let b = p.b;
         // strings: ph, cat, name (left out when empty); bp, s, scope, cname (or null, left out)
         let text = |k: usize| -> R<&'a [u8]> {
