@@ -13,6 +13,9 @@ run, each in a fresh process:
   with it switched off (``DISTPROF_NATIVE=0``, rows marked ``py``), side by side.
 
 Run: python benchmarks/bench_scale.py [--ranks 64,256,1024] [--workers 2] [--tile 4] [--verbs summary,steps,...]
+       [--decoders native,py]
+``--workers 2,16`` measures each worker count on the same files, one after the other (floor included); the
+``workers`` column says which. ``--decoders native`` leaves out the Python decoder's rows.
 Targets (issue 12): the per-rank verbs within 1.5x of the floor; driver memory grows only by the compact
 per-rank results. Exit 1 when a target is missed.
 """
@@ -125,7 +128,8 @@ def main() -> int:
     global SOURCE  # --source/--traces replaces the default
     ap = argparse.ArgumentParser()
     ap.add_argument("--ranks", default="64,256,1024")
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", default="2", help="worker counts, comma-separated (default: 2)")
+    ap.add_argument("--decoders", default="native,py", help="native, py or both (default): the rows to measure")
     ap.add_argument("--tile", type=int, default=4)
     ap.add_argument("--verbs", default="summary,steps,stragglers,diagnose,merge")
     ap.add_argument("--source", default=SOURCE, help="folder of the 8 DLRM ranks (default: tests/data/dlrm-8rank-v100)")
@@ -139,27 +143,33 @@ def main() -> int:
     print(nativelib.status_line())
     # With the native decoder, each verb runs twice side by side: with it, then with the Python decoder ("py").
     modes = [("", None), (" py", {"DISTPROF_NATIVE": "0"})] if nativelib.load() is not None else [("", None)]
+    wanted = args.decoders.split(",")
+    modes = [(tag, env) for tag, env in modes if ("py" if tag else "native") in wanted] or [("", None)]
+    counts = [int(w) for w in args.workers.split(",")]
     # driver CPU: what the driver itself computes while the verb runs (pickles in, combine, its share of the reading
     # when there is one file): the serial part, which more workers do not shorten.
-    print(f"{'ranks':>5} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9} "
+    print(f"{'ranks':>5} {'wk':>3} {'measure':12} {'time':>8} {'vs floor':>9} {'driver':>9} {'worker':>9} {'per rank':>9} "
           f"{'driver CPU':>10}")
     for n in (int(x) for x in args.ranks.split(",")):
         with tempfile.TemporaryDirectory(prefix=f"bench-scale-{n}-") as tmp:
             files = make_set(n, args.tile, os.path.join(tmp, "run"))
             size = sum(os.path.getsize(p) for p in files) / 1e6
-            floor = run(FLOOR, "\n".join(files), str(args.workers))
-            target_floor = floor["sum_s"] / args.workers
-            print(f"{n:>5} {'floor':12} {target_floor:7.2f}s {1.0:8.2f}x {'':>9} {'':>9}   "
-                  f"({size:.0f} MB gzipped, {floor['events']:,} events; pool of {args.workers}: {floor['pool_wall']:.2f}s)")
-            for verb in verbs:
-                for tag, env in modes:
-                    got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(args.workers), tmp, env=env)
-                    ratio = got["wall"] / target_floor
-                    state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
-                    print(f"{n:>5} {verb + tag:12} {got['wall']:7.2f}s {ratio:8.2f}x {got['driver_mb']:6.0f} MB "
-                          f"{got['worker_mb']:6.0f} MB {state:>9} {got['driver_cpu']:9.2f}s")
-                    if verb in PER_RANK_VERBS and ratio > TARGET and not tag:
-                        missed.append(f"{verb} at {n} ranks: {ratio:.2f}x the floor (target {TARGET}x)")
+            for workers in counts:
+                floor = run(FLOOR, "\n".join(files), str(workers))
+                target_floor = floor["sum_s"] / workers
+                print(f"{n:>5} {workers:>3} {'floor':12} {target_floor:7.2f}s {1.0:8.2f}x {'':>9} {'':>9}   "
+                      f"({size:.0f} MB gzipped, {floor['events']:,} events; pool of {workers}: {floor['pool_wall']:.2f}s)")
+                for verb in verbs:
+                    for tag, env in modes:
+                        got = run(RUN_VERB, verb, os.path.join(tmp, "run"), str(workers), tmp, env=env)
+                        ratio = got["wall"] / target_floor
+                        state = f"{got['state_kb']:6.1f} KB" if "state_kb" in got else ""
+                        print(f"{n:>5} {workers:>3} {verb + tag:12} {got['wall']:7.2f}s {ratio:8.2f}x "
+                              f"{got['driver_mb']:6.0f} MB {got['worker_mb']:6.0f} MB {state:>9} {got['driver_cpu']:9.2f}s")
+                        if verb in PER_RANK_VERBS and ratio > TARGET and not tag:
+                            missed.append(f"{verb} at {n} ranks, {workers} workers: {ratio:.2f}x the floor "
+                                          f"(target {TARGET}x)")
+                        sys.stdout.flush()
             sys.stdout.flush()
     for m in missed:
         print(f"MISSED: {m}")
