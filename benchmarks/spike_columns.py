@@ -191,7 +191,7 @@ def from_columns(evs) -> Cols:
     """distprof's own reduction (Columns.add in batches of 4,096, as the reader's), as Cols."""
     import numpy as np
 
-    from distprof.trace.columns import Columns, dense
+    from distprof.trace.columns import Columns, dense, shape_of
     c = Columns()
     for i in range(0, len(evs), 4096):
         c.add(evs[i:i + 4096])
@@ -202,7 +202,14 @@ def from_columns(evs) -> Cols:
     ext[ai] = np.frombuffer(c.arg_ext, dtype=np.int64)
     return Cols(list(c.name_ids), dense(c.name, c.name_ids), np.frombuffer(c.kind, dtype=np.int8),
                 np.frombuffer(c.ts), np.frombuffer(c.dur), dense(c.track, c.track_ids), list(c.track_ids), corr, ext,
-                c.thread_names, c.meta, c.shapes)
+                c.thread_names, c.meta, _shapes(c, shape_of))
+
+
+def _shapes(c, shape_of) -> dict:
+    """event -> (Input Dims, Input type, Concrete Inputs, Sequence number or None) of the columns' shaped ops."""
+    keys = {v: k for k, v in c.shape_keys.items()}
+    return {e: (*shape_of(keys[k]), None if q == -1 else q)
+            for e, k, q in zip(c.shape_ev, c.shape_key, c.shape_seq, strict=True)}
 
 
 def _intern(values: list) -> tuple[list, list]:

@@ -78,8 +78,14 @@ def canon(c: Columns) -> dict[str, Any]:
         "types": {col: (type(getattr(c, col)).__name__, getattr(getattr(c, col), "typecode", None))
                   for col in ("ts", "dur", "kind", "name", "track", "arg_i", "arg_corr", "arg_ext", "arg_stream")},
     }
-    for d in ("meta", "sizes", "rpc_ext", "rpc_sizes", "shapes", "comm_dims", "thread_names"):
+    for d in ("meta", "sizes", "rpc_ext", "rpc_sizes", "comm_dims", "thread_names"):
         out[d] = value(getattr(c, d))
+    # the shaped ops: event -> (its shape key, Sequence number), whatever ids the keys were given
+    assert len(c.shape_ev) == len(c.shape_key) == len(c.shape_seq), "shape columns of different lengths"
+    keys = {v: k for k, v in c.shape_keys.items()}
+    out["shapes"] = value({e: (keys[k], q) for e, k, q in zip(c.shape_ev, c.shape_key, c.shape_seq, strict=True)})
+    out["types"]["shapes"] = [type(getattr(c, col)).__name__ + getattr(getattr(c, col), "typecode", "")
+                              for col in ("shape_ev", "shape_key", "shape_seq")]
     return out
 
 

@@ -36,6 +36,7 @@ import numpy as np
 from distprof.analysis import flops as flops_mod
 from distprof.analysis.peaks import lookup
 from distprof.analysis.records_flops import FlopsPhase, FlopsRow, RooflinePoint
+from distprof.trace.columns import shape_of
 from distprof.trace.ranks import group
 from distprof.trace.table import TraceTable
 from distprof.trace.vocab import Kind
@@ -64,92 +65,99 @@ def _no_shapes(tb: TraceTable) -> dict[str, Any]:
 
 def extract(tb: TraceTable) -> dict[str, Any]:
     """Per file: FLOPs, bytes and kernel time of the counted ops by step, phase and dtype; top ops by shape."""
-    idx = np.array(sorted(j for j in tb.shapes if tb.kind[j] == Kind.CPU_OP and tb.scope[j]), dtype=np.int64)
-    if not tb.shapes or idx.size == 0:
+    pos = np.flatnonzero((tb.kind[tb.shape_ev] == Kind.CPU_OP) & tb.scope[tb.shape_ev])
+    if not pos.size:
         return _no_shapes(tb)
-    ops = _costed(tb, idx)
+    ops = _costed(tb, tb.shape_ev[pos], tb.shape_key[pos], tb.shape_seq[pos])
     if ops is None:
         return _no_shapes(tb)
-    ev, fl, by, is_flop, dtypes, seq, sig = ops
-    counted = _counted(tb, ev, is_flop)
-    ev, fl, by, is_flop, seq = ev[counted], fl[counted], by[counted], is_flop[counted], seq[counted]
-    dtypes = [d for d, c in zip(dtypes, counted.tolist(), strict=True) if c]
-    sig = [s for s, c in zip(sig, counted.tolist(), strict=True) if c]
+    ev, kind, seq, costs = ops
+    fl_k, by_k, isf_k = (np.array([c[i] for c in costs]) for i in (1, 2, 3))
+    counted = _counted(tb, ev, isf_k[kind].astype(bool))
+    ev, kind, seq = ev[counted], kind[counted], seq[counted]
+    fl, by, is_flop = fl_k[kind], by_k[kind], isf_k[kind].astype(bool)
     recompute = _recomputed(tb, ev, seq)
     kernel_us = _kernel_time(tb, ev)
-    phase = _phases(tb, ev)
+    phase = _phase_ids(tb, ev)
     steps, step_of = _step_walls(tb), tb.step[ev]
+    # Sums in event order (as one loop over the ops would add them): bincount and sum() over lists, not numpy's
+    # pairwise sums, so the figures do not depend on how the ops are grouped.
+    keys: dict[tuple, int] = {}
+    top_of = np.array([keys.setdefault(c[0], len(keys)) for c in costs], dtype=np.int64)[kind]
+    per = [np.bincount(top_of, weights=w, minlength=len(keys)).tolist() for w in (fl, by, kernel_us)]
+    counts = np.bincount(top_of, minlength=len(keys)).tolist()
+    top = {key: [counts[t], per[0][t], per[1][t], per[2][t]] for key, t in keys.items() if counts[t]}
+    dt = np.array([c[4] for c in costs], dtype=np.int64)[kind]  # dtype code by op
+    by_num: dict[Any, list] = {}
+    for s_idx, (num, wall, lo, hi) in steps.items():  # (a step number seen twice: one row, the last one's wall)
+        mine = (step_of == s_idx) if tb.steps.shape[0] else np.ones(ev.size, dtype=bool)
+        prev = by_num.get(num)
+        by_num[num] = [wall, lo, hi, mine if prev is None else prev[3] | mine]
     rows: dict[Any, dict[str, Any]] = {}
-    for num, wall, lo, hi in steps.values():
-        rows[num] = {"wall_us": wall, "lo": lo, "hi": hi, "flops": defaultdict(float), "recompute_flops": 0.0,
-                     "bytes": 0.0, "kernel_us": 0.0, "phases": defaultdict(lambda: defaultdict(float))}
-    top: dict[tuple, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
-    for j in range(ev.size):
-        key = (tb.names[tb.name[ev[j]]], dtypes[j], sig[j])
-        t = top[key]
-        t[0] += 1
-        t[1] += fl[j]
-        t[2] += by[j]
-        t[3] += kernel_us[j]
-        s_idx = int(step_of[j]) if tb.steps.shape[0] else -1
-        row = rows.get(steps[s_idx][0]) if s_idx in steps else None
-        if row is None:
-            continue
-        row["bytes"] += by[j]
-        if recompute[j]:
-            row["recompute_flops"] += fl[j]
-            continue
-        if is_flop[j]:
-            row["flops"][dtypes[j] or ""] += fl[j]
-            row["kernel_us"] += kernel_us[j]
-            if phase[j]:
-                row["phases"][phase[j]][dtypes[j] or ""] += fl[j]
-    for row in rows.values():
-        row["phase_wall"] = {p: _phase_wall(tb, p, row["lo"], row["hi"]) for p in row["phases"]}
-        row["flops"] = dict(row["flops"])
-        row["phases"] = {p: dict(v) for p, v in row["phases"].items()}
-        del row["lo"], row["hi"]
-    return {"shapes": True, "steps": rows, "top": dict(top), "devices": tb.devices}
+    for num, (wall, lo, hi, mine) in by_num.items():
+        work = mine & ~recompute & is_flop
+        flops_by: dict[str, float] = {}
+        phases: dict[str, dict[str, float]] = {}
+        js = np.flatnonzero(work)
+        for f, code, p in zip(fl[js].tolist(), dt[js].tolist(), phase[js].tolist(), strict=True):
+            d = _DTYPES[code] or ""
+            flops_by[d] = flops_by.get(d, 0.0) + f
+            if p >= 0 and tb.names[p]:
+                ph = phases.setdefault(tb.names[p], {})
+                ph[d] = ph.get(d, 0.0) + f
+        rows[num] = {"wall_us": wall, "flops": flops_by, "recompute_flops": sum(fl[mine & recompute].tolist(), 0.0),
+                     "bytes": sum(by[mine].tolist(), 0.0), "kernel_us": sum(kernel_us[work].tolist(), 0.0),
+                     "phases": phases, "phase_wall": {p: _phase_wall(tb, p, lo, hi) for p in phases}}
+    return {"shapes": True, "steps": rows, "top": top, "devices": tb.devices}
 
 
-# Each op shape's cost, (name, repr of its inputs) -> (cost, has a FLOP formula, shape signature) or None, kept across
-# the files a process reads: a step repeats its ops' shapes, and every rank of a job runs the same ones. Bounded.
-_KNOWN: dict[tuple[str, str], tuple | None] = {}
+# Each op shape's cost, (name, shape key) -> (cost, has a FLOP formula, shape signature) or None, kept across the
+# files a process reads: a step repeats its ops' shapes, and every rank of a job runs the same ones. Bounded.
+_KNOWN: dict[tuple[str, bytes], tuple[tuple[float, float, str | None], bool, str] | None] = {}
 _KNOWN_MAX = 1 << 16
+_DTYPES: list[str | None] = []  # the dtypes costs name, by code (the codes, process-wide, only group events)
+_DTYPE_CODE: dict[str | None, int] = {}
 
 
-def _costed(tb: TraceTable, idx: np.ndarray) -> tuple | None:
-    """The table ops at ``idx`` whose shapes fit their formula: (events, FLOPs, bytes, has a FLOP formula, dtypes,
-    Sequence numbers (-1: none), shape signatures)."""
-    ev, fl, by, isf, dts, seqs, sigs = [], [], [], [], [], [], []
+def _costed(tb: TraceTable, ev: np.ndarray, key: np.ndarray, seq: np.ndarray) -> tuple | None:
+    """The ops ``ev`` (shape ids ``key``, Sequence numbers ``seq``) whose shapes fit their formula: (events, kind
+    of op by event, Sequence numbers, kinds), a kind being one (name, shape) costed once: ((name, dtype,
+    signature), FLOPs, bytes, has a FLOP formula, dtype code)."""
     known = _KNOWN
     if len(known) > _KNOWN_MAX:
         known.clear()
-    for j in idx.tolist():
-        name = tb.names[tb.name[j]]
-        dims, types, concrete, seq = tb.shapes[j]
-        key = (name, repr((dims, types, concrete)))  # (exact: JSON's values, inf and big ints included)
-        if key in known:
-            got = known[key]
-        else:
-            c = flops_mod.cost(name, dims, types, concrete)
-            got = known[key] = None if c is None else (
-                c, flops_mod.TABLE[name].flops is not None,
-                "x".join(str(d).replace(" ", "") for d in dims if isinstance(d, list) and d))
-        if got is None:
-            continue
-        c, is_flop, sig = got
-        ev.append(j)
-        fl.append(c[0])
-        by.append(c[1])
-        isf.append(is_flop)
-        dts.append(c[2])
-        seqs.append(seq if type(seq) is int else -1)
-        sigs.append(sig)
-    if not ev:
+    pair = tb.name[ev].astype(np.int64) * max(1, len(tb.shape_keys)) + key
+    uniq, inv = np.unique(pair, return_inverse=True)
+    costs, fits = [], np.zeros(uniq.size, dtype=bool)
+    for u, p in enumerate(uniq.tolist()):
+        name, k = tb.names[p // max(1, len(tb.shape_keys))], tb.shape_keys[p % max(1, len(tb.shape_keys))]
+        got = known[(name, k)] if (name, k) in known else known.setdefault((name, k), _cost(name, k))
+        if got is not None:
+            (c_fl, c_by, dtype), is_flop, sig = got
+            code = _DTYPE_CODE.setdefault(dtype, len(_DTYPE_CODE))
+            if code == len(_DTYPES):
+                _DTYPES.append(dtype)
+            costs.append(((name, dtype, sig), c_fl, c_by, is_flop, code))
+            fits[u] = True
+    if not costs:
         return None
-    return (np.array(ev, dtype=np.int64), np.array(fl), np.array(by), np.array(isf, dtype=bool), dts,
-            np.array(seqs, dtype=np.int64), sigs)
+    renum = np.cumsum(fits) - 1
+    m = fits[inv]
+    return ev[m], renum[inv[m]], seq[m], costs
+
+
+def _cost(name: str, key: bytes) -> tuple[tuple[float, float, str | None], bool, str] | None:
+    """(cost, has a FLOP formula, shape signature) of op ``name`` with the shapes of ``key``; None when they do not
+    fit its formula."""
+    shape = shape_of(key)
+    if shape is None:
+        return None
+    dims, types, concrete = shape
+    if dims is None:
+        return None
+    c = flops_mod.cost(name, dims, types, concrete)
+    return None if c is None else (c, flops_mod.TABLE[name].flops is not None,
+                                   "x".join(str(d).replace(" ", "") for d in dims if isinstance(d, list) and d))
 
 
 def _counted(tb: TraceTable, ev: np.ndarray, is_flop: np.ndarray) -> np.ndarray:
@@ -228,19 +236,18 @@ def _kernel_time(tb: TraceTable, ev: np.ndarray) -> np.ndarray:
     return out
 
 
-def _phases(tb: TraceTable, ev: np.ndarray) -> list[str | None]:
-    """Per op: its innermost annotation (phase) by start time, on any thread; None outside every phase."""
+def _phase_ids(tb: TraceTable, ev: np.ndarray) -> np.ndarray:
+    """Per op: the name id of its innermost annotation (phase) by start time, on any thread; -1 outside every phase."""
     ann = np.flatnonzero((tb.kind == Kind.ANNOTATION) & ~tb.comm)
-    out: list[str | None] = [None] * ev.size
+    code = np.full(ev.size, -1, dtype=np.int64)
     if not ann.size:
-        return out
+        return code
     order = np.argsort(tb.ts[ev], kind="stable")
     starts = tb.ts[ev][order]
-    code = np.full(ev.size, -1, dtype=np.int64)
     for a in ann[np.argsort(-tb.dur[ann], kind="stable")].tolist():  # longest first: inner ones overwrite
         lo, hi = np.searchsorted(starts, [tb.ts[a], tb.end[a]], side="left")
         code[order[lo:hi]] = tb.name[a]
-    return [tb.names[c] if c >= 0 else None for c in code.tolist()]
+    return code
 
 
 def _phase_wall(tb: TraceTable, phase: str, lo: float, hi: float) -> float:
@@ -319,7 +326,7 @@ def combine(files: Iterable[tuple[Any, dict[str, Any]]], peak_tflops: float | No
                 rows.append(FlopsRow(role=info.role, rank=info.rank, step=None, flops=None, tflops_per_s=None,
                                      mfu=None, peak_tflops=None, dtype=None, device=device, reason=NEEDS_SHAPES))
             continue
-        for p in with_shapes:
+        for p in with_shapes if top else ():  # (top=0: the rows alone)
             for key, v in p["top"].items():
                 acc = top_ops[key]
                 for j, x in enumerate(v):

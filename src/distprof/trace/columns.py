@@ -56,11 +56,43 @@ class _Args(msgspec.Struct, gc=False):
 
 
 class _OpArgs(msgspec.Struct, gc=False):
-    """The args of a CPU op that FLOPs and bytes are computed from (``record_shapes``)."""
+    """The tensors' dims and types a ``nccl:*`` range records (older traces: :func:`~.commargs.from_input_dims`)."""
     dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
     types: list[Any] | None = msgspec.field(default=None, name="Input type")
-    concrete: list[Any] | None = msgspec.field(default=None, name="Concrete Inputs")
+
+
+class _ShapeArgs(msgspec.Struct, gc=False):
+    """The args of a CPU op that FLOPs and bytes are computed from (``record_shapes``). The three lists stay JSON
+    (:func:`shape_key`): an op's shapes are decoded once per distinct value, where FLOPs are computed."""
+    dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    types: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
     seq: Int64 | None = msgspec.field(default=None, name="Sequence number")
+
+
+# One op's (Input Dims, Input type, Concrete Inputs) as one key: their JSON, each a list or null ("" where absent),
+# joined by a byte no JSON text holds. :func:`shape_of` decodes it.
+_NULLS = (b"", b"null")
+_shape_decoder = msgspec.json.Decoder(tuple[list[Any] | None, list[Any] | None, list[Any] | None])
+
+
+def shape_key(a: _ShapeArgs) -> bytes | None:
+    """The op's shape key, or None when it has no ``Input Dims`` or a field that is not a list (the op counts no
+    FLOPs, as when its args were of the wrong shape)."""
+    if bytes(a.dims) in _NULLS:
+        return None
+    parts = [bytes(r) for r in (a.dims, a.types, a.concrete)]
+    if any(r not in _NULLS and r[:1] != b"[" for r in parts):
+        return None
+    return b"\0".join([b"null" if r in _NULLS else r for r in parts])
+
+
+def shape_of(key: bytes) -> tuple[list | None, list | None, list | None] | None:
+    """(Input Dims, Input type, Concrete Inputs) of a :func:`shape_key`; None when they do not decode."""
+    try:
+        return _shape_decoder.decode(b"[" + key.replace(b"\0", b",") + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
 
 
 class _MemArgs(msgspec.Struct, gc=False):
@@ -85,6 +117,9 @@ _args_list_decoder = msgspec.json.Decoder(list[_Args])
 _op_args_decoder = msgspec.json.Decoder(_OpArgs)
 _op_args_list_decoder = msgspec.json.Decoder(list[_OpArgs])
 _NO_OP_ARGS = _OpArgs()
+_shape_args_list_decoder = msgspec.json.Decoder(list[_ShapeArgs])
+_shape_args_decoder = msgspec.json.Decoder(_ShapeArgs)
+_NO_SHAPE_ARGS = _ShapeArgs()
 _meta_decoder = msgspec.json.Decoder(_MetaArgs)
 _NO_ARGS = _Args()
 _CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
@@ -129,6 +164,23 @@ def _decode_op_args(raw: msgspec.Raw) -> _OpArgs:
         return _op_args_decoder.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return _NO_OP_ARGS  # shapes of the wrong shape: the op counts no FLOPs
+
+
+def _decode_shape_args(raw: msgspec.Raw) -> _ShapeArgs:
+    if not raw:
+        return _NO_SHAPE_ARGS
+    try:
+        return _shape_args_decoder.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return _NO_SHAPE_ARGS  # args of the wrong shape: the op counts no FLOPs
+
+
+def _decode_shapes(raws: list) -> list[_ShapeArgs]:
+    """Ops' shape args in one decoder call; each on its own when one is of the wrong shape."""
+    try:
+        return _shape_args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return list(map(_decode_shape_args, raws))
 
 
 def _decode_ops(raws: list) -> list[_OpArgs]:
@@ -180,9 +232,11 @@ class Columns:
         self.memory: list[tuple[float, int, int, int, int, int, int]] = []
         self.unknown: Counter = Counter()
         self.events = 0  # every event decoded (complete or not)
-        # event index -> (Input Dims, Input type, Concrete Inputs, Sequence number) of the SHAPED_OPS; has_shapes:
-        # None until a batch holds such an op, then whether they carry shapes (False: no more are decoded).
-        self.shapes: dict[int, tuple[list, list | None, list | None, int | None]] = {}
+        # The SHAPED_OPS with shapes: event index, shape key id (shape_keys: key -> id, :func:`shape_key`) and
+        # autograd Sequence number (-1: none); has_shapes: None until a batch holds such an op, then whether they
+        # carry shapes (False: no more are decoded).
+        self.shape_ev, self.shape_key, self.shape_seq = array("q"), array("q"), array("q")
+        self.shape_keys: dict[bytes, int] = {}
         self.has_shapes: bool | None = None
         self._shaped_ids: set[int] = set()  # name ids (sparse) of SHAPED_OPS names
         self._names_checked = 0  # how many of name_ids were checked against SHAPED_OPS
@@ -325,12 +379,16 @@ class Columns:
         need = list(compress(range(len(nids)), map(self._shaped_ids.__contains__, nids)))
         if not need:
             return
-        ops = _decode_ops(args_of(need))
+        ops = _decode_shapes(args_of(need))
+        keys = [shape_key(a) for a in ops]
         if self.has_shapes is None:
-            self.has_shapes = ops[0].dims is not None
-        for j, a in zip(need, ops, strict=True):  # (kept even when False: a run reduced apart may follow a True)
-            if a.dims is not None:
-                self.shapes[base + j] = (a.dims, a.types, a.concrete, a.seq)
+            self.has_shapes = keys[0] is not None
+        ids = self.shape_keys
+        for j, a, key in zip(need, ops, keys, strict=True):  # (kept even when False: a run reduced apart may follow)
+            if key is not None:
+                self.shape_ev.append(base + j)
+                self.shape_key.append(ids.setdefault(key, len(ids)))
+                self.shape_seq.append(-1 if a.seq is None else a.seq)
 
     def _memory(self, instants: Iterable[Instant]) -> None:
         """The allocator's figures of the batch's ``[memory]`` events (an event whose args do not fit is left out)."""
@@ -435,8 +493,11 @@ class Columns:
         if other.has_shapes is not None:
             if self.has_shapes is None:
                 self.has_shapes = other.has_shapes
-            if self.has_shapes:
-                self.shapes.update({base + j: v for j, v in other.shapes.items()})
+            if self.has_shapes and len(other.shape_ev):
+                self.shape_ev.extend(array("q", (np.frombuffer(other.shape_ev, dtype=np.int64) + base).tobytes()))
+                self.shape_key.extend(_renumber(other.shape_key, other.shape_keys, self.shape_keys,
+                                                count(len(self.shape_keys))))
+                self.shape_seq.extend(other.shape_seq)
         self.sizes.update({base + j: m for j, m in other.sizes.items()})
         self.rpc_sizes.update(other.rpc_sizes)
         self.comm_dims.update({base + j: v for j, v in other.comm_dims.items()})

@@ -96,9 +96,11 @@ class TraceTable:
         self.scope = np.empty(0, dtype=bool)  # inside the selection's steps (all True without one)
         self.steps = np.empty((0, 3))  # rows (start, end, number), by start
         self.meta: dict[int, tuple[str | None, str | None]] = {}  # event index -> (group, collective) of comm events
-        # event index -> (Input Dims, Input type, Concrete Inputs, Sequence number) of the ops FLOPs are computed for
-        # (vocab.SHAPED_OPS), when the trace has shapes; has_shapes: None when it has none of those ops
-        self.shapes: dict[int, tuple[list, list | None, list | None, int | None]] = {}
+        # The ops FLOPs are computed for (vocab.SHAPED_OPS) that carry shapes, when the trace has shapes, by event
+        # index: their shape's id in shape_keys (trace.columns.shape_key; shape_of decodes one) and autograd
+        # Sequence number (-1: none). has_shapes: None when it has none of those ops.
+        self.shape_ev = self.shape_key = self.shape_seq = np.empty(0, dtype=np.int64)
+        self.shape_keys: list[bytes] = []
         self.has_shapes: bool | None = None
         self.devices: list[str] = []  # deviceProperties names, by device id order ("NVIDIA H100 80GB HBM3")
         self.comm_args: dict[int, CommArgs] = {}  # event index -> recorded sizes and group (trace.commargs)
@@ -154,7 +156,11 @@ class TraceTable:
         self.tracks = [Track(pid, tid, cols.thread_names.get((pid, tid))) for (pid, tid) in cols.track_ids]
         self._classify_tracks()
         self._identity(t, cols.unknown, n)
-        self.shapes, self.has_shapes = (cols.shapes if cols.has_shapes else {}), cols.has_shapes
+        self.has_shapes = cols.has_shapes
+        if cols.has_shapes and len(cols.shape_ev):
+            self.shape_ev, self.shape_key, self.shape_seq = (np.frombuffer(a, dtype=np.int64)
+                                                             for a in (cols.shape_ev, cols.shape_key, cols.shape_seq))
+            self.shape_keys = list(cols.shape_keys)
         if cols.memory:
             m = np.array(cols.memory, dtype=np.float64)
             self.mem_ts = m[:, 0] - self.t0

@@ -3,8 +3,10 @@ each formula against a hand computation, the counting rule and the kernel attrib
 H100 GPT-2 run (tests/data/distprof-h100/gpt2-bf16-shapes-step4: one step of it) against 6*N*T."""
 
 import io
+import json
 import os
 
+import msgspec
 import pytest
 from rich.console import Console
 from tracekit import H100, X, table, write
@@ -218,7 +220,7 @@ def test_innermost_op_counted_once_kernels_attributed_recompute_left_out(tmp_pat
 def test_a_trace_without_shapes_says_record_shapes_is_needed(tmp_path):
     tb = table(write(tmp_path / "t.json", [X("ProfilerStep#1", 0, 100, cat="user_annotation"),
                                            X("aten::mm", 10, 20, Input_type=[BF, BF])]))
-    assert tb.has_shapes is False and not tb.shapes
+    assert tb.has_shapes is False and not tb.shape_ev.size and not tb.shape_keys
     part = mfu.extract(tb)
     assert part["shapes"] is False and part["flop_ops"] == 1
     assert mfu.missing_reason([part]) == mfu.NEEDS_SHAPES
@@ -260,3 +262,34 @@ def test_gpt2_on_h100_flops_per_step_by_hand_and_against_6NT():
     assert points and all(p["kernel_us"] > 0 for p in points)
     mm = next(p for p in points if p["name"] == "aten::mm" and p["flops"])
     assert mm["bound"] == "compute" and mm["intensity"] == pytest.approx(mm["flops"] / mm["bytes"])
+
+
+def test_shapes_are_costed_once_per_shape_whatever_their_json_spacing(tmp_path):
+    """The reader keeps each op's shapes as their JSON (one key per distinct shape, decoded where FLOPs are
+    computed): the same shape written with other spacing costs the same and is one top row; a field that is not a
+    list makes the op count no FLOPs, as args of the wrong shape always did."""
+    from distprof.trace.columns import _ShapeArgs, shape_key, shape_of
+
+    a, b = [64, 32], [32, 16]
+    events = [X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+              _op("aten::mm", 10, 50, [a, b]), _op("aten::mm", 100, 50, [a, b]), _op("aten::mm", 200, 50, [a, b]),
+              _op("aten::mm", 300, 50, [a, b], types="oops"), _op("aten::mm", 400, 50, [[2, 2], [3, 3]])]
+    text = json.dumps({"traceEvents": events})
+    # the second op's shapes written with other spacing
+    text = text.replace('"Input Dims": [[64, 32], [32, 16]]', '"Input Dims": [ [64,32],[32,16] ]', 2)
+    text = text.replace('"Input Dims": [ [64,32],[32,16] ]', '"Input Dims": [[64, 32], [32, 16]]', 1)
+    (tmp_path / "t.json").write_text(text)
+    tb = table(tmp_path / "t.json")
+    assert tb.has_shapes is True
+    assert tb.shape_ev.tolist() == [1, 2, 3, 5]  # the op whose types are no list has no shapes
+    assert len(tb.shape_keys) == 3 and tb.shape_key.tolist() == [0, 1, 0, 2]
+    assert shape_of(tb.shape_keys[1])[0] == [a, b]
+    part = mfu.extract(tb)
+    assert part["steps"][1]["flops"] == {"bf16": 3 * 2 * 64 * 16 * 32}  # the [2,2]x[3,3] op fits no formula
+    assert [(k[0], v[0]) for k, v in part["top"].items()] == [("aten::mm", 3)]
+    assert shape_key(_ShapeArgs()) is None
+    assert shape_key(msgspec.json.decode(b'{"Input Dims": null}', type=_ShapeArgs)) is None
+    assert shape_key(msgspec.json.decode(b'{"Input Dims": 5}', type=_ShapeArgs)) is None
+    assert shape_key(msgspec.json.decode(b'{"Input Dims": [[1]], "Concrete Inputs": {}}', type=_ShapeArgs)) is None
+    assert shape_key(msgspec.json.decode(b'{"Input Dims": [[1]], "Input type": null}', type=_ShapeArgs)) == \
+        shape_key(msgspec.json.decode(b'{"Input Dims": [[1]]}', type=_ShapeArgs))
