@@ -64,8 +64,24 @@ def _count(n: int) -> None:
         counter.value += n
 
 
-def _in_pool(fn: Callable, f: TraceFile) -> Any:
-    return fn(f, _count if _counter is not None else None)
+def _in_pool(fn: Callable, files: list[TraceFile]) -> list[tuple[bool, Any]]:
+    """A few files read one after the other in a worker: per file (True, its result) or (False, the TraceError's
+    line). One task for several files: the driver's own work per task (pickling it, waking up, unpickling the
+    answer) is serial, and at a thousand ranks it adds up."""
+    out = []
+    for f in files:
+        try:
+            out.append((True, fn(f, _count if _counter is not None else None)))
+        except TraceError as e:
+            out.append((False, str(e)))
+    return out
+
+
+def _tasks(n: int, workers: int) -> list[list[int]]:
+    """The files' indices (0..n-1, in order) as the pool's tasks: up to _CHUNK_MAX files each, at least
+    _CHUNKS_PER_WORKER tasks per worker where there are files enough."""
+    size = max(1, min(_CHUNK_MAX, n // (workers * _CHUNKS_PER_WORKER)))
+    return [list(range(k, min(k + size, n))) for k in range(0, n, size)]
 
 
 def _or_error(fn: Callable, f: TraceFile) -> tuple[bool, Any]:
@@ -110,7 +126,9 @@ def share_strings(obj: Any, seen: dict[str, str]) -> Any:
     return obj
 
 
-_IN_FLIGHT = 4  # files submitted per worker ahead of the results (map_files)
+_IN_FLIGHT = 4  # tasks submitted per worker ahead of the results (map_files)
+_CHUNKS_PER_WORKER = 16  # map_files: files go to the workers in tasks of up to _CHUNK_MAX files, at least this many
+_CHUNK_MAX = 8  # tasks per worker (the last tasks of a run balance the workers' loads)
 _FIELDS: dict[type, Any] = {}  # a dataclass's field names, by type (other types: none)
 _UNKNOWN = object()
 
@@ -227,27 +245,25 @@ def map_files(fn: Callable[..., Any], files: Sequence[TraceFile],
     seen: dict[str, str] = {}
     counter = multiprocessing.get_context().Value("q", 0)
     with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(counter,)) as executor:
-        # A few files per worker in flight, the next submitted as one finishes: waiting on every file at once
-        # made each wake-up cost one lock per file still pending (a million at 1,024 ranks, seconds of the
-        # driver's serial time).
-        queue = iter(enumerate(files))
+        # A few tasks (of a few files each) per worker in flight, the next submitted as one finishes: waiting on
+        # every file at once made each wake-up cost one lock per file still pending (a million at 1,024 ranks,
+        # seconds of the driver's serial time).
+        queue = iter(_tasks(len(files), workers))
         pending: dict = {}
 
         def fill() -> None:
-            for k, f in islice(queue, max(0, _IN_FLIGHT * workers - len(pending))):
-                pending[executor.submit(_in_pool, fn, f)] = k
+            for ks in islice(queue, max(0, _IN_FLIGHT * workers - len(pending))):
+                pending[executor.submit(_in_pool, fn, [files[k] for k in ks])] = ks
 
         fill()
         while pending:
             # Wake up now and then to show bytes read by the workers, not only finished files.
             done, _ = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
             for fut in done:
-                k = pending.pop(fut)
-                try:
-                    out[k] = share_strings(fut.result(), seen)
-                except TraceError as e:
-                    out[k] = unreadable(files[k].path, str(e))
-            state.files_done += len(done)
+                ks = pending.pop(fut)
+                for k, (ok, got) in zip(ks, fut.result(), strict=True):
+                    out[k] = share_strings(got, seen) if ok else unreadable(files[k].path, got)
+                state.files_done += len(ks)
             state.bytes_done = min(counter.value, state.bytes_total)
             if progress:
                 progress(state)
