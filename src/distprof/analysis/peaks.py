@@ -13,6 +13,7 @@ A device is matched by substring of its name, case and punctuation aside, most s
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -101,13 +102,17 @@ def normalise(name: str) -> str:
     return " ".join(re.sub(r"[^a-z0-9]+", " ", name.lower()).split()) + " "
 
 
+@functools.lru_cache(maxsize=256)
+def _device(name: str) -> Device | None:
+    """The table's device that ``name`` matches (the driver asks once per rank and step: cached)."""
+    norm = normalise(name)
+    return next((d for d in DEVICES if any(m in norm for m in d.match)), None)
+
+
 def lookup(device: str | None, dtype: str | None, user_tflops: float | None = None) -> Peak | None:
     """The peak for ``dtype`` on ``device`` (a deviceProperties name); the user's figure when given; None when the
     device is not in the table (or not known)."""
-    found = None
-    if device:
-        norm = normalise(device)
-        found = next((d for d in DEVICES if any(m in norm for m in d.match)), None)
+    found = _device(device) if device else None
     if user_tflops is not None:
         return Peak(found.name if found else (device or "unknown"), float(user_tflops),
                     found.tbps if found else None, user=True)

@@ -5,10 +5,11 @@ ties)."""
 
 import importlib
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from distprof.analysis.diagnose.common import Job, median_of
+from distprof.analysis.diagnose.common import Job, LeaveOneOut, median_of
 from distprof.analysis.records import RankStep, StepRow
 
 straggler = importlib.import_module("distprof.analysis.diagnose.straggler")  # (the package exports the rule)
@@ -41,7 +42,23 @@ def test_phase_medians_from_the_matrix_are_the_per_phase_rule(n_ranks, n_steps, 
     others = [[x for x in row.ranks if x.rank != rank] for row in rows]
     job = Job.__new__(Job)
     job._phase_rows = {}
+    job._loo = {}
     got = sorted(straggler._phase_causes(job, rank, rows, mine, n_steps), key=lambda c: c["name"])
     assert [{**c, "per_step": [repr(v) for v in c["per_step"]], "median_us": repr(c["median_us"])} for c in got] == \
         [{**c, "per_step": [repr(v) for v in c["per_step"]], "median_us": repr(c["median_us"])}
          for c in _reference(mine, others, n_steps)]
+
+
+@given(st.integers(1, 6), st.integers(2, 12), st.lists(TIMES, min_size=72, max_size=72), st.integers(0, 11))
+def test_leave_one_out_medians_are_numpys_over_the_other_columns(n_rows, n_cols, values, pick):
+    """LeaveOneOut (each row sorted once; the straggler rule's medians of every name over the other ranks, for each
+    candidate rank) gives np.median's floats over the other columns, bit for bit: odd and even counts, ties, zeros."""
+    m = np.array(values[:n_rows * n_cols]).reshape(n_rows, n_cols)
+    col = pick % n_cols
+    loo = LeaveOneOut(m)
+    want = np.median(np.delete(m, col, axis=1), axis=1)
+    got = loo.medians(np.arange(n_rows), col)
+    assert [repr(float(v)) for v in got] == [repr(float(v)) for v in want]
+    assert [repr(float(v)) for v in got] == [repr(median_of(np.delete(m[i], col).tolist())) for i in range(n_rows)]
+    rows = np.array([n_rows - 1, 0], dtype=np.int64)  # any rows, in any order
+    assert loo.medians(rows, col).tolist() == want[rows].tolist()

@@ -48,9 +48,14 @@ def _phase_causes(job: Job, rank: Any, rows: list[StepRow], mine: list[RankStep]
     over the others, a phase a rank lacks counting 0)."""
     per_row = [job.phase_matrix(row) for row in rows]
     meds = []
-    for idx, m, ranks in per_row:
+    for row, (idx, m, ranks) in zip(rows, per_row, strict=True):
         others = np.array([r != rank for r in ranks], dtype=bool)
-        meds.append((idx, np.median(m[others], axis=0).tolist() if others.any() else [0.0] * len(idx)))
+        if not others.any():
+            meds.append((idx, [0.0] * len(idx)))
+        elif ranks.count(rank) == 1 and idx:  # (the common case: leave its one column out of sorted rows)
+            meds.append((idx, job.phase_medians(row, ranks.index(rank)).tolist()))
+        else:
+            meds.append((idx, np.median(m[others], axis=0).tolist()))
     cands: list[dict[str, Any]] = []
     for name in {n for idx, _, _ in per_row for n in idx}:
         med = [md[idx[name]] if name in idx else 0.0 for idx, md in meds]
@@ -74,7 +79,9 @@ def _name_causes(job: Job, role: Any, rank: Any, others: list[list[RankStep]], n
         own = {k: v for k, v in job.names_per_step(role, rank, which).items() if keep(k)}
         if not own:
             continue
-        if other_ranks:
+        if other_ranks and rank is not None and rank not in other_ranks:  # (the matrix's columns: everyone)
+            meds = job.names_medians(role, everyone, which, rank, list(own)).tolist()
+        elif other_ranks:
             rows, cols, m = job.names_matrix(role, everyone, which)
             meds = np.median(m[np.ix_([rows[n] for n in own], [cols[r] for r in other_ranks])], axis=1).tolist()
         else:
