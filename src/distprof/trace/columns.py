@@ -72,19 +72,20 @@ class _ShapeArgs(msgspec.Struct, gc=False):
 
 # One op's (Input Dims, Input type, Concrete Inputs) as one key: their JSON, each a list or null ("" where absent),
 # joined by a byte no JSON text holds. :func:`shape_of` decodes it.
-_NULLS = (b"", b"null")
 _shape_decoder = msgspec.json.Decoder(tuple[list[Any] | None, list[Any] | None, list[Any] | None])
 
 
 def shape_key(a: _ShapeArgs) -> bytes | None:
     """The op's shape key, or None when it has no ``Input Dims`` or a field that is not a list (the op counts no
     FLOPs, as when its args were of the wrong shape)."""
-    if bytes(a.dims) in _NULLS:
+    d = bytes(a.dims)
+    if d[:1] != b"[":  # absent, null, or not a list
         return None
-    parts = [bytes(r) for r in (a.dims, a.types, a.concrete)]
-    if any(r not in _NULLS and r[:1] != b"[" for r in parts):
+    t = bytes(a.types) or b"null"
+    c = bytes(a.concrete) or b"null"
+    if (t[:1] != b"[" and t != b"null") or (c[:1] != b"[" and c != b"null"):
         return None
-    return b"\0".join([b"null" if r in _NULLS else r for r in parts])
+    return b"%b\0%b\0%b" % (d, t, c)
 
 
 def shape_of(key: bytes) -> tuple[list | None, list | None, list | None] | None:
@@ -384,11 +385,10 @@ class Columns:
         if self.has_shapes is None:
             self.has_shapes = keys[0] is not None
         ids = self.shape_keys
-        for j, a, key in zip(need, ops, keys, strict=True):  # (kept even when False: a run reduced apart may follow)
-            if key is not None:
-                self.shape_ev.append(base + j)
-                self.shape_key.append(ids.setdefault(key, len(ids)))
-                self.shape_seq.append(-1 if a.seq is None else a.seq)
+        have = [k is not None for k in keys]  # (kept even when False: a run reduced apart may follow)
+        self.shape_ev.extend([base + j for j in compress(need, have)])
+        self.shape_key.extend([ids.setdefault(k, len(ids)) for k in compress(keys, have)])
+        self.shape_seq.extend([-1 if a.seq is None else a.seq for a in compress(ops, have)])
 
     def _memory(self, instants: Iterable[Instant]) -> None:
         """The allocator's figures of the batch's ``[memory]`` events (an event whose args do not fit is left out)."""
