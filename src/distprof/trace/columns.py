@@ -387,7 +387,7 @@ class Columns:
         ids = self.shape_keys
         have = [k is not None for k in keys]  # (kept even when False: a run reduced apart may follow)
         self.shape_ev.extend([base + j for j in compress(need, have)])
-        self.shape_key.extend([ids.setdefault(k, len(ids)) for k in compress(keys, have)])
+        self.shape_key.extend([ids.setdefault(k, len(ids)) for k in keys if k is not None])
         self.shape_seq.extend([-1 if a.seq is None else a.seq for a in compress(ops, have)])
 
     def _memory(self, instants: Iterable[Instant]) -> None:
