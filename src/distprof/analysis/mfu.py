@@ -86,7 +86,10 @@ def extract(tb: TraceTable) -> dict[str, Any]:
     top_of = np.array([keys.setdefault(c[0], len(keys)) for c in costs], dtype=np.int64)[kind]
     per = [np.bincount(top_of, weights=w, minlength=len(keys)).tolist() for w in (fl, by, kernel_us)]
     counts = np.bincount(top_of, minlength=len(keys)).tolist()
-    top = {key: [counts[t], per[0][t], per[1][t], per[2][t]] for key, t in keys.items() if counts[t]}
+    named = list(keys)
+    seen_at = np.unique(top_of, return_index=True)  # each counted key, in order of its first op (ties keep it)
+    top = {named[t]: [counts[t], per[0][t], per[1][t], per[2][t]]
+           for t in seen_at[0][np.argsort(seen_at[1], kind="stable")].tolist()}
     dt = np.array([c[4] for c in costs], dtype=np.int64)[kind]  # dtype code by op
     by_num: dict[Any, list] = {}
     for s_idx, (num, wall, lo, hi) in steps.items():  # (a step number seen twice: one row, the last one's wall)

@@ -56,9 +56,12 @@ class _Args(msgspec.Struct, gc=False):
 
 
 class _OpArgs(msgspec.Struct, gc=False):
-    """The tensors' dims and types a ``nccl:*`` range records (older traces: :func:`~.commargs.from_input_dims`)."""
+    """The tensors' dims and types a ``nccl:*`` range records (older traces: :func:`~.commargs.from_input_dims`);
+    a range whose op args are of the wrong shape (any of these four) records none."""
     dims: list[Any] | None = msgspec.field(default=None, name="Input Dims")
     types: list[Any] | None = msgspec.field(default=None, name="Input type")
+    concrete: list[Any] | None = msgspec.field(default=None, name="Concrete Inputs")
+    seq: Int64 | None = msgspec.field(default=None, name="Sequence number")
 
 
 class _ShapeArgs(msgspec.Struct, gc=False):
@@ -382,8 +385,8 @@ class Columns:
             return
         ops = _decode_shapes(args_of(need))
         keys = [shape_key(a) for a in ops]
-        if self.has_shapes is None:
-            self.has_shapes = keys[0] is not None
+        if self.has_shapes is None:  # (decoded whole, as the op's args once were: numbers out of range count)
+            self.has_shapes = keys[0] is not None and shape_of(keys[0]) is not None
         ids = self.shape_keys
         have = [k is not None for k in keys]  # (kept even when False: a run reduced apart may follow)
         self.shape_ev.extend([base + j for j in compress(need, have)])

@@ -293,3 +293,27 @@ def test_shapes_are_costed_once_per_shape_whatever_their_json_spacing(tmp_path):
     assert shape_key(msgspec.json.decode(b'{"Input Dims": [[1]], "Concrete Inputs": {}}', type=_ShapeArgs)) is None
     assert shape_key(msgspec.json.decode(b'{"Input Dims": [[1]], "Input type": null}', type=_ShapeArgs)) == \
         shape_key(msgspec.json.decode(b'{"Input Dims": [[1]]}', type=_ShapeArgs))
+
+
+def test_first_shaped_op_with_numbers_out_of_range_says_no_shapes(tmp_path):
+    """The stream's first shaped op decides has_shapes, its args decoded whole as before the shapes were kept as
+    JSON: a 1e999 in its Input Dims makes the trace one without shapes (found by a review of that change)."""
+    ev = [X("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("aten::mm", 100, 20, [["BIG", 4], [4, 4]]),
+          _op("aten::mm", 200, 20, [[64, 32], [32, 16]])]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": ev}).replace('"BIG"', "1e999"))
+    tb = table(tmp_path / "t.json")
+    assert tb.has_shapes is False
+    part = mfu.extract(tb)
+    assert part["shapes"] is False and part["flop_ops"] == 2
+
+
+def test_top_ops_are_in_the_order_of_their_first_counted_op(tmp_path):
+    """The top ops' order (ties of the roofline's sort keep it): by each shape's first counted op, whatever the
+    shapes' order of appearance among ops that are not counted (found by a review of the grouped sums)."""
+    a, b = [[64, 32], [32, 16]], [[8, 4], [4, 2]]
+    ev = [X("ProfilerStep#1", 0, 1000, cat="user_annotation"), _op("aten::mm", 100, 50, b),
+          _op("aten::mm", 110, 10, a), _op("aten::mm", 200, 20, b)]  # the outer b holds a: not counted
+    part = mfu.extract(table(write(tmp_path / "t.json", ev)))
+    assert [k[2] for k in part["top"]] == ["[64,32]x[32,16]", "[8,4]x[4,2]"]
+    _, points = mfu.combine([(table(tmp_path / "t.json").info, part)], top=1)
+    assert [p.shapes for p in points] == ["[64,32]x[32,16]"]

@@ -295,3 +295,19 @@ def test_deep_ranks_string_is_no_traceback():
             b'"}}]')
     check(data)
 
+
+
+def test_comm_range_with_op_args_of_the_wrong_shape_records_no_sizes(tmp_path, native_state):
+    """A nccl:* range whose Concrete Inputs or Sequence number is of the wrong type records no tensor sizes, on
+    both paths (the shaped ops' args were split off their decoder; the ranges kept its rules)."""
+    from tracekit import X, table
+
+    ev = [X("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+          X("nccl:all_reduce", 100, 50, Input_Dims=[[1024]], Input_type=["float"], Concrete_Inputs=7),
+          X("nccl:all_reduce", 300, 50, Input_Dims=[[1024]], Input_type=["float"], Sequence_number="x"),
+          X("nccl:all_reduce", 500, 50, Input_Dims=[[1024]], Input_type=["float"])]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    for on in (True, False):
+        native.use(on)
+        assert sorted(table(path).range_comm_args) == [3]
