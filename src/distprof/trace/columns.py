@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from itertools import compress, count, islice, repeat
 from operator import attrgetter, is_
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import numpy as np
@@ -110,22 +110,14 @@ class _MemArgs(msgspec.Struct, gc=False):
 
 
 _mem_decoder = msgspec.json.Decoder(_MemArgs)
+_T = TypeVar("_T")
 
 
 class _MetaArgs(msgspec.Struct):
     name: str | None = None
 
 
-_args_decoder = msgspec.json.Decoder(_Args)
-_args_list_decoder = msgspec.json.Decoder(list[_Args])
-_op_args_decoder = msgspec.json.Decoder(_OpArgs)
-_op_args_list_decoder = msgspec.json.Decoder(list[_OpArgs])
-_NO_OP_ARGS = _OpArgs()
-_shape_args_list_decoder = msgspec.json.Decoder(list[_ShapeArgs])
-_shape_args_decoder = msgspec.json.Decoder(_ShapeArgs)
-_NO_SHAPE_ARGS = _ShapeArgs()
 _meta_decoder = msgspec.json.Decoder(_MetaArgs)
-_NO_ARGS = _Args()
 _CAT, _NAME, _TS, _DUR, _PID, _TID = (attrgetter(f) for f in ("cat", "name", "ts", "dur", "pid", "tid"))
 _IS_X, _IS_M = partial(is_, Complete), partial(is_, Meta)  # lean events: the class is the phase
 _IS_I = partial(is_, Instant)
@@ -143,61 +135,39 @@ for _k in (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET, Kind.RUNTIME, Kind.DEVICE_SYNC
     _NEEDS_ARGS[_k] = True
 
 
-def _decode_args(raw: msgspec.Raw | bytes | bytearray) -> _Args:
-    if not raw:
-        return _NO_ARGS
-    try:
-        return _args_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return _NO_ARGS  # args of the wrong shape: the event still counts, without its links
+class _ArgsDecoder(Generic[_T]):
+    """One args struct's decoders. ``one(raw)``: the struct, or its defaults where the args are absent or of the
+    wrong shape (the event still counts, without what they would have given). ``many(raws)``: a batch's in one
+    decoder call (not one per event); if any is of the wrong shape, each on its own, so only that one loses it."""
+
+    def __init__(self, t: type[_T]) -> None:
+        self._one = msgspec.json.Decoder(t)
+        self._many = msgspec.json.Decoder(list[t])  # type: ignore[valid-type]
+        self.none = t()
+
+    def one(self, raw: msgspec.Raw | bytes | bytearray) -> _T:
+        if not raw:
+            return self.none
+        try:
+            return self._one.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return self.none
+
+    def many(self, raws: list) -> list[_T]:
+        try:
+            return self._many.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return list(map(self.one, raws))
 
 
-def _decode_many(raws: list) -> list[_Args]:
-    """Many events' args in one decoder call (one per batch, not one per event); if any is of the wrong
-    shape, each on its own so that only that one loses its links."""
-    try:
-        return _args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return list(map(_decode_args, raws))
-
-
-def _decode_op_args(raw: msgspec.Raw) -> _OpArgs:
-    if not raw:
-        return _NO_OP_ARGS
-    try:
-        return _op_args_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return _NO_OP_ARGS  # shapes of the wrong shape: the op counts no FLOPs
-
-
-def _decode_shape_args(raw: msgspec.Raw) -> _ShapeArgs:
-    if not raw:
-        return _NO_SHAPE_ARGS
-    try:
-        return _shape_args_decoder.decode(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return _NO_SHAPE_ARGS  # args of the wrong shape: the op counts no FLOPs
-
-
-def _decode_shapes(raws: list) -> list[_ShapeArgs]:
-    """Ops' shape args in one decoder call; each on its own when one is of the wrong shape."""
-    try:
-        return _shape_args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return list(map(_decode_shape_args, raws))
-
-
-def _decode_ops(raws: list) -> list[_OpArgs]:
-    """Ops' shapes in one decoder call; each on its own when one is of the wrong shape."""
-    try:
-        return _op_args_list_decoder.decode(b"[" + b",".join([r if r else b"{}" for r in raws]) + b"]")
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-        return list(map(_decode_op_args, raws))
+_ARGS_DECODER, _OPS_DECODER = _ArgsDecoder(_Args), _ArgsDecoder(_OpArgs)
+_decode_args, _decode_many = _ARGS_DECODER.one, _ARGS_DECODER.many  # device work's links, record_param_comms
+_decode_ops = _OPS_DECODER.many  # nccl:* ranges' tensors
+_decode_shapes = _ArgsDecoder(_ShapeArgs).many  # the shaped ops' shapes (as JSON)
 
 
 def _or_minus_one(values: list) -> list:
     return [-1 if v is None else v for v in values] if None in values else values
-
 
 
 def dense(sparse: array, ids: dict[Any, int]) -> np.ndarray:
