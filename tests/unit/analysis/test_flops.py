@@ -8,6 +8,8 @@ import os
 
 import msgspec
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from tracekit import H100, X, table, write
 
@@ -317,3 +319,93 @@ def test_top_ops_are_in_the_order_of_their_first_counted_op(tmp_path):
     assert [k[2] for k in part["top"]] == ["[64,32]x[32,16]", "[8,4]x[4,2]"]
     _, points = mfu.combine([(table(tmp_path / "t.json").info, part)], top=1)
     assert [p.shapes for p in points] == ["[64,32]x[32,16]"]
+
+
+_DIM = st.one_of(st.integers(-2, 70), st.sampled_from([2**63, 10**30, 1.5, -0.0, "3", None, True]))
+_DIMS = st.lists(st.one_of(st.lists(_DIM, max_size=4), _DIM), max_size=5)
+_TYPES = st.lists(st.sampled_from([BF, "float", "c10::Half", "long int", "Scalar", "", "c10::Float8_e4m3fn", 1]),
+                  max_size=5)
+_CONCRETE = st.lists(st.sampled_from(["", "[2, 2]", "[1, 1]", "False", "True", "4", "[0, 0]", "x", 3]), max_size=9)
+_ODD = st.sampled_from([b"1e999", b'"x"', b"{}", b"null", b"[[1e400]]", b"-1e309"])
+
+
+@st.composite
+def _shaped_ops(draw) -> bytes:
+    """A step of shaped ops (the table's names), each with drawn Input Dims / Input type / Concrete Inputs, some
+    fields replaced by raw JSON of the wrong type or out of range, some ops nested in others, a backward range."""
+    events = [X("ProfilerStep#1", 0, 10_000, cat="user_annotation"), X("train/fwd", 0, 5_000, cat="user_annotation"),
+              X("autograd::engine::evaluate_function: MmBackward0", 6_000, 3_000, tid=2)]
+    names = sorted(TABLE)
+    for i in range(draw(st.integers(1, 12))):
+        args = {"Input Dims": draw(_DIMS), "Input type": draw(_TYPES)}
+        if draw(st.booleans()):
+            args["Concrete Inputs"] = draw(_CONCRETE)
+        if draw(st.booleans()):
+            args["Sequence number"] = draw(st.one_of(st.integers(-1, 5), st.sampled_from(["7", 1.5])))
+        name = draw(st.sampled_from(names))
+        if draw(st.integers(0, 2)) == 0:  # a matrix product whose shapes fit (FLOPs to count)
+            m, k, n = (draw(st.integers(1, 64)) for _ in range(3))
+            name, args["Input Dims"], args["Input type"] = "aten::mm", [[m, k], [k, n]], [BF, BF]
+        ts = draw(st.sampled_from([100 * i, 100 * i + 10, 6_100 + 50 * i]))
+        e = {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1,
+             "tid": 2 if ts > 6_000 else 1, "ts": ts, "dur": draw(st.sampled_from([5, 50, 200])), "args": args}
+        events.append(e)
+    text = json.dumps({"traceEvents": events}).encode()
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # a field's value as raw JSON of the wrong type or out of range
+        field = draw(st.sampled_from([b'"Input Dims": ', b'"Input type": ', b'"Concrete Inputs": ']))
+        at = text.find(field, draw(st.integers(0, len(text))))
+        if at >= 0:
+            start = at + len(field)
+            end = _value_end(text, start)
+            text = text[:start] + draw(_ODD) + text[end:]
+    return text
+
+
+def _value_end(text: bytes, start: int) -> int:
+    """Where the JSON value (a list, a string, a number or null, as json.dumps wrote it) at ``start`` ends."""
+    depth, j, in_str = 0, start, False
+    while j < len(text):
+        c = text[j:j + 1]
+        if in_str:
+            if c == b"\\":
+                j += 1
+            elif c == b'"':
+                in_str = False
+                if depth == 0:
+                    return j + 1
+        elif c == b'"':
+            in_str = True
+        elif c == b"[":
+            depth += 1
+        elif c == b"]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif c in (b",", b"}") and depth == 0:
+            return j
+        j += 1
+    return j
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(_shaped_ops())
+def test_flops_of_odd_shapes_never_raise_and_agree_on_both_paths(tmp_path, text):
+    """Fuzz: shaped ops whose Input Dims, Input type and Concrete Inputs are odd (huge, negative, floats, strings,
+    null, the wrong type, out of range), nested or in a backward range, read into a table and costed. The shapes are
+    kept as their JSON and decoded where FLOPs are computed: mfu never raises, and the native and Python paths give
+    the same FLOPs part."""
+    from distprof.trace import native
+
+    path = tmp_path / "t.json"
+    path.write_bytes(text)
+    got = []
+    for on in (True, False):
+        prev = native.use(on)
+        try:
+            part = mfu.extract(table(path))
+        finally:
+            native.use(prev)
+        assert part["shapes"] in (True, False)
+        got.append(repr(part))
+    assert got[0] == got[1]
