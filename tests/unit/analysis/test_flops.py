@@ -351,7 +351,7 @@ def _shaped_ops(draw) -> bytes:
              "tid": 2 if ts > 6_000 else 1, "ts": ts, "dur": draw(st.sampled_from([5, 50, 200])), "args": args}
         events.append(e)
     text = json.dumps({"traceEvents": events}).encode()
-    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # a field's value as raw JSON of the wrong type or out of range
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):  # a value as raw JSON of the wrong type or out of range
         field = draw(st.sampled_from([b'"Input Dims": ', b'"Input type": ', b'"Concrete Inputs": ']))
         at = text.find(field, draw(st.integers(0, len(text))))
         if at >= 0:
