@@ -50,6 +50,18 @@ _COLS = ("ts f8", "dur f8", "name u4", "cat u4", "track u4", "corr i8", "ext i8"
 _ANSWERED, _PY_ARGS = 0, 3  # the run's status when the scanner answered; skind of args msgspec must decode
 
 
+_P, _N, _U32, _COL = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)
+# The library's C functions, declared once: name -> (return type, argument types): the scanner's runs, merge's rewrite.
+_SIGNATURES = {
+    "dp_run_scan": (_P, [_P, _N]), "dp_run_info": (ctypes.c_uint64, [_P, _U32]),
+    "dp_run_column": (_P, [_P, _U32, _COL]), "dp_run_free": (None, [_P]), "dp_list_end": (ctypes.c_int64, [_P, _N]),
+    "dp_merge_parse": (_P, [_P, _N, ctypes.c_double, ctypes.c_int64, ctypes.c_int64]),
+    "dp_merge_emit": (_U32, [_P, _P, _N, _P, _N, _P, _N, _P, _N]),
+    "dp_merge_info": (ctypes.c_uint64, [_P, _U32]), "dp_merge_column": (_P, [_P, _U32, _COL]),
+    "dp_merge_free": (None, [_P]),
+}
+
+
 def _load() -> Any:
     global _lib
     if _lib is None:
@@ -57,29 +69,9 @@ def _load() -> Any:
         if lib is None:
             _lib = False
         else:
-            lib.dp_run_scan.restype = ctypes.c_void_p
-            lib.dp_run_scan.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            lib.dp_run_info.restype = ctypes.c_uint64
-            lib.dp_run_info.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
-            lib.dp_run_column.restype = ctypes.c_void_p
-            lib.dp_run_column.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
-            lib.dp_run_free.restype = None
-            lib.dp_run_free.argtypes = [ctypes.c_void_p]
-            lib.dp_list_end.restype = ctypes.c_int64
-            lib.dp_list_end.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-            lib.dp_merge_parse.restype = ctypes.c_void_p
-            lib.dp_merge_parse.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_double, ctypes.c_int64,
-                                           ctypes.c_int64]
-            lib.dp_merge_emit.restype = ctypes.c_uint32
-            lib.dp_merge_emit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                          ctypes.c_size_t]
-            lib.dp_merge_info.restype = ctypes.c_uint64
-            lib.dp_merge_info.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
-            lib.dp_merge_column.restype = ctypes.c_void_p
-            lib.dp_merge_column.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint64)]
-            lib.dp_merge_free.restype = None
-            lib.dp_merge_free.argtypes = [ctypes.c_void_p]
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = res, args
             _lib = lib
     return _lib
 

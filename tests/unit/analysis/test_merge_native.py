@@ -123,16 +123,21 @@ def odd_file(draw) -> bytes:
         b'], "baseTimeNanoseconds": 5}'
 
 
+def _write_odd(folder: str, doc: bytes, gz: bool, cut: float | None) -> None:
+    """One odd file as rank 0's trace in ``folder`` (gzipped or not), cut at the fraction ``cut`` of its bytes."""
+    doc = doc if cut is None else doc[:int(len(doc) * cut)]
+    path = os.path.join(folder, "rank0.pt.trace.json" + (".gz" if gz else ""))
+    with (functools.partial(gzip.open, compresslevel=1) if gz else open)(path, "wb") as fh:
+        fh.write(doc)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(doc=odd_file(), gz=st.booleans(), cut=st.one_of(st.none(), st.floats(0, 1)), steps=st.booleans())
 def test_odd_files_scan_the_same_with_the_decoder_on_and_off(doc, gz, cut, steps, monkeypatch):
     _small_batches(monkeypatch, 128)
-    doc = doc if cut is None else doc[:int(len(doc) * cut)]
     with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "rank0.pt.trace.json" + (".gz" if gz else ""))
-        with (functools.partial(gzip.open, compresslevel=1) if gz else open)(path, "wb") as fh:
-            fh.write(doc)
+        _write_odd(d, doc, gz, cut)
         [f] = find_traces(d)
         assert _scan(f, True, steps) == _scan(f, False, steps)
 
@@ -142,12 +147,9 @@ def test_odd_files_scan_the_same_with_the_decoder_on_and_off(doc, gz, cut, steps
 @given(doc=odd_file(), gz=st.booleans(), cut=st.one_of(st.none(), st.floats(0, 1)), steps=st.booleans())
 def test_odd_files_merge_to_the_same_bytes_with_the_decoder_on_and_off(doc, gz, cut, steps, monkeypatch):
     _small_batches(monkeypatch, 128)
-    doc = doc if cut is None else doc[:int(len(doc) * cut)]
     with tempfile.TemporaryDirectory() as d:
         os.mkdir(os.path.join(d, "run"))
-        path = os.path.join(d, "run", "rank0.pt.trace.json" + (".gz" if gz else ""))
-        with (functools.partial(gzip.open, compresslevel=1) if gz else open)(path, "wb") as fh:
-            fh.write(doc)
+        _write_odd(os.path.join(d, "run"), doc, gz, cut)
         on = _merged(os.path.join(d, "run"), os.path.join(d, "on.json"), True, steps)
         off = _merged(os.path.join(d, "run"), os.path.join(d, "off.json"), False, steps)
         assert on == off
